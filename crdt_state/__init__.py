@@ -1,0 +1,66 @@
+"""crdt-state: shared state for many concurrent agents, without lost updates.
+
+Agents fork a :class:`Branch` from a :class:`SharedState`, edit it while they
+wait on slow work, and merge it back. Disjoint writes merge without conflict;
+writes to the same path since the fork base are reported as :class:`Conflict`
+and settled by per-path policies (:mod:`crdt_state.resolvers`) or a retry.
+The state is a Yjs document (root ``Y.Map`` named ``state``), so any Yjs peer
+can replicate it.
+"""
+
+from __future__ import annotations
+
+from . import resolvers
+from .branch import Branch
+from .conflicts import UNRESOLVED, Change, Conflict, MergeResult
+from .errors import (
+    BranchClosed,
+    ConflictError,
+    CrdtStateError,
+    InvalidPath,
+    InvalidUpdate,
+    PathNotFound,
+    RetryExhausted,
+    SchemaError,
+    StaleBase,
+    UnknownBase,
+    UnsupportedValue,
+    WrongType,
+)
+from .paths import Path, Pattern, format_path, parse_path
+from .retry import Retry
+from .state import SharedState, StateUpdate
+from .values import MISSING
+from .version import VersionVector
+
+__all__ = [
+    "MISSING",
+    "UNRESOLVED",
+    "Branch",
+    "BranchClosed",
+    "Change",
+    "Conflict",
+    "ConflictError",
+    "CrdtStateError",
+    "InvalidPath",
+    "InvalidUpdate",
+    "MergeResult",
+    "Path",
+    "PathNotFound",
+    "Pattern",
+    "Retry",
+    "RetryExhausted",
+    "SchemaError",
+    "SharedState",
+    "StaleBase",
+    "StateUpdate",
+    "UnknownBase",
+    "UnsupportedValue",
+    "VersionVector",
+    "WrongType",
+    "format_path",
+    "parse_path",
+    "resolvers",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,344 @@
+"""Branch: an agent's private edit of a shared state, merged back as a unit.
+
+A branch is created in O(1): it records the fork base (a position in the
+state's change log and its token) and copies nothing. The first read or write
+of a top-level key copies that key's value *as it was at the base* into the
+branch; the rest of the state is read at the base on demand. Writes are kept
+as the set of root-most changed paths, so a merge sends only the branch's own
+changes and conflicts are judged against the fork base.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal
+
+from .conflicts import Change, MergeResult
+from .errors import BranchClosed, PathNotFound, WrongType
+from .paths import Path, parse_path
+from .values import MISSING, copy_value, tree_delete, tree_get, tree_set
+from .version import VersionVector
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from .state import SharedState
+
+__all__ = ["Branch"]
+
+Status = Literal["open", "merged", "discarded"]
+
+
+class Branch:
+    """A local, mergeable edit of a :class:`SharedState`, owned by one agent.
+
+    Not thread-safe by itself: one agent (one thread or task) uses a branch.
+    Use as a context manager (``with`` or ``async with``): merged on a clean
+    exit, discarded when the block raises.
+    """
+
+    def __init__(self, state: SharedState, agent: str, base_seq: int, base: VersionVector) -> None:
+        self._state = state
+        self._agent = agent
+        self._base_seq = base_seq
+        self._base = base
+        self._local: dict[str, Any] = {}
+        self._loaded: set[str] = set()
+        self._writes: dict[Path, Literal["set", "delete", "append"]] = {}
+        self._appends: dict[Path, list[Any]] = {}
+        self._status: Status = "open"
+        self._result: MergeResult | None = None
+
+    # -- identity ----------------------------------------------------------------
+    @property
+    def agent(self) -> str:
+        """The agent that owns this branch."""
+        return self._agent
+
+    @property
+    def base(self) -> VersionVector:
+        """The state's token at the fork (the branch's revision token)."""
+        return self._base
+
+    @property
+    def state(self) -> SharedState:
+        """The state this branch was forked from."""
+        return self._state
+
+    @property
+    def status(self) -> Status:
+        """``"open"``, ``"merged"`` or ``"discarded"``."""
+        return self._status
+
+    @property
+    def result(self) -> MergeResult | None:
+        """The result of the merge once merged."""
+        return self._result
+
+    # -- reading -----------------------------------------------------------------
+    def _load(self, key: str) -> None:
+        if key not in self._loaded:
+            value = self._state._read_at((key,), self._base_seq)
+            if value is not MISSING:
+                self._local[key] = value
+            self._loaded.add(key)
+
+    def _view(self, path: Path) -> Any:
+        if path[0] in self._loaded:
+            return tree_get(self._local, path)
+        return self._state._read_at(path, self._base_seq)
+
+    def get(self, path: Any, default: Any = None) -> Any:
+        """The branch's value at ``path`` (a copy), or ``default`` when absent."""
+        key = parse_path(path)
+        value = self._view(key)
+        if value is MISSING:
+            return default
+        return copy_value(value) if key[0] in self._loaded else value
+
+    def snapshot(self) -> dict[str, Any]:
+        """The whole state as this branch sees it (base plus own edits)."""
+        with self._state._lock:
+            for key in self._state._read_at_keys(self._base_seq):
+                self._load(key)
+        return copy_value(self._local)
+
+    def __getitem__(self, key: str) -> Any:
+        value = self._view(parse_path((key,)))
+        if value is MISSING:
+            raise PathNotFound("no such key", path=(key,))
+        return copy_value(value)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.set((key,), value)
+
+    def __delitem__(self, key: str) -> None:
+        self.delete((key,))
+
+    def __contains__(self, path: object) -> bool:
+        return self._view(parse_path(path)) is not MISSING
+
+    # -- writing -----------------------------------------------------------------
+    def _writable(self) -> None:
+        if self._status != "open":
+            raise BranchClosed(
+                f"branch of {self._agent!r} is {self._status}",
+                details={"agent": self._agent, "status": self._status},
+            )
+
+    def _record(self, path: Path, kind: Literal["set", "delete", "append"]) -> None:
+        for i in range(1, len(path)):
+            if path[:i] in self._writes:
+                # an ancestor's change already covers this path: it now carries a value
+                self._writes[path[:i]] = "set"
+                self._appends.pop(path[:i], None)
+                return
+        for other in [p for p in self._writes if len(p) > len(path) and p[: len(path)] == path]:
+            del self._writes[other]
+            self._appends.pop(other, None)
+        self._writes[path] = kind
+
+    def set(self, path: Any, value: Any) -> None:
+        """Write ``value`` at ``path``, creating parent maps as needed.
+
+        The value is validated first (:class:`UnsupportedValue`, or
+        ``SchemaError`` on a typed state); on error the branch is unchanged.
+        Writing below a non-map value raises :class:`WrongType`.
+        """
+        self._writable()
+        key = parse_path(path)
+        clean = self._state._prepare(key, value)
+        self._load(key[0])
+        tree_set(self._local, key, clean)
+        self._appends.pop(key, None)
+        self._record(key, "set")
+
+    def delete(self, path: Any) -> None:
+        """Remove ``path``; :class:`PathNotFound` when the branch has no value there."""
+        self._writable()
+        key = parse_path(path)
+        self._load(key[0])
+        tree_delete(self._local, key)
+        self._appends.pop(key, None)
+        self._record(key, "delete")
+
+    def append(self, path: Any, *items: Any) -> None:
+        """Add ``items`` at the end of the list at ``path`` (created when absent).
+
+        Appends merge with concurrent appends to the same list: both are kept.
+        """
+        self.extend(path, items)
+
+    def extend(self, path: Any, items: Iterable[Any]) -> None:
+        """Like :meth:`append`, with the items given as one iterable."""
+        self._writable()
+        key = parse_path(path)
+        clean = self._state._prepare_items(key, list(items))
+        self._load(key[0])
+        current = tree_get(self._local, key)
+        if current is MISSING:
+            tree_set(self._local, key, copy_value(clean))
+        elif isinstance(current, list):
+            current.extend(copy_value(clean))
+        else:
+            raise WrongType(
+                f"cannot append to a {type(current).__name__} value",
+                path=key,
+                details={"value": current},
+            )
+        kind = self._writes.get(key)
+        if kind == "append":
+            self._appends[key].extend(clean)
+        elif kind is None and not any(key[:i] in self._writes for i in range(1, len(key))):
+            self._record(key, "append")
+            self._appends[key] = list(clean)
+        else:
+            self._record(key, "set")
+
+    # -- typed access (states with a schema) -------------------------------------
+    def model(self) -> BaseModel:
+        """The branch's view as a validated schema instance (``TypeError`` without one)."""
+        schema = self._state._schema
+        if schema is None:
+            raise TypeError("this state has no schema")
+        return schema.to_model(self.snapshot())
+
+    def update(self, values: BaseModel | Mapping[str, Any]) -> None:
+        """Write every field given (a model, or a partial dict of fields), validated first.
+
+        A dict may hold dotted paths as keys. Every value is checked before the
+        branch changes; on error nothing is written.
+        """
+        self._writable()
+        schema = self._state._schema
+        if schema is not None:
+            items = schema.partial_items(values)
+        elif isinstance(values, Mapping):
+            items = [(parse_path(k), v) for k, v in values.items()]
+        else:
+            raise TypeError("update() takes a dict on a state without schema")
+        prepared = [(path, self._state._prepare(path, v)) for path, v in items]
+        for path, value in prepared:
+            self._load(path[0])
+            tree_set(self._local, path, value)
+            self._appends.pop(path, None)
+            self._record(path, "set")
+
+    # -- changes -----------------------------------------------------------------
+    def changes(self) -> tuple[Path, ...]:
+        """The paths this branch changed (root-most; a changed map covers its keys)."""
+        return tuple(self._writes)
+
+    def ops(self) -> list[Change]:
+        """The branch's changes as :class:`Change` objects (what a merge sends)."""
+        out: list[Change] = []
+        for path, kind in self._writes.items():
+            if kind == "set":
+                out.append(Change("set", path, copy_value(tree_get(self._local, path))))
+            elif kind == "delete":
+                out.append(Change("delete", path))
+            else:
+                out.append(Change("append", path, copy_value(self._appends[path])))
+        return out
+
+    @property
+    def dirty(self) -> bool:
+        """True when the branch has changes to merge."""
+        return bool(self._writes)
+
+    # -- merging -----------------------------------------------------------------
+    def merge(self, *, resolvers: dict[Any, object] | None = None, default: object | None = None) -> MergeResult:
+        """Merge the branch's changes into its state; returns a :class:`MergeResult`.
+
+        Changes to paths nobody else touched since the fork are applied as
+        they are. A path the state also changed since the fork base, to a
+        different value, is a conflict, settled by the policy for that path
+        (``resolvers`` given here first, then the state's, then ``default``).
+        If any conflict stays unresolved, :class:`ConflictError` is raised,
+        nothing is applied, and the branch stays open and intact: resolve with
+        ``merge(resolvers={path: value})``, merge with a policy, or
+        :meth:`rebase`. Merging a merged branch again returns the same result
+        and changes nothing.
+        """
+        if self._status == "merged" and self._result is not None:
+            return self._result
+        self._writable()
+        result = self._state._merge(self.ops(), self._base_seq, self._agent, resolvers, default)
+        self._status = "merged"
+        self._result = result
+        return result
+
+    async def amerge(
+        self, *, resolvers: dict[Any, object] | None = None, default: object | None = None
+    ) -> MergeResult:
+        """The asyncio form of :meth:`merge` (durable states wait off the event loop)."""
+        if self._state._journal is not None:
+            return await asyncio.to_thread(self.merge, resolvers=resolvers, default=default)
+        return self.merge(resolvers=resolvers, default=default)
+
+    def rebase(self) -> None:
+        """Move the fork base to the state's current version, replaying own changes.
+
+        After a rebase the branch's values win over everything merged before
+        it (no agent re-run). Raises :class:`WrongType` if a change no longer
+        applies (an append to what is now a scalar); the branch is then unchanged.
+        """
+        self._writable()
+        ops = self.ops()
+        with self._state._lock:
+            seq, token = self._state._log.head_seq, self._state._log.head_token
+            replay = Branch(self._state, self._agent, seq, token)
+            for op in ops:
+                if op.kind == "set":
+                    replay.set(op.path, op.value)
+                elif op.kind == "append":
+                    replay.extend(op.path, op.value)
+                elif op.path in replay:
+                    replay.delete(op.path)
+                else:
+                    replay._load(op.path[0])
+        self._base_seq, self._base = seq, token
+        self._local, self._loaded = replay._local, replay._loaded
+        self._writes, self._appends = replay._writes, replay._appends
+
+    def discard(self) -> None:
+        """Drop the branch's changes; later writes raise :class:`BranchClosed`."""
+        if self._status == "open":
+            self._status = "discarded"
+            self._local.clear()
+            self._writes.clear()
+            self._appends.clear()
+
+    # -- context managers ------------------------------------------------------------
+    def __enter__(self) -> Branch:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            self.discard()
+        elif self._status == "open":
+            self.merge()
+
+    async def __aenter__(self) -> Branch:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            self.discard()
+        elif self._status == "open":
+            await self.amerge()
+
+    def __repr__(self) -> str:
+        return f"<Branch agent={self._agent!r} base={self._base} {self._status} changes={len(self._writes)}>"

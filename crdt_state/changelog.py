@@ -1,0 +1,260 @@
+"""The log of changes a state has integrated, and what it answers (pure logic).
+
+Each merge, and each update received from another replica, becomes one
+:class:`Entry`: the clock ranges it added, the paths it wrote (for conflict
+detection) and how to undo it (to read the state as it was at an older
+version). Conflicts are judged against the fork base: only entries *after*
+the base are consulted, so the cost follows the size of the changes, not the
+size of the state.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .errors import StaleBase, UnknownBase
+from .paths import Path, is_prefix
+from .values import descend, patch
+from .version import VersionVector
+
+__all__ = ["ChangeLog", "Entry", "TruncateTo", "WriteKind"]
+
+WriteKind = Literal["set", "delete", "append"]
+
+
+@dataclass(frozen=True, slots=True)
+class TruncateTo:
+    """Undo record of an append: the list had ``length`` items before."""
+
+    length: int
+
+
+@dataclass(slots=True)
+class Entry:
+    """One integrated change set.
+
+    ``writes`` maps each written path to how it was written; ``undo`` lists
+    ``(path, value before)`` in application order (``MISSING`` = was absent,
+    :class:`TruncateTo` = list was shorter); ``delta`` maps each client to
+    the clock range ``[start, end)`` this entry added.
+    """
+
+    seq: int
+    agent: str | None
+    token: VersionVector
+    delta: dict[int, tuple[int, int]]
+    writes: dict[Path, WriteKind]
+    undo: list[tuple[Path, Any]]
+    time: float = field(default_factory=time.time)
+    origin: str = "local"
+
+    def covered_by(self, token: VersionVector) -> bool:
+        """True when ``token`` has seen every operation of this entry."""
+        return all(token.get_clock(c) >= end for c, (_, end) in self.delta.items())
+
+
+def clock_delta(before: VersionVector, after: VersionVector) -> dict[int, tuple[int, int]]:
+    """The clock ranges ``after`` has beyond ``before``."""
+    return {
+        c: (before.get_clock(c), clock) for c, clock in after.items() if clock > before.get_clock(c)
+    }
+
+
+class ChangeLog:
+    """The retained history of one state, oldest first, bounded in length.
+
+    Sequence numbers start at 1; seq 0 is the initial (empty) state. Entries
+    older than ``limit`` are dropped; a base older than what is retained
+    raises :class:`StaleBase`.
+    """
+
+    def __init__(self, initial: VersionVector, limit: int = 10_000) -> None:
+        if limit < 1:
+            raise ValueError("history limit must be at least 1")
+        self.limit = limit
+        self._entries: list[Entry] = []
+        self._first_seq = 1  # seq of _entries[0]
+        self._head_seq = 0
+        self._head_token = initial
+        self._token_seq: dict[VersionVector, int] = {initial: 0}
+
+    @property
+    def head_seq(self) -> int:
+        return self._head_seq
+
+    @property
+    def head_token(self) -> VersionVector:
+        return self._head_token
+
+    @property
+    def oldest_base(self) -> int:
+        """The oldest base seq that can still be judged."""
+        return self._first_seq - 1
+
+    def append(
+        self,
+        agent: str | None,
+        token: VersionVector,
+        writes: Mapping[Path, WriteKind],
+        undo: list[tuple[Path, Any]],
+        origin: str = "local",
+    ) -> Entry:
+        """Record a new entry that moved the state from the head token to ``token``."""
+        self._head_seq += 1
+        entry = Entry(
+            seq=self._head_seq,
+            agent=agent,
+            token=token,
+            delta=clock_delta(self._head_token, token),
+            writes=dict(writes),
+            undo=undo,
+            origin=origin,
+        )
+        self._entries.append(entry)
+        self._head_token = token
+        self._token_seq[token] = entry.seq
+        if len(self._entries) > self.limit + self.limit // 4:
+            self._trim()
+        return entry
+
+    def _trim(self) -> None:
+        drop = len(self._entries) - self.limit
+        for entry in self._entries[:drop]:
+            if self._token_seq.get(entry.token) == entry.seq:
+                del self._token_seq[entry.token]
+        del self._entries[:drop]
+        self._first_seq += drop
+        for token, seq in list(self._token_seq.items()):
+            if seq < self._first_seq - 1:
+                del self._token_seq[token]
+
+    def since(self, base_seq: int) -> list[Entry]:
+        """Entries after ``base_seq``; :class:`StaleBase` if some were dropped."""
+        if base_seq < self._first_seq - 1:
+            raise StaleBase(
+                "the fork base is older than the retained history; rebase the branch",
+                details={"base_seq": base_seq, "oldest_base": self._first_seq - 1},
+            )
+        if base_seq > self._head_seq:
+            raise UnknownBase("base is ahead of this state", details={"base_seq": base_seq})
+        return self._entries[base_seq - self._first_seq + 1 :]
+
+    def seq_of(self, token: VersionVector) -> int:
+        """The seq at which the state had exactly ``token``.
+
+        A token the log never had (one from another replica) maps to the
+        newest entry such that every entry up to it is covered by the token;
+        entries after it that the token covers are then judged as concurrent
+        only if they were not covered, see :meth:`since_token`.
+        """
+        seq = self._token_seq.get(token)
+        if seq is not None:
+            return seq
+        if not token <= self._head_token:
+            raise UnknownBase(
+                "the base token has changes this state has not seen",
+                details={"base": str(token), "head": str(self._head_token)},
+            )
+        seq = self._first_seq - 1
+        for entry in self._entries:
+            if not entry.covered_by(token):
+                break
+            seq = entry.seq
+        if seq == self._first_seq - 1 and self._first_seq > 1:
+            raise StaleBase(
+                "the base token is older than the retained history",
+                details={"base": str(token)},
+            )
+        return seq
+
+    def since_token(self, token: VersionVector) -> list[Entry]:
+        """Entries not covered by ``token`` (exact for tokens of other replicas)."""
+        seq = self.seq_of(token)
+        return [e for e in self.since(seq) if not e.covered_by(token)]
+
+    def entries(self) -> Iterator[Entry]:
+        """The retained entries, oldest first."""
+        return iter(list(self._entries))
+
+
+def read_at(current: Any, path: Path, entries: Iterable[Entry]) -> Any:
+    """Roll the value ``current`` found at ``path`` back through ``entries``.
+
+    ``entries`` are the entries after the wanted version, oldest first; the
+    result is the value ``path`` had before all of them (``MISSING`` when
+    absent). ``current`` is not modified; parts of it may be shared by the result.
+    """
+    value = current
+    for entry in reversed(list(entries)):
+        for written, before in reversed(entry.undo):
+            if is_prefix(written, path):
+                if isinstance(before, TruncateTo):
+                    if written == path and isinstance(value, list):
+                        value = value[: before.length]
+                    continue
+                value = descend(before, path[len(written) :])
+            elif is_prefix(path, written):
+                rest = written[len(path) :]
+                if isinstance(before, TruncateTo):
+                    old = descend(value, rest)
+                    if not isinstance(old, list):
+                        continue
+                    before = old[: before.length]
+                value = patch(value, rest, before)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Overlap:
+    """State writes since the base that touch one branch write."""
+
+    kinds: frozenset[WriteKind]
+    exact: bool  # every related write is at exactly the branch path
+    agent: str | None
+
+
+def overlaps(writes: Iterable[Path], entries: list[Entry]) -> dict[Path, Overlap]:
+    """For each branch path, the state writes since the base that overlap it.
+
+    Two paths overlap when they are equal or one is an ancestor of the other.
+    Paths with no overlapping write are left out of the result.
+    """
+    if not entries:
+        return {}
+    state: dict[Path, tuple[WriteKind, str | None, set[WriteKind]]] = {}
+    prefixes: set[Path] = set()
+    for entry in entries:
+        for path, kind in entry.writes.items():
+            previous = state.get(path)
+            kinds = previous[2] if previous else set()
+            kinds.add(kind)
+            state[path] = (kind, entry.agent, kinds)
+            for i in range(1, len(path)):
+                prefixes.add(path[:i])
+    out: dict[Path, Overlap] = {}
+    for path in writes:
+        found: list[Path] = [path[:i] for i in range(1, len(path) + 1) if path[:i] in state]
+        if path in prefixes:
+            found.extend(p for p in state if len(p) > len(path) and p[: len(path)] == path)
+        if not found:
+            continue
+        kinds: set[WriteKind] = set()
+        for p in found:
+            kinds |= state[p][2]
+        latest = max(found, key=lambda p: _last_seq(entries, p))
+        out[path] = Overlap(
+            kinds=frozenset(kinds),
+            exact=all(p == path for p in found),
+            agent=state[latest][1],
+        )
+    return out
+
+
+def _last_seq(entries: list[Entry], path: Path) -> int:
+    for entry in reversed(entries):
+        if path in entry.writes:
+            return entry.seq
+    return -1

@@ -1,0 +1,132 @@
+"""Data that merges take and give: changes, conflicts and merge results."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from .paths import Path, format_path
+from .values import MISSING, Missing
+from .version import VersionVector
+
+__all__ = ["UNRESOLVED", "Change", "Conflict", "MergeResult", "Unresolved"]
+
+ChangeKind = Literal["set", "delete", "append"]
+
+
+class Unresolved:
+    """The type of :data:`UNRESOLVED`."""
+
+    _instance: Unresolved | None = None
+
+    def __new__(cls) -> Unresolved:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNRESOLVED"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+UNRESOLVED = Unresolved()
+"""The ``resolution`` of a conflict no policy settled."""
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One edit of a branch, as sent over the wire and to :meth:`SharedState.commit`.
+
+    ``set`` stores ``value`` at ``path``; ``delete`` removes ``path``;
+    ``append`` adds the items of the list ``value`` at the end of the list at
+    ``path`` (creating it when absent).
+    """
+
+    kind: ChangeKind
+    path: Path
+    value: Any = MISSING
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "path": list(self.path)}
+        if self.kind != "delete":
+            out["value"] = self.value
+        return out
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (Missing, Unresolved)):
+        return {"$" + repr(value).lower(): True}
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """A path the branch and the state both changed since the fork base, differently.
+
+    ``base`` is the value at the fork, ``current`` the state's value at merge
+    time, ``incoming`` the branch's value; :data:`MISSING` stands for "absent".
+    ``resolution`` is the value the policy chose (``MISSING`` = delete), or
+    :data:`UNRESOLVED`; ``policy`` names the policy consulted.
+    """
+
+    path: Path
+    base: Any
+    current: Any
+    incoming: Any
+    current_agent: str | None
+    incoming_agent: str
+    resolution: Any = UNRESOLVED
+    policy: str | None = None
+    base_token: VersionVector | None = field(default=None, compare=False)
+    current_token: VersionVector | None = field(default=None, compare=False)
+
+    @property
+    def resolved(self) -> bool:
+        """True when a policy settled the conflict with a value (or a delete)."""
+        return self.resolution is not UNRESOLVED
+
+    def resolve(self, value: Any, policy: str | None = None) -> Conflict:
+        """A copy with ``resolution`` set (``policy`` recorded when given)."""
+        return replace(self, resolution=value, policy=policy or self.policy)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form; absent values are written ``{"$missing": true}``."""
+        return {
+            "path": list(self.path),
+            "base": _jsonable(self.base),
+            "current": _jsonable(self.current),
+            "incoming": _jsonable(self.incoming),
+            "current_agent": self.current_agent,
+            "incoming_agent": self.incoming_agent,
+            "resolution": _jsonable(self.resolution),
+            "policy": self.policy,
+        }
+
+    def __str__(self) -> str:
+        return (
+            f"conflict at {format_path(self.path)}: base={self.base!r} "
+            f"current={self.current!r} ({self.current_agent}) incoming={self.incoming!r} "
+            f"({self.incoming_agent}) -> {self.resolution!r}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MergeResult:
+    """What a merge did.
+
+    ``token`` is the state's version after the merge; ``applied`` the paths
+    written; ``conflicts`` every conflict met, each with its resolution;
+    ``fast_forward`` is true when nothing had changed since the fork base.
+    ``value`` is what the agent step returned (for ``transact``), and
+    ``attempts`` how many times it ran.
+    """
+
+    token: VersionVector
+    applied: tuple[Path, ...] = ()
+    conflicts: tuple[Conflict, ...] = ()
+    fast_forward: bool = True
+    agent: str | None = None
+    value: Any = None
+    attempts: int = 1

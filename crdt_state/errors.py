@@ -1,0 +1,213 @@
+"""The exceptions of crdt-state, one family under :class:`CrdtStateError`.
+
+Every error carries a stable machine-readable ``code``, the ``path`` it is about
+(when there is one) and a ``details`` mapping with the values involved, next to
+the human message. Each also subclasses the builtin that matches its meaning,
+so ``except KeyError`` or ``except TypeError`` keeps working::
+
+    CrdtStateError(Exception)
+    ├── InvalidPath(KeyError)            code "invalid_path"
+    │   └── PathNotFound                 code "path_not_found"
+    ├── WrongType(TypeError)             code "wrong_type"
+    ├── UnsupportedValue(TypeError)      code "unsupported_value"
+    ├── InvalidUpdate(ValueError)        code "invalid_update"
+    ├── SchemaError(ValueError)          code "schema"
+    ├── BranchClosed(RuntimeError)       code "branch_closed"
+    ├── UnknownBase(LookupError)         code "unknown_base"
+    │   └── StaleBase                    code "stale_base"
+    └── ConflictError                    code "conflict"
+        └── RetryExhausted               code "retry_exhausted"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .conflicts import Conflict
+
+__all__ = [
+    "BranchClosed",
+    "ConflictError",
+    "CrdtStateError",
+    "InvalidPath",
+    "InvalidUpdate",
+    "PathNotFound",
+    "RetryExhausted",
+    "SchemaError",
+    "StaleBase",
+    "UnknownBase",
+    "UnsupportedValue",
+    "WrongType",
+]
+
+
+class CrdtStateError(Exception):
+    """Root of every error raised by crdt-state.
+
+    Attributes:
+        code: stable identifier, safe to match on in programs and prompts.
+        message: the human explanation.
+        path: the state path concerned, as a tuple of keys, or ``None``.
+        details: the values involved (JSON-friendly where possible).
+    """
+
+    code: str = "crdt_state_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: Sequence[str] | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path: tuple[str, ...] | None = tuple(path) if path is not None else None
+        self.details: dict[str, Any] = dict(details or {})
+
+    def __str__(self) -> str:
+        where = f" at {_show_path(self.path)}" if self.path is not None else ""
+        return f"[{self.code}]{where}: {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly description: code, message, path and details."""
+        return {
+            "code": self.code,
+            "message": self.message,
+            "path": list(self.path) if self.path is not None else None,
+            "details": self.details,
+        }
+
+
+def _show_path(path: Sequence[str]) -> str:
+    if any("." in key or not key for key in path):
+        return repr(tuple(path))
+    return repr(".".join(path))
+
+
+class InvalidPath(CrdtStateError, KeyError):
+    """A path is malformed (empty, a non-string key) or cannot be addressed."""
+
+    code = "invalid_path"
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return CrdtStateError.__str__(self)
+
+
+class PathNotFound(InvalidPath):
+    """A path that must exist (``delete``, ``branch[key]``) does not."""
+
+    code = "path_not_found"
+
+
+class WrongType(CrdtStateError, TypeError):
+    """An operation meets a value of the wrong kind (append to a non-list...)."""
+
+    code = "wrong_type"
+
+
+class UnsupportedValue(CrdtStateError, TypeError):
+    """A value cannot be stored: not JSON data, a non-str key, NaN, a huge int."""
+
+    code = "unsupported_value"
+
+
+class InvalidUpdate(CrdtStateError, ValueError):
+    """Bytes given as a Yjs update (or state vector) could not be applied."""
+
+    code = "invalid_update"
+
+
+class SchemaError(CrdtStateError, ValueError):
+    """A write or merge would make the state invalid for its pydantic schema.
+
+    ``errors`` holds one entry per problem, shaped like pydantic's error
+    details: ``{"type", "loc", "msg", "input"}``.
+    """
+
+    code = "schema"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        errors: Sequence[Mapping[str, Any]] = (),
+        path: Sequence[str] | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, path=path, details=details)
+        self.errors: list[dict[str, Any]] = [dict(e) for e in errors]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out["errors"] = self.errors
+        return out
+
+
+class BranchClosed(CrdtStateError, RuntimeError):
+    """The branch was discarded (or merged) and takes no more writes."""
+
+    code = "branch_closed"
+
+
+class UnknownBase(CrdtStateError, LookupError):
+    """A base token names changes this state has never seen."""
+
+    code = "unknown_base"
+
+
+class StaleBase(UnknownBase):
+    """A base token is older than the retained change history."""
+
+    code = "stale_base"
+
+
+class ConflictError(CrdtStateError):
+    """A merge met conflicts that its policies did not resolve.
+
+    Nothing was applied. ``conflicts`` lists every conflict of the attempt;
+    those whose ``resolution`` is still :data:`UNRESOLVED` are the cause.
+    ``retry`` is true when a policy asked for the agent step to be re-run.
+    """
+
+    code = "conflict"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        conflicts: Sequence[Conflict] = (),
+        retry: bool = False,
+        path: Sequence[str] | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, path=path, details=details)
+        self.conflicts: tuple[Conflict, ...] = tuple(conflicts)
+        self.retry = retry
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out["conflicts"] = [c.to_dict() for c in self.conflicts]
+        out["retry"] = self.retry
+        return out
+
+
+class RetryExhausted(ConflictError):
+    """``transact`` ran out of attempts; carries the last attempt's conflicts."""
+
+    code = "retry_exhausted"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        attempts: int,
+        conflicts: Sequence[Conflict] = (),
+        path: Sequence[str] | None = None,
+    ) -> None:
+        super().__init__(
+            message, conflicts=conflicts, retry=True, path=path, details={"attempts": attempts}
+        )
+        self.attempts = attempts

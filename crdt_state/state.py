@@ -1,0 +1,788 @@
+"""SharedState: the authoritative document of one shared state.
+
+Agents fork branches from it and merge them back; other replicas exchange
+standard Yjs updates with it. All mutations happen under one re-entrant lock,
+so merges are atomic and many threads (and asyncio tasks) can fork and merge
+concurrently. Every merge is written into the document by the state's own
+Yjs client, so refused merges never leave gaps in anyone's clocks; which
+agent made a change is kept in the change log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from pycrdt import Doc, Map
+
+from . import document as ydoc
+from .changelog import ChangeLog, Entry, TruncateTo, WriteKind, overlaps, read_at
+from .conflicts import Change, Conflict, MergeResult
+from .errors import (
+    ConflictError,
+    CrdtStateError,
+    InvalidUpdate,
+    RetryExhausted,
+    StaleBase,
+    WrongType,
+)
+from .paths import Path, parse_path
+from .resolvers import PolicyTable, raise_conflict
+from .retry import Retry
+from .values import MISSING, copy_value, normalize, same, tree_delete, tree_get, tree_set
+from .version import VersionVector
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from .branch import Branch
+    from .schema import StateSchema
+    from .storage import BlameEntry, ConflictRecord, HistoryEntry, Store
+
+__all__ = ["SharedState", "StateUpdate"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class StateUpdate:
+    """What listeners of :meth:`SharedState.subscribe` receive for each change.
+
+    ``update`` is a standard Yjs update holding exactly this change; ``paths``
+    the paths written; ``origin`` is ``"local"`` for merges and ``"remote"``
+    for updates received with :meth:`SharedState.apply_update`.
+    """
+
+    seq: int
+    update: bytes
+    token: VersionVector
+    agent: str | None
+    paths: tuple[Path, ...]
+    origin: str
+    time: float
+    conflicts: tuple[Conflict, ...] = ()
+
+
+Listener = Callable[[StateUpdate], None]
+
+
+class Journal(Protocol):
+    """Where a durable state records changes (see ``crdt_state.storage``).
+
+    ``record`` is called under the state lock, in order; ``wait`` after the
+    lock is released, and returns once the change is durable.
+    """
+
+    def record(self, change: StateUpdate) -> int: ...
+
+    def wait(self, ticket: int) -> None: ...
+
+
+class SharedState:
+    """The authoritative, thread-safe state that branches fork from and merge into.
+
+    Args:
+        resolvers: conflict policies by path pattern (``{"calls": counter}``).
+        default: policy for conflicts no pattern matches (``raise_conflict``).
+        history: how many change-log entries are kept for judging old fork bases.
+        client_id: the Yjs client id of this replica (random when omitted).
+        schema: a pydantic model describing the state (see ``crdt_state.schema``):
+            typed reads, validation of every write and merge, per-field policies.
+        initialize: write the schema's defaults into an empty state (turn off
+            for a replica that will receive its content from elsewhere).
+    """
+
+    def __init__(
+        self,
+        *,
+        resolvers: Mapping[Any, object] | None = None,
+        default: object = raise_conflict,
+        history: int = 10_000,
+        client_id: int | None = None,
+        schema: type[BaseModel] | None = None,
+        initialize: bool = True,
+    ) -> None:
+        self._doc = Doc(client_id=client_id) if client_id is not None else Doc()
+        self._root = self._doc.get(ydoc.ROOT, type=Map)
+        self._meta = self._doc.get(ydoc.META_ROOT, type=Map)
+        self._lock = threading.RLock()
+        self._mirror: dict[str, Any] = {}
+        self._log = ChangeLog(VersionVector(), limit=history)
+        self._listeners: list[Listener] = []
+        self._updates: list[bytes] = []
+        self._update_sub: Any = None
+        self._journal: Journal | None = None
+        self._store: Store | None = None
+        self._schema: StateSchema | None = None
+        if schema is not None:
+            from .schema import StateSchema
+
+            self._schema = StateSchema(schema)
+            base = PolicyTable(self._schema.policies())
+            self._policies = PolicyTable(resolvers, default, parent=base)
+            if initialize:
+                defaults = self._schema.defaults()
+                if defaults:
+                    self._apply_local(
+                        [Change("set", (k,), v) for k, v in defaults.items()], "schema", ()
+                    )
+        else:
+            self._policies = PolicyTable(resolvers, default)
+
+    # -- reading -------------------------------------------------------------
+    @property
+    def token(self) -> VersionVector:
+        """The current version (a Yjs state vector)."""
+        return self._log.head_token
+
+    @property
+    def client_id(self) -> int:
+        """This replica's Yjs client id."""
+        return int(self._doc.client_id)
+
+    @property
+    def policies(self) -> PolicyTable:
+        """The conflict policies of this state."""
+        return self._policies
+
+    def snapshot(self) -> dict[str, Any]:
+        """A deep copy of the whole state as plain Python data."""
+        with self._lock:
+            return copy_value(self._mirror)
+
+    def read(self) -> tuple[dict[str, Any], VersionVector]:
+        """``(snapshot, token)`` taken atomically."""
+        with self._lock:
+            return copy_value(self._mirror), self._log.head_token
+
+    def get(self, path: Any, default: Any = None) -> Any:
+        """The value at ``path`` (a copy), or ``default`` when absent."""
+        key = parse_path(path)
+        with self._lock:
+            value = tree_get(self._mirror, key)
+        return default if value is MISSING else copy_value(value)
+
+    def __contains__(self, path: object) -> bool:
+        with self._lock:
+            return tree_get(self._mirror, parse_path(path)) is not MISSING
+
+    # -- branches -----------------------------------------------------------
+    def fork(self, agent: str) -> Branch:
+        """A new branch for ``agent`` at the current version; O(1), no copy."""
+        from .branch import Branch
+
+        if not isinstance(agent, str) or not agent:
+            raise TypeError("agent must be a non-empty str")
+        with self._lock:
+            return Branch(self, agent, self._log.head_seq, self._log.head_token)
+
+    def commit(
+        self,
+        changes: Mapping[Any, Any] | Iterable[Change],
+        base: VersionVector,
+        agent: str,
+        *,
+        resolvers: Mapping[Any, object] | None = None,
+        default: object | None = None,
+    ) -> MergeResult:
+        """Merge changes computed from the state at ``base`` (optimistic concurrency).
+
+        ``changes`` is ``{path: value}`` (a value of :data:`MISSING` deletes)
+        or a sequence of :class:`Change`. Conflicts are judged against
+        ``base`` exactly as for a branch; see :meth:`Branch.merge`.
+        """
+        ops = self._ops_from(changes)
+        with self._lock:
+            seq = self._log.seq_of(base)
+            entries = [e for e in self._log.since(seq) if not e.covered_by(base)]
+            return self._merge(ops, seq, agent, resolvers, default, entries=entries)
+
+    def _ops_from(self, changes: Mapping[Any, Any] | Iterable[Change]) -> list[Change]:
+        items: Iterable[Change]
+        if isinstance(changes, Mapping):
+            items = [
+                Change("delete", parse_path(p)) if v is MISSING else Change("set", parse_path(p), v)
+                for p, v in changes.items()
+            ]
+        else:
+            items = changes
+        ops: list[Change] = []
+        for op in items:
+            if not isinstance(op, Change):
+                raise TypeError(f"changes must be Change objects, got {type(op).__name__}")
+            path = parse_path(op.path)
+            if op.kind == "set":
+                ops.append(Change("set", path, self._prepare(path, op.value)))
+            elif op.kind == "delete":
+                ops.append(Change("delete", path))
+            elif op.kind == "append":
+                if not isinstance(op.value, (list, tuple)):
+                    raise WrongType("append takes a list of items", path=path)
+                ops.append(Change("append", path, self._prepare_items(path, list(op.value))))
+            else:
+                raise CrdtStateError(f"unknown change kind {op.kind!r}", path=path)
+        _check_disjoint(ops)
+        return ops
+
+    # -- hooks for typed states (overridden by schema support) ----------------
+    def _prepare(self, path: Path, value: Any) -> Any:
+        """Validate and normalise a value about to be written at ``path``."""
+        if self._schema is not None:
+            return self._schema.prepare(path, value)
+        return normalize(value, path)
+
+    def _prepare_items(self, path: Path, items: list[Any]) -> list[Any]:
+        """Validate and normalise items about to be appended at ``path``."""
+        if self._schema is not None:
+            return self._schema.prepare_items(path, items)
+        return [normalize(v, path) for v in items]
+
+    def _check_plan(self, plan: list[Change]) -> None:
+        """Refuse a merge plan that would make the state invalid (under the lock)."""
+        if self._schema is not None and plan:
+            self._schema.check_plan(self._mirror, plan)
+
+    # -- typed state --------------------------------------------------------------
+    @property
+    def schema(self) -> type[BaseModel] | None:
+        """The pydantic model of this state, if it has one."""
+        return self._schema.model_type if self._schema is not None else None
+
+    def model(self) -> BaseModel:
+        """The state as a validated instance of its schema (``TypeError`` without one)."""
+        if self._schema is None:
+            raise TypeError("this state has no schema")
+        return self._schema.to_model(self.snapshot())
+
+    def json_schema(self) -> dict[str, Any]:
+        """The schema's JSON schema, ready to hand to an LLM as a tool definition."""
+        if self._schema is None:
+            raise TypeError("this state has no schema")
+        return self._schema.json_schema()
+
+    # -- durable states (see crdt_state.storage) -----------------------------------
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], **options: Any) -> SharedState:
+        """Create or reopen a state stored in the SQLite file at ``path``.
+
+        ``options`` are those of the constructor plus the storage options of
+        :func:`crdt_state.storage.open_state` (``durability``, ...).
+        """
+        from .storage import open_state
+
+        return open_state(cls, path, **options)
+
+    def _require_store(self) -> Store:
+        if self._store is None:
+            raise TypeError("history needs a state opened with SharedState.open(path)")
+        return self._store
+
+    def history(self, **filters: Any) -> list[HistoryEntry]:
+        """The recorded changes, oldest first (token, agent, paths, time)."""
+        return self._require_store().history(**filters)
+
+    def at(self, token: VersionVector) -> dict[str, Any]:
+        """The snapshot as it was when the state had exactly ``token``."""
+        return self._require_store().at(token)
+
+    def blame(self, path: Any) -> BlameEntry | None:
+        """Who last wrote ``path`` (or an ancestor of it), when, and at which token."""
+        return self._require_store().blame(parse_path(path))
+
+    def conflicts(self, path: Any = None, since: float | None = None) -> list[ConflictRecord]:
+        """Recorded conflicts and their resolutions, optionally for one path / since a time."""
+        return self._require_store().conflicts(
+            parse_path(path) if path is not None else None, since
+        )
+
+    def close(self) -> None:
+        """Flush and close the storage of a durable state (no-op in memory)."""
+        if self._store is not None:
+            self._store.close()
+
+    def __enter__(self) -> SharedState:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- merging --------------------------------------------------------------
+    def _read_at(self, path: Path, seq: int) -> Any:
+        """A copy of the value ``path`` had at log position ``seq``."""
+        with self._lock:
+            current = tree_get(self._mirror, path)
+            if seq != self._log.head_seq:
+                current = read_at(current, path, self._log.since(seq))
+            return copy_value(current)
+
+    def _read_at_keys(self, seq: int) -> set[str]:
+        """Every top-level key that may have had a value at log position ``seq``."""
+        with self._lock:
+            keys = set(self._mirror)
+            for entry in self._log.since(seq):
+                keys.update(path[0] for path, _ in entry.undo)
+            return keys
+
+    def _merge(
+        self,
+        ops: list[Change],
+        base_seq: int,
+        agent: str,
+        resolvers: Mapping[Any, object] | None,
+        default: object | None,
+        *,
+        entries: list[Entry] | None = None,
+    ) -> MergeResult:
+        table = self._policies.overlay(resolvers, default)
+        ticket: int | None = None
+        with self._lock:
+            if entries is None:
+                entries = self._log.since(base_seq)
+            base_token = self._token_at(base_seq)
+            head = self._log.head_token
+            found = overlaps([op.path for op in ops], entries)
+            plan: list[Change] = []
+            conflicts: list[Conflict] = []
+            escalations = []
+            forced: set[Path] = set()
+            for op in ops:
+                overlap = found.get(op.path)
+                if overlap is None or (
+                    op.kind == "append" and overlap.exact and overlap.kinds == {"append"}
+                ):
+                    plan.append(op)
+                    continue
+                current = tree_get(self._mirror, op.path)
+                base = read_at(current, op.path, entries)
+                incoming = _incoming(op, base)
+                if same(incoming, current):
+                    continue
+                conflict = Conflict(
+                    path=op.path,
+                    base=copy_value(base),
+                    current=copy_value(current),
+                    incoming=copy_value(incoming),
+                    current_agent=overlap.agent,
+                    incoming_agent=agent,
+                    base_token=base_token,
+                    current_token=head,
+                )
+                resolved, escalation = table.resolve(conflict)
+                conflicts.append(resolved)
+                if escalation is not None:
+                    escalations.append(escalation)
+                elif resolved.resolution is MISSING:
+                    plan.append(Change("delete", op.path))
+                    forced.add(op.path)
+                elif not same(resolved.resolution, current):
+                    plan.append(Change("set", op.path, resolved.resolution))
+                    forced.add(op.path)
+            if escalations:
+                retry = all(e.retry for e in escalations)
+                unresolved = [c for c in conflicts if not c.resolved]
+                raise ConflictError(
+                    f"{len(unresolved)} conflicting write(s) not resolved by policy"
+                    + (" (retry requested)" if retry else ""),
+                    conflicts=conflicts,
+                    retry=retry,
+                    path=unresolved[0].path if unresolved else None,
+                )
+            self._check_shapes(plan, forced)
+            self._check_plan(plan)
+            if not plan:
+                return MergeResult(
+                    token=head,
+                    conflicts=tuple(conflicts),
+                    fast_forward=not entries,
+                    agent=agent,
+                )
+            entry, change = self._apply_local(plan, agent, tuple(conflicts))
+            if self._journal is not None:
+                ticket = self._journal.record(change)
+        if ticket is not None and self._journal is not None:
+            self._journal.wait(ticket)
+        return MergeResult(
+            token=entry.token,
+            applied=tuple(op.path for op in plan),
+            conflicts=tuple(conflicts),
+            fast_forward=not entries,
+            agent=agent,
+        )
+
+    def _token_at(self, seq: int) -> VersionVector:
+        if seq == self._log.head_seq:
+            return self._log.head_token
+        entries = self._log.since(seq)
+        if not entries:
+            return self._log.head_token
+        first = entries[0]
+        clocks = dict(first.token)
+        for client, (start, _) in first.delta.items():
+            clocks[client] = start
+        return VersionVector(clocks)
+
+    def _check_shapes(self, plan: list[Change], forced: set[Path]) -> None:
+        """Refuse ops that cannot apply to the current state (nothing applied yet)."""
+        for op in plan:
+            if op.path in forced:
+                continue
+            node: Any = self._mirror
+            for i, key in enumerate(op.path[:-1]):
+                node = node.get(key, MISSING) if isinstance(node, dict) else MISSING
+                if node is MISSING:
+                    break
+                if not isinstance(node, dict):
+                    raise WrongType(
+                        f"cannot write below a {type(node).__name__} value",
+                        path=op.path[: i + 1],
+                        details={"write_path": list(op.path)},
+                    )
+            if op.kind == "append":
+                current = tree_get(self._mirror, op.path)
+                if current is not MISSING and not isinstance(current, list):
+                    raise WrongType(
+                        f"cannot append to a {type(current).__name__} value",
+                        path=op.path,
+                        details={"value": current},
+                    )
+
+    def _apply_local(
+        self, plan: list[Change], agent: str | None, conflicts: tuple[Conflict, ...]
+    ) -> tuple[Entry, StateUpdate]:
+        """Write ``plan`` into the document and the mirror in one transaction."""
+        undo: list[tuple[Path, Any]] = []
+        writes: dict[Path, WriteKind] = {}
+        created = False
+        self._updates.clear()
+        with self._doc.transaction(origin=agent):
+            for op in plan:
+                if op.kind == "delete":
+                    before = tree_get(self._mirror, op.path)
+                    if before is MISSING:
+                        continue
+                    ydoc.doc_delete(self._doc, op.path)
+                    tree_delete(self._mirror, op.path)
+                    undo.append((op.path, before))
+                    writes[op.path] = "delete"
+                    continue
+                current = tree_get(self._mirror, op.path)
+                if op.kind == "append" and isinstance(current, list):
+                    undo.append((op.path, TruncateTo(len(current))))
+                    ydoc.doc_extend(self._doc, op.path, op.value)
+                    current.extend(copy_value(op.value))
+                    writes[op.path] = "append"
+                else:
+                    undo.append(self._undo_record(op.path))
+                    if op.kind == "append":
+                        ydoc.doc_extend(self._doc, op.path, op.value)
+                    else:
+                        ydoc.doc_set(self._doc, op.path, op.value)
+                    tree_set(self._mirror, op.path, copy_value(op.value), force=True)
+                    writes[op.path] = op.kind
+                created = True
+            if writes and not created:
+                self._tick()
+        return self._record(agent, writes, undo, "local", conflicts)
+
+    def _tick(self) -> None:
+        """Advance this replica's clock (a write to the meta root).
+
+        Deletions alone add no operations to a Yjs document; without a tick,
+        the versions before and after a deletion would be equal tokens.
+        """
+        self._meta["tick"] = self._log.head_seq + 1
+
+    def _undo_record(self, path: Path) -> tuple[Path, Any]:
+        """How to undo a write at ``path``: the highest missing ancestor, or the old value."""
+        node: Any = self._mirror
+        for i, key in enumerate(path):
+            child = node.get(key, MISSING) if isinstance(node, dict) else MISSING
+            if child is MISSING or (i < len(path) - 1 and not isinstance(child, dict)):
+                return path[: i + 1], child
+            node = child
+        return path, node
+
+    def _record(
+        self,
+        agent: str | None,
+        writes: dict[Path, WriteKind],
+        undo: list[tuple[Path, Any]],
+        origin: str,
+        conflicts: tuple[Conflict, ...] = (),
+        update: bytes | None = None,
+    ) -> tuple[Entry, StateUpdate]:
+        token = VersionVector.from_state(self._doc.get_state())
+        entry = self._log.append(agent, token, writes, undo, origin=origin)
+        if update is None:
+            update = b"".join(self._updates) if len(self._updates) == 1 else _merge_updates(self._updates)
+        self._updates.clear()
+        change = StateUpdate(
+            seq=entry.seq,
+            update=update,
+            token=token,
+            agent=agent,
+            paths=tuple(writes),
+            origin=origin,
+            time=entry.time,
+            conflicts=conflicts,
+        )
+        for listener in list(self._listeners):
+            listener(change)
+        return entry, change
+
+    # -- transactions with retry -------------------------------------------------
+    def transact(
+        self,
+        fn: Callable[[Branch], T],
+        *,
+        agent: str,
+        retry: Retry | None = None,
+        resolvers: Mapping[Any, object] | None = None,
+        default: object | None = None,
+    ) -> MergeResult:
+        """Run ``fn(branch)`` on a fresh branch and merge it; re-run on a retry.
+
+        A conflict whose policy is ``resolvers.retry`` (or a base too old to
+        judge) re-runs ``fn`` on fresh state after a jittered backoff, up to
+        ``retry.attempts`` runs, then raises :class:`RetryExhausted`. Any
+        exception from ``fn`` discards the branch and propagates. The result's
+        ``value`` is what ``fn`` returned.
+        """
+        policy = retry or Retry()
+        last: ConflictError | None = None
+        for attempt in range(1, policy.attempts + 1):
+            branch = self.fork(agent)
+            with _discard_on_error(branch):
+                value = fn(branch)
+            try:
+                result = branch.merge(resolvers=resolvers, default=default)
+            except ConflictError as exc:
+                if not exc.retry:
+                    raise
+                last = exc
+            except StaleBase as exc:
+                last = ConflictError(str(exc), retry=True)
+            else:
+                return replace(result, value=value, attempts=attempt)
+            branch.discard()
+            if attempt < policy.attempts:
+                time.sleep(policy.delay(attempt))
+        raise RetryExhausted(
+            f"agent {agent!r} still conflicted after {policy.attempts} attempt(s)",
+            attempts=policy.attempts,
+            conflicts=last.conflicts if last else (),
+        )
+
+    async def atransact(
+        self,
+        fn: Callable[[Branch], Awaitable[T] | T],
+        *,
+        agent: str,
+        retry: Retry | None = None,
+        resolvers: Mapping[Any, object] | None = None,
+        default: object | None = None,
+    ) -> MergeResult:
+        """The asyncio form of :meth:`transact`; ``fn`` may be async or plain."""
+        policy = retry or Retry()
+        last: ConflictError | None = None
+        for attempt in range(1, policy.attempts + 1):
+            branch = self.fork(agent)
+            with _discard_on_error(branch):
+                value = fn(branch)
+                if inspect.isawaitable(value):
+                    value = await value
+            try:
+                result = await branch.amerge(resolvers=resolvers, default=default)
+            except ConflictError as exc:
+                if not exc.retry:
+                    raise
+                last = exc
+            except StaleBase as exc:
+                last = ConflictError(str(exc), retry=True)
+            else:
+                return replace(result, value=value, attempts=attempt)
+            branch.discard()
+            if attempt < policy.attempts:
+                await asyncio.sleep(policy.delay(attempt))
+        raise RetryExhausted(
+            f"agent {agent!r} still conflicted after {policy.attempts} attempt(s)",
+            attempts=policy.attempts,
+            conflicts=last.conflicts if last else (),
+        )
+
+    # -- replication --------------------------------------------------------------
+    def get_update(self, since: VersionVector | None = None) -> bytes:
+        """A Yjs update with everything this state has beyond ``since`` (all when None)."""
+        with self._lock:
+            if since is None:
+                return bytes(self._doc.get_update())
+            return bytes(self._doc.get_update(since.to_state()))
+
+    def apply_update(self, update: bytes, *, origin: str | None = None) -> MergeResult:
+        """Integrate a Yjs update from another replica (any Yjs peer).
+
+        Updates are idempotent and commutative: applying one twice, or several
+        in any order, gives the same state. Malformed bytes raise
+        :class:`InvalidUpdate` and change nothing. Writes from updates are
+        logged, so branches forked earlier see them as concurrent changes.
+        """
+        if not isinstance(update, (bytes, bytearray, memoryview)):
+            raise InvalidUpdate("an update is bytes", details={"type": type(update).__name__})
+        data = bytes(update)
+        with self._lock:
+            before = self._log.head_token
+            changed: dict[Path, WriteKind] = {}
+            if self._schema is not None:
+                self._schema.check_update(self._doc, data)
+
+            def on_events(events: list[Any]) -> None:
+                for event in events:
+                    for path, kind in _event_changes(event, self._mirror):
+                        changed[path] = "set" if changed.get(path, kind) != kind else kind
+
+            sub = self._root.observe_deep(on_events)
+            self._updates.clear()
+            try:
+                self._doc.apply_update(data)
+            except Exception as exc:  # pycrdt reports bad updates as ValueError
+                raise InvalidUpdate(f"update refused: {exc}", details={"size": len(data)}) from exc
+            except BaseException as exc:  # PanicException from the Rust core
+                if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+                    raise
+                raise InvalidUpdate(f"update refused: {exc}", details={"size": len(data)}) from exc
+            finally:
+                self._root.unobserve(sub)
+            after = VersionVector.from_state(self._doc.get_state())
+            writes = _root_most(changed)
+            if after == before and not writes:
+                return MergeResult(token=before, agent=origin)
+            undo: list[tuple[Path, Any]] = []
+            for path in writes:
+                undo.append((path, tree_get(self._mirror, path)))
+                value = ydoc.doc_read(self._doc, path)
+                if value is MISSING:
+                    tree_delete(self._mirror, path, missing_ok=True)
+                else:
+                    tree_set(self._mirror, path, value, force=True)
+            self._updates.clear()
+            tick_update = b""
+            if after == before:
+                with self._doc.transaction(origin="crdt-state"):
+                    self._tick()
+                tick_update = b"".join(self._updates)
+            outgoing = _merge_updates([data, tick_update]) if tick_update else data
+            entry, change = self._record(origin, writes, undo, "remote", update=outgoing)
+            ticket = self._journal.record(change) if self._journal is not None else None
+        if ticket is not None and self._journal is not None:
+            self._journal.wait(ticket)
+        return MergeResult(
+            token=entry.token, applied=tuple(writes), fast_forward=True, agent=origin
+        )
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener(StateUpdate)`` after every change, in order, under the lock.
+
+        Returns a function that removes the listener. Listeners must be quick
+        and must not call back into the state's mutating methods.
+        """
+        with self._lock:
+            if self._update_sub is None:
+                self._update_sub = self._doc.observe(self._on_transaction)
+            self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def _on_transaction(self, event: Any) -> None:
+        self._updates.append(bytes(event.update))
+
+    def validate_base(self, base: VersionVector) -> None:
+        """Raise :class:`UnknownBase`/:class:`StaleBase` if ``base`` cannot be judged."""
+        with self._lock:
+            self._log.seq_of(base)
+
+    def __repr__(self) -> str:
+        return f"<SharedState {self.token} keys={len(self._mirror)}>"
+
+
+class _discard_on_error:
+    def __init__(self, branch: Branch) -> None:
+        self.branch = branch
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is not None:
+            self.branch.discard()
+
+
+def _incoming(op: Change, base: Any) -> Any:
+    if op.kind == "set":
+        return op.value
+    if op.kind == "delete":
+        return MISSING
+    prefix = base if isinstance(base, list) else []
+    return [*prefix, *op.value]
+
+
+def _check_disjoint(ops: list[Change]) -> None:
+    seen: set[Path] = set()
+    for op in ops:
+        if op.path in seen:
+            raise CrdtStateError("a change set names one path twice", path=op.path)
+        seen.add(op.path)
+
+
+def _root_most(changed: dict[Path, WriteKind]) -> dict[Path, WriteKind]:
+    keys = set(changed)
+    return {
+        p: k for p, k in changed.items() if not any(p[:i] in keys for i in range(1, len(p)))
+    }
+
+
+def _event_changes(event: Any, mirror: dict[str, Any]) -> list[tuple[Path, WriteKind]]:
+    raw = list(event.path)
+    cut = next((i for i, k in enumerate(raw) if not isinstance(k, str)), None)
+    base: Path = tuple(raw if cut is None else raw[:cut])
+    if cut is not None:
+        return [(base, "set")] if base else []
+    keys = getattr(event, "keys", None)
+    if isinstance(keys, dict):
+        return [
+            ((*base, key), "delete" if change.get("action") == "delete" else "set")
+            for key, change in keys.items()
+        ]
+    delta = getattr(event, "delta", None) or []
+    if not base:
+        return []
+    current = tree_get(mirror, base)
+    length = len(current) if isinstance(current, list) else 0
+    is_append = (
+        len(delta) <= 2
+        and all("insert" in d or "retain" in d for d in delta)
+        and sum(d.get("retain", 0) for d in delta) == length
+        and (len(delta) == 1 or "retain" in delta[0])
+    )
+    return [(base, "append" if is_append else "set")]
+
+
+def _merge_updates(updates: list[bytes]) -> bytes:
+    from pycrdt import merge_updates
+
+    parts = [u for u in updates if u]
+    if not parts:
+        return b""
+    if len(parts) == 1:
+        return parts[0]
+    return bytes(merge_updates(*parts))

@@ -1,0 +1,214 @@
+"""What can be stored, and the plain-data tree operations on it (pure logic).
+
+Storable values are JSON data: ``None``, ``bool``, ``int`` (64-bit signed),
+finite ``float``, ``str``, ``list``/``tuple`` of values and ``dict`` with
+``str`` keys. Anything else is refused with :class:`UnsupportedValue` before
+pycrdt ever sees it, so no user meets a ``PanicException``.
+
+Numbers are normalised the way every Yjs peer sees them: a float with an
+integral value below 2**63 in magnitude is read back as an ``int`` (Yjs
+stores numbers as doubles), so ``2.0`` comes back as ``2`` on every replica.
+Integers must lie in ``[-2**63, 2**63 - 2]``: pycrdt rounds ``2**63 - 1``.
+
+The helpers ``tree_get``/``tree_set``/``tree_delete`` work on nested plain
+dicts and are used for the in-memory mirror of the document and for branch
+views.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final
+
+from .errors import PathNotFound, UnsupportedValue, WrongType
+from .paths import Path
+
+__all__ = ["MISSING", "Missing", "copy_value", "normalize", "same", "tree_delete", "tree_get", "tree_set"]
+
+INT_MIN: Final = -(2**63)
+INT_MAX: Final = 2**63 - 2  # pycrdt stores 2**63 - 1 as a (rounded) double
+_INTEGRAL_LIMIT: Final = 2.0**63
+
+
+class Missing:
+    """The type of :data:`MISSING`: the value of a path that does not exist."""
+
+    _instance: Missing | None = None
+
+    def __new__(cls) -> Missing:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __reduce__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Final = Missing()
+"""Stands for "no value here": an absent key in conflicts, a deletion in changes."""
+
+
+def normalize(value: object, path: Path = ()) -> Any:
+    """Validate ``value`` and return a fresh, canonical deep copy of it.
+
+    Tuples become lists, integral floats below 2**53 become ints. Raises
+    :class:`UnsupportedValue` (with the offending sub-path) for anything that
+    is not storable.
+    """
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        if not INT_MIN <= value <= INT_MAX:
+            raise UnsupportedValue(
+                "integers must lie in [-2**63, 2**63 - 2]",
+                path=path or None,
+                details={"value": str(value)},
+            )
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise UnsupportedValue(
+                "NaN and infinities cannot be stored", path=path or None, details={"value": repr(value)}
+            )
+        return normalize_number(value)
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise UnsupportedValue(
+                    f"map keys must be str, got {type(key).__name__}",
+                    path=path or None,
+                    details={"key": repr(key)},
+                )
+            out[key] = normalize(item, (*path, key))
+        return out
+    if isinstance(value, (list, tuple)):
+        return [normalize(item, path) for item in value]
+    raise UnsupportedValue(
+        f"{type(value).__name__} is not JSON data (use dict, list, str, int, float, bool, None)",
+        path=path or None,
+        details={"type": type(value).__name__, "value": _short_repr(value)},
+    )
+
+
+def normalize_number(value: Any) -> Any:
+    """An integral float of magnitude below 2**63 becomes an ``int``; anything else is kept.
+
+    Yjs stores numbers as doubles; this is how every replica reads them back,
+    so a value written and a value received normalise the same way.
+    """
+    if isinstance(value, float) and value.is_integer() and abs(value) < _INTEGRAL_LIMIT:
+        return int(value)
+    return value
+
+
+def _short_repr(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def copy_value(value: Any) -> Any:
+    """Deep copy of already-normalised plain data (faster than ``copy.deepcopy``)."""
+    if isinstance(value, dict):
+        return {k: copy_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [copy_value(v) for v in value]
+    return value
+
+
+def tree_get(root: dict[str, Any], path: Path) -> Any:
+    """The value at ``path`` in nested dicts, or :data:`MISSING` (no copy made)."""
+    node: Any = root
+    for key in path:
+        if not isinstance(node, dict):
+            return MISSING
+        node = node.get(key, MISSING)
+        if node is MISSING:
+            return MISSING
+    return node
+
+
+def tree_set(root: dict[str, Any], path: Path, value: Any, *, force: bool = False) -> None:
+    """Store ``value`` at ``path``, creating missing intermediate maps.
+
+    An intermediate value that is not a map raises :class:`WrongType`, unless
+    ``force`` is true, in which case it is replaced by a map.
+    """
+    node = root
+    for i, key in enumerate(path[:-1]):
+        child = node.get(key, MISSING)
+        if not isinstance(child, dict):
+            if child is not MISSING and not force:
+                raise WrongType(
+                    f"cannot write below a {type(child).__name__} value",
+                    path=path[: i + 1],
+                    details={"value": child, "write_path": list(path)},
+                )
+            child = {}
+            node[key] = child
+        node = child
+    node[path[-1]] = value
+
+
+def tree_delete(root: dict[str, Any], path: Path, *, missing_ok: bool = False) -> Any:
+    """Remove and return the value at ``path``; :class:`PathNotFound` if absent."""
+    parent = tree_get(root, path[:-1]) if len(path) > 1 else root
+    if not isinstance(parent, dict) or path[-1] not in parent:
+        if missing_ok:
+            return MISSING
+        raise PathNotFound("nothing to delete", path=path)
+    return parent.pop(path[-1])
+
+
+def descend(value: Any, rest: Path) -> Any:
+    """The value at relative path ``rest`` inside ``value``, or :data:`MISSING`."""
+    for key in rest:
+        if not isinstance(value, dict):
+            return MISSING
+        value = value.get(key, MISSING)
+        if value is MISSING:
+            return MISSING
+    return value
+
+
+def patch(value: Any, rest: Path, new: Any) -> Any:
+    """A copy of ``value`` with relative path ``rest`` set to ``new`` (or removed if MISSING).
+
+    ``rest`` must be non-empty. A non-map on the way is replaced by a map.
+    """
+    base: dict[str, Any] = dict(value) if isinstance(value, dict) else {}
+    key = rest[0]
+    if len(rest) == 1:
+        if new is MISSING:
+            base.pop(key, None)
+        else:
+            base[key] = new
+        return base
+    child = patch(base.get(key, MISSING), rest[1:], new)
+    base[key] = child
+    return base
+
+
+def same(a: Any, b: Any) -> bool:
+    """Strict equality of plain data: ``True`` is not ``1``, ``MISSING`` only equals itself."""
+    if a is b:
+        return True
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, dict):
+        return (
+            isinstance(b, dict)
+            and a.keys() == b.keys()
+            and all(same(v, b[k]) for k, v in a.items())
+        )
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if a is MISSING or b is MISSING:
+        return False
+    return bool(a == b) and isinstance(a, str) == isinstance(b, str)

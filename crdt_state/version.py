@@ -1,0 +1,174 @@
+"""Version vectors: the revision tokens of states and branches (pure logic).
+
+A :class:`VersionVector` maps each Yjs client id to the number of operations
+of that client a document has integrated (its clock). It is the decoded form
+of a Yjs *state vector*, so it travels to any Yjs peer unchanged.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Iterator, Mapping
+from typing import Final
+
+from .errors import InvalidUpdate
+
+__all__ = ["VersionVector", "decode_varuint", "encode_varuint"]
+
+_MAX_VARUINT_BYTES: Final = 10
+
+
+def encode_varuint(value: int, out: bytearray) -> None:
+    """Append ``value`` to ``out`` as a lib0 variable-length unsigned int."""
+    if value < 0:
+        raise ValueError("varuint must be >= 0")
+    while value > 0x7F:
+        out.append(0x80 | (value & 0x7F))
+        value >>= 7
+    out.append(value)
+
+
+def decode_varuint(data: bytes, pos: int) -> tuple[int, int]:
+    """Read a lib0 varuint at ``pos``; return ``(value, next_pos)``.
+
+    Raises :class:`InvalidUpdate` on truncated or over-long input.
+    """
+    value = 0
+    shift = 0
+    for i in range(_MAX_VARUINT_BYTES):
+        if pos + i >= len(data):
+            raise InvalidUpdate("truncated varuint", details={"offset": pos})
+        byte = data[pos + i]
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos + i + 1
+        shift += 7
+    raise InvalidUpdate("varuint longer than 10 bytes", details={"offset": pos})
+
+
+class VersionVector(Mapping[int, int]):
+    """An immutable ``{client_id: clock}`` mapping with the causal partial order.
+
+    ``a <= b`` means every change seen by ``a`` is seen by ``b``; ``a < b``
+    adds "and they differ"; :meth:`concurrent` means neither is before the
+    other. Clients with clock 0 are dropped, so equal histories compare and
+    hash equal however they were built.
+    """
+
+    __slots__ = ("_clocks", "_hash")
+
+    def __init__(self, clocks: Mapping[int, int] | None = None) -> None:
+        items: dict[int, int] = {}
+        for client, clock in (clocks or {}).items():
+            if not isinstance(client, int) or not isinstance(clock, int) or client < 0 or clock < 0:
+                raise ValueError(f"invalid version vector entry {client!r}: {clock!r}")
+            if clock:
+                items[client] = clock
+        self._clocks = dict(sorted(items.items()))
+        self._hash: int | None = None
+
+    # -- Mapping -----------------------------------------------------------
+    def __getitem__(self, client: int) -> int:
+        return self._clocks[client]
+
+    def get_clock(self, client: int) -> int:
+        """The clock of ``client`` (0 when unseen)."""
+        return self._clocks.get(client, 0)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._clocks)
+
+    def __len__(self) -> int:
+        return len(self._clocks)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(tuple(self._clocks.items()))
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, VersionVector):
+            return self._clocks == other._clocks
+        return NotImplemented
+
+    # -- partial order -----------------------------------------------------
+    def __le__(self, other: VersionVector) -> bool:
+        if not isinstance(other, VersionVector):
+            return NotImplemented
+        return all(other._clocks.get(c, 0) >= k for c, k in self._clocks.items())
+
+    def __lt__(self, other: VersionVector) -> bool:
+        if not isinstance(other, VersionVector):
+            return NotImplemented
+        return self <= other and self != other
+
+    def __ge__(self, other: VersionVector) -> bool:
+        if not isinstance(other, VersionVector):
+            return NotImplemented
+        return other <= self
+
+    def __gt__(self, other: VersionVector) -> bool:
+        if not isinstance(other, VersionVector):
+            return NotImplemented
+        return other < self
+
+    def concurrent(self, other: VersionVector) -> bool:
+        """True when neither vector is before or equal to the other."""
+        return not (self <= other) and not (other <= self)
+
+    def merge(self, other: VersionVector) -> VersionVector:
+        """The least upper bound: the per-client maximum."""
+        clocks = dict(self._clocks)
+        for client, clock in other._clocks.items():
+            clocks[client] = max(clock, clocks.get(client, 0))
+        return VersionVector(clocks)
+
+    @property
+    def total(self) -> int:
+        """The number of operations covered (sum of the clocks)."""
+        return sum(self._clocks.values())
+
+    # -- encodings ---------------------------------------------------------
+    @classmethod
+    def from_state(cls, state: bytes) -> VersionVector:
+        """Decode a Yjs state vector (``Doc.get_state()``); :class:`InvalidUpdate` if malformed."""
+        count, pos = decode_varuint(state, 0)
+        clocks: dict[int, int] = {}
+        for _ in range(count):
+            client, pos = decode_varuint(state, pos)
+            clock, pos = decode_varuint(state, pos)
+            clocks[client] = clock
+        if pos != len(state):
+            raise InvalidUpdate("trailing bytes after state vector", details={"offset": pos})
+        return cls(clocks)
+
+    def to_state(self) -> bytes:
+        """Encode as a Yjs state vector, accepted by ``Doc.get_update`` of any Yjs peer."""
+        out = bytearray()
+        encode_varuint(len(self._clocks), out)
+        for client, clock in self._clocks.items():
+            encode_varuint(client, out)
+            encode_varuint(clock, out)
+        return bytes(out)
+
+    def to_text(self) -> str:
+        """A printable, reversible encoding (URL-safe base64 of :meth:`to_state`)."""
+        return base64.urlsafe_b64encode(self.to_state()).decode("ascii").rstrip("=")
+
+    @classmethod
+    def from_text(cls, text: str) -> VersionVector:
+        """Inverse of :meth:`to_text`."""
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        except (ValueError, TypeError) as exc:
+            raise InvalidUpdate("not a version vector text", details={"text": text}) from exc
+        return cls.from_state(raw)
+
+    def __str__(self) -> str:
+        """Short and stable, for logs: ``<total ops>@<8 hex digest>``."""
+        digest = hashlib.blake2b(self.to_state(), digest_size=4).hexdigest()
+        return f"{self.total}@{digest}"
+
+    def __repr__(self) -> str:
+        return f"VersionVector({self._clocks!r})"
