@@ -23,25 +23,31 @@ from .errors import (
     RetryExhausted,
     SchemaError,
     StaleBase,
+    StorageError,
     UnknownBase,
     UnsupportedValue,
     WrongType,
 )
 from .paths import Path, Pattern, format_path, parse_path
 from .retry import Retry
+from .schema import StateSchema
 from .state import SharedState, StateUpdate
+from .storage import BlameEntry, ConflictRecord, HistoryEntry
 from .values import MISSING
 from .version import VersionVector
 
 __all__ = [
     "MISSING",
     "UNRESOLVED",
+    "BlameEntry",
     "Branch",
     "BranchClosed",
     "Change",
     "Conflict",
     "ConflictError",
+    "ConflictRecord",
     "CrdtStateError",
+    "HistoryEntry",
     "InvalidPath",
     "InvalidUpdate",
     "MergeResult",
@@ -53,7 +59,9 @@ __all__ = [
     "SchemaError",
     "SharedState",
     "StaleBase",
+    "StateSchema",
     "StateUpdate",
+    "StorageError",
     "UnknownBase",
     "UnsupportedValue",
     "VersionVector",

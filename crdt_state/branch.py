@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .conflicts import Change, MergeResult
 from .errors import BranchClosed, PathNotFound, WrongType
 from .paths import Path, parse_path
-from .values import MISSING, copy_value, tree_delete, tree_get, tree_set
+from .values import MISSING, copy_value, same, tree_delete, tree_get, tree_set
 from .version import VersionVector
 
 if TYPE_CHECKING:
@@ -208,8 +208,11 @@ class Branch:
     def update(self, values: BaseModel | Mapping[str, Any]) -> None:
         """Write every field given (a model, or a partial dict of fields), validated first.
 
-        A dict may hold dotted paths as keys. Every value is checked before the
-        branch changes; on error nothing is written.
+        A dict may hold dotted paths as keys. A model writes the fields set on
+        it (``model_fields_set``) whose value differs from the branch's, so
+        ``branch.update(m)`` after editing ``m = branch.model()`` writes only
+        the edits. Every value is checked before the branch changes; on error
+        nothing is written.
         """
         self._writable()
         schema = self._state._schema
@@ -220,6 +223,8 @@ class Branch:
         else:
             raise TypeError("update() takes a dict on a state without schema")
         prepared = [(path, self._state._prepare(path, v)) for path, v in items]
+        if not isinstance(values, Mapping):  # a model: only fields that differ from this view
+            prepared = [(path, v) for path, v in prepared if not same(self._view(path), v)]
         for path, value in prepared:
             self._load(path[0])
             tree_set(self._local, path, value)

@@ -58,9 +58,13 @@ class Entry:
 
 def clock_delta(before: VersionVector, after: VersionVector) -> dict[int, tuple[int, int]]:
     """The clock ranges ``after`` has beyond ``before``."""
-    return {
-        c: (before.get_clock(c), clock) for c, clock in after.items() if clock > before.get_clock(c)
-    }
+    start_of = before.get_clock
+    delta: dict[int, tuple[int, int]] = {}
+    for client, clock in after.items():
+        start = start_of(client)
+        if clock > start:
+            delta[client] = (start, clock)
+    return delta
 
 
 class ChangeLog:
@@ -68,18 +72,20 @@ class ChangeLog:
 
     Sequence numbers start at 1; seq 0 is the initial (empty) state. Entries
     older than ``limit`` are dropped; a base older than what is retained
-    raises :class:`StaleBase`.
+    raises :class:`StaleBase`. A log restored from storage starts at
+    ``start_seq`` (the seq of ``initial``): bases older than it are stale.
     """
 
-    def __init__(self, initial: VersionVector, limit: int = 10_000) -> None:
+    def __init__(self, initial: VersionVector, limit: int = 10_000, *, start_seq: int = 0) -> None:
         if limit < 1:
             raise ValueError("history limit must be at least 1")
         self.limit = limit
         self._entries: list[Entry] = []
-        self._first_seq = 1  # seq of _entries[0]
-        self._head_seq = 0
+        self._first_seq = start_seq + 1  # seq of _entries[0]
+        self._head_seq = start_seq
         self._head_token = initial
-        self._token_seq: dict[VersionVector, int] = {initial: 0}
+        self._token_seq: dict[VersionVector, int] = {initial: start_seq}
+        self._initial = (initial, start_seq)
 
     @property
     def head_seq(self) -> int:
@@ -127,9 +133,11 @@ class ChangeLog:
                 del self._token_seq[entry.token]
         del self._entries[:drop]
         self._first_seq += drop
-        for token, seq in list(self._token_seq.items()):
-            if seq < self._first_seq - 1:
-                del self._token_seq[token]
+        # Every token maps to the seq of the entry that holds it (removed above when
+        # dropped), except the initial one: no need to scan the whole map.
+        initial, start = self._initial
+        if start < self._first_seq - 1 and self._token_seq.get(initial) == start:
+            del self._token_seq[initial]
 
     def since(self, base_seq: int) -> list[Entry]:
         """Entries after ``base_seq``; :class:`StaleBase` if some were dropped."""

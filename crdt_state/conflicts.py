@@ -120,7 +120,8 @@ class MergeResult:
     written; ``conflicts`` every conflict met, each with its resolution;
     ``fast_forward`` is true when nothing had changed since the fork base.
     ``value`` is what the agent step returned (for ``transact``), and
-    ``attempts`` how many times it ran.
+    ``attempts`` how many times it ran. ``pending`` is true for a remote
+    merge queued while offline: it is sent, and judged, on reconnect.
     """
 
     token: VersionVector
@@ -130,3 +131,4 @@ class MergeResult:
     agent: str | None = None
     value: Any = None
     attempts: int = 1
+    pending: bool = False

@@ -13,6 +13,7 @@ so ``except KeyError`` or ``except TypeError`` keeps working::
     ├── InvalidUpdate(ValueError)        code "invalid_update"
     ├── SchemaError(ValueError)          code "schema"
     ├── BranchClosed(RuntimeError)       code "branch_closed"
+    ├── StorageError(OSError)            code "storage"
     ├── UnknownBase(LookupError)         code "unknown_base"
     │   └── StaleBase                    code "stale_base"
     └── ConflictError                    code "conflict"
@@ -37,6 +38,7 @@ __all__ = [
     "RetryExhausted",
     "SchemaError",
     "StaleBase",
+    "StorageError",
     "UnknownBase",
     "UnsupportedValue",
     "WrongType",
@@ -150,6 +152,16 @@ class BranchClosed(CrdtStateError, RuntimeError):
     """The branch was discarded (or merged) and takes no more writes."""
 
     code = "branch_closed"
+
+
+class StorageError(CrdtStateError, OSError):
+    """A state file cannot be used: foreign, damaged, newer, locked, or a write failed.
+
+    The file is never modified when it is refused. ``details`` names the file
+    (``"file"``) and, for SQLite failures, the underlying error (``"sqlite"``).
+    """
+
+    code = "storage"
 
 
 class UnknownBase(CrdtStateError, LookupError):

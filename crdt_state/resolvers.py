@@ -15,6 +15,10 @@ the path's value (return :data:`MISSING` to delete the path). Built-ins:
 
 A policy that cannot handle the values it is given (``counter`` on strings,
 say) leaves the conflict unresolved, which refuses the merge.
+
+Equal concurrent writes are not conflicts, except for policies that set the
+attribute ``sees_equal_writes`` (``counter`` does): for them, two branches
+that both changed a path to the same value are still two changes to combine.
 Policies are attached to path patterns (see :mod:`crdt_state.paths`) in a
 :class:`PolicyTable`; a non-callable value in place of a policy means
 "resolve to exactly this value".
@@ -42,6 +46,7 @@ __all__ = [
     "minimum",
     "policy_name",
     "raise_conflict",
+    "report_equal_writes",
     "retry",
     "union",
 ]
@@ -123,6 +128,22 @@ def union(conflict: Conflict) -> Any:
                 seen.add(key)
                 out.append(item)
     return out
+
+
+counter.sees_equal_writes = True  # type: ignore[attr-defined]
+"""Two agents adding 1 to the same base both wrote ``base + 1``: that is two increments."""
+
+
+def report_equal_writes(conflict: Conflict) -> NoReturn:
+    """Refuse, and also see equal concurrent writes (so another party can combine them).
+
+    A hub uses it for paths whose remote client holds a policy with
+    ``sees_equal_writes`` (such as :func:`counter`) that the hub itself lacks.
+    """
+    raise Escalation(False, "reported to the merging client")
+
+
+report_equal_writes.sees_equal_writes = True  # type: ignore[attr-defined]
 
 
 def retry(conflict: Conflict) -> NoReturn:

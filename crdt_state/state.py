@@ -118,6 +118,9 @@ class SharedState:
         self._updates: list[bytes] = []
         self._update_sub: Any = None
         self._journal: Journal | None = None
+        # A pure mirror of another state (a hub client's replica) must never write
+        # on its own: the authority ticks for it (see ``_tick``).
+        self._tick_remote = True
         self._store: Store | None = None
         self._schema: StateSchema | None = None
         if schema is not None:
@@ -292,7 +295,7 @@ class SharedState:
         return self._require_store().at(token)
 
     def blame(self, path: Any) -> BlameEntry | None:
-        """Who last wrote ``path`` (or an ancestor of it), when, and at which token."""
+        """Who last changed ``path`` (writing it, an ancestor or a descendant), when and where."""
         return self._require_store().blame(parse_path(path))
 
     def conflicts(self, path: Any = None, since: float | None = None) -> list[ConflictRecord]:
@@ -344,9 +347,10 @@ class SharedState:
         with self._lock:
             if entries is None:
                 entries = self._log.since(base_seq)
-            base_token = self._token_at(base_seq)
             head = self._log.head_token
-            found = overlaps([op.path for op in ops], entries)
+            # a fast-forward (nothing merged since the base) cannot overlap anything
+            found = overlaps([op.path for op in ops], entries) if entries else {}
+            base_token = self._token_at(base_seq) if found else head  # only conflicts use it
             plan: list[Change] = []
             conflicts: list[Conflict] = []
             escalations = []
@@ -361,7 +365,10 @@ class SharedState:
                 current = tree_get(self._mirror, op.path)
                 base = read_at(current, op.path, entries)
                 incoming = _incoming(op, base)
-                if same(incoming, current):
+                if same(incoming, current) and not (
+                    getattr(table.policy_for(op.path), "sees_equal_writes", False)
+                    and not same(incoming, base)
+                ):
                     continue
                 conflict = Conflict(
                     path=op.path,
@@ -386,6 +393,8 @@ class SharedState:
             if escalations:
                 retry = all(e.retry for e in escalations)
                 unresolved = [c for c in conflicts if not c.resolved]
+                if self._store is not None:  # the conflict audit log keeps refusals too
+                    self._store.audit(conflicts, head)
                 raise ConflictError(
                     f"{len(unresolved)} conflicting write(s) not resolved by policy"
                     + (" (retry requested)" if retry else ""),
@@ -393,9 +402,17 @@ class SharedState:
                     retry=retry,
                     path=unresolved[0].path if unresolved else None,
                 )
+            # deleting what is already absent writes nothing (and is not "applied")
+            plan = [
+                op
+                for op in plan
+                if op.kind != "delete" or tree_get(self._mirror, op.path) is not MISSING
+            ]
             self._check_shapes(plan, forced)
             self._check_plan(plan)
             if not plan:
+                if conflicts and self._store is not None:
+                    self._store.audit(conflicts, head)
                 return MergeResult(
                     token=head,
                     conflicts=tuple(conflicts),
@@ -403,13 +420,13 @@ class SharedState:
                     agent=agent,
                 )
             entry, change = self._apply_local(plan, agent, tuple(conflicts))
-            if self._journal is not None:
+            if self._journal is not None and change is not None:
                 ticket = self._journal.record(change)
         if ticket is not None and self._journal is not None:
             self._journal.wait(ticket)
         return MergeResult(
             token=entry.token,
-            applied=tuple(op.path for op in plan),
+            applied=tuple([op.path for op in plan]),
             conflicts=tuple(conflicts),
             fast_forward=not entries,
             agent=agent,
@@ -454,7 +471,7 @@ class SharedState:
 
     def _apply_local(
         self, plan: list[Change], agent: str | None, conflicts: tuple[Conflict, ...]
-    ) -> tuple[Entry, StateUpdate]:
+    ) -> tuple[Entry, StateUpdate | None]:
         """Write ``plan`` into the document and the mirror in one transaction."""
         undo: list[tuple[Path, Any]] = []
         writes: dict[Path, WriteKind] = {}
@@ -466,29 +483,31 @@ class SharedState:
                     before = tree_get(self._mirror, op.path)
                     if before is MISSING:
                         continue
-                    ydoc.doc_delete(self._doc, op.path)
+                    ydoc.doc_delete(self._root, op.path)
                     tree_delete(self._mirror, op.path)
                     undo.append((op.path, before))
                     writes[op.path] = "delete"
                     continue
-                current = tree_get(self._mirror, op.path)
-                if op.kind == "append" and isinstance(current, list):
+                current = tree_get(self._mirror, op.path) if op.kind == "append" else MISSING
+                if isinstance(current, list):
                     undo.append((op.path, TruncateTo(len(current))))
-                    ydoc.doc_extend(self._doc, op.path, op.value)
+                    ydoc.doc_extend(self._root, op.path, op.value)
                     current.extend(copy_value(op.value))
                     writes[op.path] = "append"
                 else:
                     undo.append(self._undo_record(op.path))
                     if op.kind == "append":
-                        ydoc.doc_extend(self._doc, op.path, op.value)
+                        ydoc.doc_extend(self._root, op.path, op.value)
                     else:
-                        ydoc.doc_set(self._doc, op.path, op.value)
+                        ydoc.doc_set(self._root, op.path, op.value)
                     tree_set(self._mirror, op.path, copy_value(op.value), force=True)
                     writes[op.path] = op.kind
                 created = True
             if writes and not created:
                 self._tick()
-        return self._record(agent, writes, undo, "local", conflicts)
+            # read inside the open transaction: no second transaction (saves ~1 us)
+            state = self._doc.get_state()
+        return self._record(agent, writes, undo, "local", conflicts, state=state)
 
     def _tick(self) -> None:
         """Advance this replica's clock (a write to the meta root).
@@ -516,9 +535,19 @@ class SharedState:
         origin: str,
         conflicts: tuple[Conflict, ...] = (),
         update: bytes | None = None,
-    ) -> tuple[Entry, StateUpdate]:
-        token = VersionVector.from_state(self._doc.get_state())
+        state: bytes | None = None,
+    ) -> tuple[Entry, StateUpdate | None]:
+        """Log the change just written; tell listeners and return it as a :class:`StateUpdate`.
+
+        The :class:`StateUpdate` (and its update bytes) is only built when someone
+        listens or a journal records it; otherwise ``None`` is returned. ``state``
+        is the document's state vector when the caller already has it.
+        """
+        token = VersionVector.from_state(self._doc.get_state() if state is None else state)
         entry = self._log.append(agent, token, writes, undo, origin=origin)
+        if not self._listeners and self._journal is None:
+            self._updates.clear()
+            return entry, None
         if update is None:
             update = b"".join(self._updates) if len(self._updates) == 1 else _merge_updates(self._updates)
         self._updates.clear()
@@ -672,13 +701,17 @@ class SharedState:
                     tree_set(self._mirror, path, value, force=True)
             self._updates.clear()
             tick_update = b""
-            if after == before:
+            if after == before and self._tick_remote:
                 with self._doc.transaction(origin="crdt-state"):
                     self._tick()
                 tick_update = b"".join(self._updates)
             outgoing = _merge_updates([data, tick_update]) if tick_update else data
             entry, change = self._record(origin, writes, undo, "remote", update=outgoing)
-            ticket = self._journal.record(change) if self._journal is not None else None
+            ticket = (
+                self._journal.record(change)
+                if self._journal is not None and change is not None
+                else None
+            )
         if ticket is not None and self._journal is not None:
             self._journal.wait(ticket)
         return MergeResult(
@@ -705,6 +738,67 @@ class SharedState:
 
     def _on_transaction(self, event: Any) -> None:
         self._updates.append(bytes(event.update))
+
+    # -- restoring a durable state (used by crdt_state.storage) ------------------
+    def _restore(
+        self,
+        snapshot: bytes,
+        start_seq: int,
+        changes: Iterable[tuple[bytes, str | None, str, float]],
+    ) -> list[VersionVector]:
+        """Load stored content into a fresh state without logging it as new changes.
+
+        ``snapshot`` is a Yjs update with everything up to log position
+        ``start_seq``; ``changes`` are the stored changes after it, oldest first,
+        as ``(update, agent, origin, time)``. They are replayed into the change
+        log with their own seqs, so fork bases among them are judged exactly and
+        older bases are stale. Listeners and journal are not told. Returns the
+        token after each change.
+        """
+        with self._lock:
+            if self._log.head_seq != 0 or self._journal is not None:
+                raise RuntimeError("only a fresh, unjournaled state can be restored")
+            if snapshot:
+                self._doc.apply_update(snapshot)
+            self._mirror = ydoc.doc_snapshot(self._doc)
+            token = VersionVector.from_state(self._doc.get_state())
+            self._log = ChangeLog(token, limit=self._log.limit, start_seq=start_seq)
+            tokens: list[VersionVector] = []
+            changed: dict[Path, WriteKind] = {}
+
+            def on_events(events: list[Any]) -> None:
+                for event in events:
+                    for path, kind in _event_changes(event, self._mirror):
+                        changed[path] = "set" if changed.get(path, kind) != kind else kind
+
+            for update, agent, origin, when in changes:
+                changed.clear()
+                sub = self._root.observe_deep(on_events)
+                try:
+                    self._doc.apply_update(update)
+                finally:
+                    self._root.unobserve(sub)
+                writes = _root_most(changed)
+                undo: list[tuple[Path, Any]] = []
+                for path in writes:
+                    undo.append((path, tree_get(self._mirror, path)))
+                    value = ydoc.doc_read(self._doc, path)
+                    if value is MISSING:
+                        tree_delete(self._mirror, path, missing_ok=True)
+                    else:
+                        tree_set(self._mirror, path, value, force=True)
+                token = VersionVector.from_state(self._doc.get_state())
+                self._log.append(agent, token, writes, undo, origin=origin).time = when
+                tokens.append(token)
+            return tokens
+
+    def _attach(self, store: Store) -> None:
+        """Make ``store`` the journal and history of this state (crdt_state.storage)."""
+        with self._lock:
+            if self._update_sub is None:  # the journal needs each change's update bytes
+                self._update_sub = self._doc.observe(self._on_transaction)
+            self._store = store
+            self._journal = store
 
     def validate_base(self, base: VersionVector) -> None:
         """Raise :class:`UnknownBase`/:class:`StaleBase` if ``base`` cannot be judged."""

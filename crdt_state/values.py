@@ -98,12 +98,17 @@ def normalize(value: object, path: Path = ()) -> Any:
 
 
 def normalize_number(value: Any) -> Any:
-    """An integral float of magnitude below 2**63 becomes an ``int``; anything else is kept.
+    """An integral float in ``[-2**63, 2**63)`` becomes an ``int``; anything else is kept.
 
     Yjs stores numbers as doubles; this is how every replica reads them back,
-    so a value written and a value received normalise the same way.
+    so a value written and a value received normalise the same way. (``-2**63``
+    is included: it is a valid int64 and a replica receives it as a double.)
     """
-    if isinstance(value, float) and value.is_integer() and abs(value) < _INTEGRAL_LIMIT:
+    if (
+        isinstance(value, float)
+        and value.is_integer()
+        and -_INTEGRAL_LIMIT <= value < _INTEGRAL_LIMIT
+    ):
         return int(value)
     return value
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Iterator, Mapping
+from collections.abc import ItemsView, Iterator, Mapping
 from typing import Final
 
 from .errors import InvalidUpdate
@@ -130,9 +130,47 @@ class VersionVector(Mapping[int, int]):
         return sum(self._clocks.values())
 
     # -- encodings ---------------------------------------------------------
+    def items(self) -> ItemsView[int, int]:
+        """``(client, clock)`` pairs in client order (a view of the inner dict, for speed)."""
+        return self._clocks.items()
+
+    @classmethod
+    def _trusted(cls, clocks: dict[int, int]) -> VersionVector:
+        """Build from clocks known to be valid (decoded varuints), skipping validation.
+
+        Takes ownership of ``clocks``.
+        """
+        if 0 in clocks.values():
+            clocks = {client: clock for client, clock in clocks.items() if clock}
+        vv = object.__new__(cls)
+        vv._clocks = dict(sorted(clocks.items())) if len(clocks) > 1 else clocks
+        vv._hash = None
+        return vv
+
     @classmethod
     def from_state(cls, state: bytes) -> VersionVector:
         """Decode a Yjs state vector (``Doc.get_state()``); :class:`InvalidUpdate` if malformed."""
+        # Fast path (this runs after every merge): decode every varuint in one pass;
+        # anything unusual falls through to the checked decoder below for the exact error.
+        values: list[int] = []
+        value = shift = 0
+        for byte in state:
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                values.append(value)
+                value = shift = 0
+            else:
+                shift += 7
+                if shift >= 7 * _MAX_VARUINT_BYTES:
+                    break
+        if not shift and values and len(values) == 2 * values[0] + 1:
+            if len(values) == 3:
+                return cls._trusted({values[1]: values[2]})
+            return cls._trusted(dict(zip(values[1::2], values[2::2], strict=True)))
+        return cls._checked_from_state(state)
+
+    @classmethod
+    def _checked_from_state(cls, state: bytes) -> VersionVector:
         count, pos = decode_varuint(state, 0)
         clocks: dict[int, int] = {}
         for _ in range(count):

@@ -7,7 +7,7 @@ python3 -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 
 # Real Yjs peers for the interop tests (yjs + y-websocket in Node).
 if [ -f tests/interop/package-lock.json ]; then
-    (cd tests/interop && npm ci --no-audit --no-fund --loglevel=error)
+    (cd tests/interop && npm ci --omit=optional --no-audit --no-fund --loglevel=error)
 fi
 
-python3 -m pytest "$@"
+python3 -m pytest -q "$@"

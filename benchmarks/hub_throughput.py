@@ -1,0 +1,615 @@
+"""Hub throughput: websocket fork-edit-merge agents, and Yjs relay next to Node y-websocket.
+
+Part 1 (merges). A hub runs in its own process (``python -m sync.cli hub``), in
+memory or durable (``--db <dir>``). Agents live in one or more client
+processes (asyncio, one :func:`sync.client.connect` replica and websocket per
+agent). Each agent loops: fork, set its own key ``a<i>`` to its loop counter,
+``await branch.amerge()``. Reported: acknowledged merges per second, p50/p99
+latency of one fork-edit-merge round trip, CPU use of the hub and of the
+client processes (a process near 100 % is the bottleneck), and ``lost``:
+after the run a fresh reader joins every room and counts the agents whose key
+does not hold the last value the hub acknowledged to them (must be 0).
+
+Every merge is fanned out to every agent of its room, and every agent keeps a
+full replica, so one room of N agents costs O(N) frames per merge on the hub
+and O(N) replica updates per merge in the client processes; the
+many-rooms runs (``--rooms``) spread agents over rooms.
+
+Part 2 (relay). The same load generator, against this hub and against the
+reference Node y-websocket 1.5.4 server (``tests/interop/node_modules``): N raw
+websocket peers in one room do the sync step 1 handshake, then S of them send
+small pycrdt updates (each sender keeps at most ``--window`` of its own
+updates unechoed: both servers echo updates to their sender). Reported:
+delivered updates per second (update frames received by all peers / time).
+
+    PYTHONPATH=. python benchmarks/hub_throughput.py [--seconds 4] [--procs 1]
+        [--agents 50,200,1000] [--rooms 20] [--relay-peers 50] [--relay-senders 5]
+
+Only 127.0.0.1 is used. Without ``node`` or the interop packages the relay
+comparison is skipped (``npm ci --omit=optional --prefix tests/interop``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import itertools
+import multiprocessing as mp
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from pycrdt import Doc, Map
+from websockets.asyncio.client import connect as ws_connect
+
+from sync import Change, ChangeKind, protocol
+from sync.client import connect
+
+ROOT = Path(__file__).resolve().parent.parent
+INTEROP = ROOT / "tests" / "interop"
+NODE_SERVER = INTEROP / "node_modules" / "y-websocket" / "bin" / "server.js"
+HOST = "127.0.0.1"
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+MERGE_GOAL_RATE = 2_000.0
+MERGE_GOAL_P99 = 0.050
+GOAL_AGENTS = 200
+
+
+# -- processes ------------------------------------------------------------------------
+
+
+class Server:
+    """A server subprocess (our hub or the Node reference) on 127.0.0.1 and a free port."""
+
+    def __init__(self, args: list[str], ready: str, env: dict[str, str], cwd: Path) -> None:
+        self.proc = subprocess.Popen(
+            args,
+            cwd=cwd,
+            env={**os.environ, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.lines: list[str] = []
+        line = _read_line(self.proc, timeout=15.0)
+        while line is not None and ready not in line:
+            self.lines.append(line)
+            line = _read_line(self.proc, timeout=15.0)
+        if line is None:
+            self.stop()
+            raise RuntimeError("server did not start:\n" + "\n".join(self.lines))
+        self.banner = line
+        # keep draining output so the server never blocks on a full pipe
+        self._drain = threading.Thread(target=self._pump, daemon=True)
+        self._drain.start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the server so far (Linux /proc; 0 elsewhere)."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def _read_line(proc: subprocess.Popen[str], timeout: float) -> str | None:
+    result: list[str | None] = [None]
+
+    def read() -> None:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        result[0] = line.rstrip("\n") if line else None
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return result[0]
+
+
+def start_hub(db: str) -> tuple[Server, int]:
+    """Our hub in its own process; returns it and its port."""
+    server = Server(
+        [sys.executable, "-m", "sync.cli", "hub", "--host", HOST, "--port", "0", "--db", db,
+         "--log-level", "WARNING"],
+        ready="crdt-state hub on",
+        env={"PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+    )
+    port = int(server.banner.split(f"ws://{HOST}:", 1)[1].split("/", 1)[0])
+    return server, port
+
+
+def start_node() -> tuple[Server, int]:
+    """The reference y-websocket server (no persistence) on a free port."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        port = int(sock.getsockname()[1])
+    server = Server(
+        ["node", str(NODE_SERVER)],
+        ready="running at",
+        env={"HOST": HOST, "PORT": str(port)},
+        cwd=INTEROP,
+    )
+    return server, port
+
+
+# -- part 1: merge agents ---------------------------------------------------------------
+
+
+@dataclass
+class AgentReport:
+    """What one client process measured."""
+
+    latencies: list[float] = field(default_factory=list)  # merges acknowledged in the window
+    last_acked: dict[int, tuple[str, int]] = field(default_factory=dict)  # agent -> (room, n)
+    refused: int = 0
+    cpu: float = 0.0
+
+
+async def _replica_agent(url: str, i: int, stack: contextlib.AsyncExitStack) -> Any:
+    """A :func:`sync.client.connect` replica; ``merge(n)`` forks, sets ``a<i>``, merges."""
+    remote = await stack.enter_async_context(connect(url, agent=f"a{i}", timeout=60))
+    key = f"a{i}"
+
+    async def merge(n: int) -> bool:
+        branch = remote.fork()
+        branch[key] = n
+        result = await branch.amerge()
+        return not (result.pending or result.conflicts)
+
+    return merge
+
+
+async def _wire_agent(url: str, i: int, stack: contextlib.AsyncExitStack) -> Any:
+    """The same loop at the protocol level: no replica, the fork base is the last ack's token.
+
+    It speaks the codec directly (sync step 1 in, merge requests out) and drops the
+    room's update frames unread, so the client side costs one frame parse per update.
+    """
+    ws = await stack.enter_async_context(ws_connect(url, compression=None, max_queue=None))
+    first = protocol.decode_message(await ws.recv())
+    assert isinstance(first, protocol.SyncStep1)
+    await ws.send(protocol.encode_sync_step1(b"\x00"))
+    base = [first.state_vector]
+    waiters: dict[int, asyncio.Future[protocol.MergeResult]] = {}
+    agent = f"a{i}"
+    ids = itertools.count(i * 1_000_000_000 + 1)
+
+    async def read() -> None:
+        with contextlib.suppress(Exception):
+            async for data in ws:
+                if data[0] == protocol.MERGE_MESSAGE_TYPE:
+                    reply = protocol.decode_message(data)
+                    assert isinstance(reply, protocol.MergeResult)
+                    waiters.pop(reply.request_id).set_result(reply)
+
+    reader = asyncio.create_task(read())
+    stack.push_async_callback(_cancel, reader)
+
+    async def merge(n: int) -> bool:
+        rid = next(ids)
+        waiter = asyncio.get_running_loop().create_future()
+        waiters[rid] = waiter
+        change = Change(ChangeKind.SET, (agent,), n)
+        await ws.send(protocol.encode_merge_request(rid, agent, base[0], [change]))
+        reply = await waiter
+        if reply.status is not protocol.MergeStatus.OK:
+            return False
+        base[0] = reply.token
+        return True
+
+    return merge
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def _agents(
+    url: str, kind: str, rooms: Sequence[str], ids: Sequence[int], chan: Connection
+) -> AgentReport:
+    report = AgentReport()
+    gate = asyncio.Semaphore(64)
+    make = _replica_agent if kind == "replica" else _wire_agent
+    async with contextlib.AsyncExitStack() as stack:
+
+        async def join(i: int) -> Any:
+            async with gate:
+                return await make(f"{url}/{rooms[i % len(rooms)]}", i, stack)
+
+        merges = await asyncio.gather(*(join(i) for i in ids))
+        # One process holds every agent's replica, a heap N times an agent's: the
+        # cyclic GC would scan it all again and again, which no real agent pays.
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+        chan.send("ready")
+        go, seconds = await asyncio.to_thread(chan.recv)
+        await asyncio.sleep(max(0.0, go - time.perf_counter()))
+        end = go + seconds
+        cpu0 = time.process_time()
+
+        def at_end() -> None:
+            report.cpu = time.process_time() - cpu0
+
+        asyncio.get_running_loop().call_at(
+            asyncio.get_running_loop().time() + max(0.0, end - time.perf_counter()), at_end
+        )
+
+        async def loop(i: int, merge: Any) -> None:
+            n = 0
+            while time.perf_counter() < end:
+                n += 1
+                began = time.perf_counter()
+                ok = await merge(n)
+                done = time.perf_counter()
+                if not ok:
+                    report.refused += 1
+                    continue
+                report.last_acked[i] = (rooms[i % len(rooms)], n)
+                if done <= end:
+                    report.latencies.append(done - began)
+
+        await asyncio.gather(*(loop(i, m) for i, m in zip(ids, merges, strict=True)))
+        gc.enable()
+    return report
+
+
+def _agent_process(url: str, kind: str, rooms: list[str], ids: list[int], chan: Connection) -> None:
+    report = asyncio.run(_agents(url, kind, rooms, ids, chan))
+    chan.send(report)
+
+
+async def _verify(url: str, rooms: Sequence[str], acked: dict[int, tuple[str, int]]) -> int:
+    """Agents whose key in the hub's state is not their last acknowledged value."""
+    lost = 0
+    for room in rooms:
+        async with connect(f"{url}/{room}", agent="verifier", timeout=60) as reader:
+            state = reader.snapshot()
+        for i, (agent_room, n) in acked.items():
+            if agent_room == room and state.get(f"a{i}") != n:
+                lost += 1
+    return lost
+
+
+@dataclass
+class MergeRow:
+    kind: str
+    label: str
+    agents: int
+    rooms: int
+    procs: int
+    merges: int
+    rate: float
+    p50: float
+    p99: float
+    lost: int
+    refused: int
+    hub_cpu: float
+    client_cpu: float
+
+
+def run_merges(
+    kind: str, agents: int, rooms: int, seconds: float, procs: int, db: str
+) -> MergeRow:
+    hub, port = start_hub(db)
+    try:
+        url = f"ws://{HOST}:{port}"
+        names = [f"bench/r{r}" for r in range(rooms)]
+        ctx = mp.get_context("fork")
+        chans = []
+        workers = []
+        for w in range(procs):
+            parent, child = ctx.Pipe()
+            ids = list(range(w, agents, procs))
+            proc = ctx.Process(target=_agent_process, args=(url, kind, names, ids, child), daemon=True)
+            proc.start()
+            chans.append(parent)
+            workers.append(proc)
+        for chan in chans:
+            if chan.recv() != "ready":
+                raise RuntimeError("agent process failed to connect")
+        go = time.perf_counter() + 0.3
+        for chan in chans:
+            chan.send((go, seconds))
+        time.sleep(max(0.0, go - time.perf_counter()))
+        hub0 = hub.cpu_seconds()
+        time.sleep(max(0.0, go + seconds - time.perf_counter()))
+        hub_cpu = hub.cpu_seconds() - hub0
+        reports: list[AgentReport] = [chan.recv() for chan in chans]
+        for proc in workers:
+            proc.join(30)
+        latencies = sorted(x for r in reports for x in r.latencies)
+        acked: dict[int, tuple[str, int]] = {}
+        for r in reports:
+            acked.update(r.last_acked)
+        lost = asyncio.run(_verify(url, names, acked))
+        lost += agents - len(acked)  # an agent with no acknowledged merge at all
+        return MergeRow(
+            kind=kind,
+            label="durable" if db else "memory",
+            agents=agents,
+            rooms=rooms,
+            procs=procs,
+            merges=len(latencies),
+            rate=len(latencies) / seconds,
+            p50=_quantile(latencies, 0.50),
+            p99=_quantile(latencies, 0.99),
+            lost=lost,
+            refused=sum(r.refused for r in reports),
+            hub_cpu=hub_cpu / seconds,
+            client_cpu=sum(r.cpu for r in reports) / seconds,
+        )
+    finally:
+        hub.stop()
+
+
+def _quantile(sorted_values: Sequence[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+# -- part 2: relay of plain Yjs updates --------------------------------------------------
+
+
+def make_updates(senders: int, count: int) -> list[list[bytes]]:
+    """For each sender, ``count`` small incremental pycrdt updates (one map key set each)."""
+    streams = []
+    for s in range(senders):
+        doc: Doc[Any] = Doc()
+        root = doc.get("m", type=Map)
+        updates = []
+        for n in range(count):
+            before = doc.get_state()
+            root[f"s{s}"] = n
+            updates.append(doc.get_update(before))
+        streams.append(updates)
+    return streams
+
+
+async def _relay(
+    url: str, peers: int, streams: list[list[bytes]], window: int, seconds: float
+) -> tuple[int, float]:
+    """Update frames received by all peers during ``seconds``, and the client CPU share."""
+    senders = len(streams)
+    received = [0] * peers
+    echoed = [0] * senders
+    credit = [asyncio.Event() for _ in range(senders)]
+    synced = [asyncio.Event() for _ in range(peers)]
+    step2_empty = protocol.encode_sync_step2(b"\x00\x00")
+    counting = False
+    sockets = []
+
+    async def reader(k: int, ws: Any) -> None:
+        nonlocal counting
+        with contextlib.suppress(Exception):
+            async for data in ws:
+                if data[0] != 0:
+                    continue  # awareness and others
+                step = data[1]
+                if step == 2:
+                    if counting:
+                        received[k] += 1
+                    if k < senders:
+                        echoed[k] += 1
+                        credit[k].set()
+                elif step == 1:
+                    synced[k].set()
+                elif step == 0:
+                    await ws.send(step2_empty)
+
+    tasks = []
+    for k in range(peers):
+        ws = await ws_connect(f"{url}/relay", compression=None, max_queue=None)
+        sockets.append(ws)
+        await ws.send(protocol.encode_sync_step1(b"\x00"))
+        tasks.append(asyncio.create_task(reader(k, ws)))
+    for event in synced:
+        await asyncio.wait_for(event.wait(), 30)
+
+    stop = False
+
+    async def sender(s: int) -> None:
+        ws = sockets[s]
+        sent = 0
+        for update in streams[s]:
+            if stop:
+                return
+            while sent - echoed[s] >= window:
+                credit[s].clear()
+                await credit[s].wait()
+            await ws.send(protocol.encode_update(update))
+            sent += 1
+
+    counting = True
+    cpu0 = time.process_time()
+    began = time.perf_counter()
+    send_tasks = [asyncio.create_task(sender(s)) for s in range(senders)]
+    await asyncio.sleep(seconds)
+    counting = False
+    elapsed = time.perf_counter() - began
+    cpu = (time.process_time() - cpu0) / elapsed
+    stop = True
+    for event in credit:
+        event.set()
+    total = sum(received)
+    for task in send_tasks:
+        task.cancel()
+    for ws in sockets:
+        with contextlib.suppress(Exception):
+            await ws.close()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*send_tasks, *tasks, return_exceptions=True)
+    return total, cpu
+
+
+@dataclass
+class RelayRow:
+    server: str
+    peers: int
+    senders: int
+    delivered: int
+    rate: float
+    server_cpu: float
+    client_cpu: float
+
+
+def run_relay(
+    which: str, peers: int, streams: list[list[bytes]], window: int, seconds: float
+) -> RelayRow:
+    server, port = start_hub("") if which == "hub" else start_node()
+    try:
+        cpu0 = server.cpu_seconds()
+        delivered, client_cpu = asyncio.run(
+            _relay(f"ws://{HOST}:{port}", peers, streams, window, seconds)
+        )
+        server_cpu = server.cpu_seconds() - cpu0
+    finally:
+        server.stop()
+    return RelayRow(
+        server="crdt-state hub" if which == "hub" else "node y-websocket",
+        peers=peers,
+        senders=len(streams),
+        delivered=delivered,
+        rate=delivered / seconds,
+        server_cpu=server_cpu / seconds,  # includes the handshakes: an upper bound
+        client_cpu=client_cpu,
+    )
+
+
+def node_missing() -> str | None:
+    if shutil.which("node") is None:
+        return "node is not installed"
+    if not NODE_SERVER.exists():
+        return "run `npm ci --omit=optional --prefix tests/interop`"
+    return None
+
+
+# -- main ---------------------------------------------------------------------------------
+
+
+def _print_merges(rows: list[MergeRow]) -> None:
+    print("\nMerge load (fork, set own key, merge; one websocket per agent)")
+    head = (f"{'agents':8} {'state':8} {'agents':>6} {'rooms':>5} {'procs':>5} {'merges':>7} {'merges/s':>9} "
+            f"{'p50 ms':>7} {'p99 ms':>7} {'lost':>4} {'refused':>7} {'hub cpu':>7} {'client cpu':>10}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r.kind:8} {r.label:8} {r.agents:>6} {r.rooms:>5} {r.procs:>5} {r.merges:>7} {r.rate:>9.0f} "
+              f"{r.p50 * 1e3:>7.1f} {r.p99 * 1e3:>7.1f} {r.lost:>4} {r.refused:>7} "
+              f"{r.hub_cpu:>7.0%} {r.client_cpu:>10.0%}")
+
+
+def _print_relay(rows: list[RelayRow]) -> None:
+    print("\nRelay of plain Yjs updates (raw peers, one room, same load generator)")
+    head = (f"{'server':18} {'peers':>5} {'senders':>7} {'delivered':>9} {'updates/s':>9} "
+            f"{'server cpu':>10} {'client cpu':>10}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r.server:18} {r.peers:>5} {r.senders:>7} {r.delivered:>9} {r.rate:>9.0f} "
+              f"{r.server_cpu:>10.0%} {r.client_cpu:>10.0%}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="measured window per run")
+    parser.add_argument("--agents", default="50,200,1000")
+    parser.add_argument("--rooms", type=int, default=20, help="rooms of the many-rooms runs")
+    parser.add_argument("--procs", type=int, default=1, help="client processes for the agents")
+    parser.add_argument("--kinds", default="replica,wire",
+                        help="agent kinds: replica (sync.client.connect), wire (codec only)")
+    parser.add_argument("--durable-agents", type=int, default=GOAL_AGENTS)
+    parser.add_argument("--relay-peers", default="50")
+    parser.add_argument("--relay-senders", type=int, default=5)
+    parser.add_argument("--window", type=int, default=8, help="unechoed updates per sender")
+    parser.add_argument("--skip-merges", action="store_true")
+    parser.add_argument("--skip-relay", action="store_true")
+    args = parser.parse_args(argv)
+    began = time.perf_counter()
+    goals: list[tuple[str, bool, str]] = []
+
+    if not args.skip_merges:
+        merge_rows: list[MergeRow] = []
+        kinds = [k for k in args.kinds.split(",") if k]
+        for kind in kinds:
+            for n in (int(x) for x in args.agents.split(",")):
+                for rooms in (1, args.rooms):
+                    merge_rows.append(run_merges(kind, n, rooms, args.seconds, args.procs, ""))
+        with tempfile.TemporaryDirectory() as tmp:
+            for kind in kinds:
+                for rooms in (1, args.rooms):
+                    db = f"{tmp}/{kind}-{rooms}"
+                    merge_rows.append(
+                        run_merges(kind, args.durable_agents, rooms, args.seconds, args.procs, db)
+                    )
+        _print_merges(merge_rows)
+        goals.append(("lost = 0 in every run", all(r.lost == 0 for r in merge_rows),
+                      f"lost={sum(r.lost for r in merge_rows)}"))
+        for r in merge_rows:
+            if r.agents == GOAL_AGENTS:
+                ok = r.rate >= MERGE_GOAL_RATE and r.p99 < MERGE_GOAL_P99
+                goals.append((
+                    f">= {MERGE_GOAL_RATE:.0f} merges/s, p99 < {MERGE_GOAL_P99 * 1e3:.0f} ms "
+                    f"({r.kind} agents, {r.label}, {r.agents} agents, {r.rooms} room(s))",
+                    ok, f"{r.rate:.0f}/s, p99 {r.p99 * 1e3:.1f} ms",
+                ))
+
+    if not args.skip_relay:
+        reason = node_missing()
+        if reason is not None:
+            print(f"\nrelay comparison skipped: {reason}")
+        else:
+            relay_rows: list[RelayRow] = []
+            for peers in (int(x) for x in args.relay_peers.split(",")):
+                streams = make_updates(args.relay_senders, 40_000 // args.relay_senders)
+                pair = [run_relay(which, peers, streams, args.window, args.seconds)
+                        for which in ("node", "hub")]
+                relay_rows.extend(pair)
+                ratio = pair[1].rate / pair[0].rate if pair[0].rate else float("inf")
+                goals.append((f"relay rate >= node reference ({peers} peers)", ratio >= 1.0,
+                              f"hub/node = {ratio:.2f}"))
+            _print_relay(relay_rows)
+
+    print("\nGoals")
+    for name, ok, detail in goals:
+        print(f"  {'PASS' if ok else 'FAIL'}  {name}: {detail}")
+    print(f"\n(total {time.perf_counter() - began:.0f} s, {os.cpu_count()} cores)")
+    return 0 if all(ok for _, ok, _ in goals) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,222 @@
+"""What a fork and a merge cost, next to raw pycrdt doing the same work in the same run.
+
+For states of 10, 1,000 and 100,000 keys it times:
+
+- fork: ``SharedState.fork()`` against the raw pycrdt way to fork a document,
+  ``Doc()`` + ``apply_update(base bytes)``;
+- merge: ``Branch.merge()`` of a branch holding a 1-key edit, against raw
+  pycrdt applying a 1-key update to the document;
+
+and, on a 100-key state, the rate of whole fork-edit-merge cycles, next to a
+plain dict updated under a ``threading.Lock`` and to a raw pycrdt cycle
+(copy the document, edit, send the update back).
+
+Machines are noisy, so every figure is a median over repeated runs and the
+goals are checked as ratios measured in the same run. Run it with
+``python benchmarks/merge_cost.py`` (``--quick`` for a shorter run).
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+from pycrdt import Doc, Map
+
+from crdt_state import SharedState
+
+SIZES = (10, 1_000, 100_000)
+CYCLE_KEYS = 100
+GOAL_FORK = 1.5  # crdt_state fork / raw fork
+GOAL_MERGE = 3.0  # crdt_state merge / raw apply
+GOAL_FLAT = 2.0  # merge at 100k keys / merge at 10 keys
+GOAL_CYCLES = 10_000  # fork-edit-merge cycles per second on a 100-key state
+
+QUICK = "--quick" in sys.argv
+ROUNDS = 3 if QUICK else 5
+
+
+def median_us(samples: list[float]) -> float:
+    return statistics.median(samples) * 1e6
+
+
+def timed(fn: Callable[[], object], count: int) -> list[float]:
+    """Per-call durations of ``count`` calls of ``fn``."""
+    clock = time.perf_counter
+    out = []
+    for _ in range(count):
+        start = clock()
+        fn()
+        out.append(clock() - start)
+    return out
+
+
+def rounds(measure: Callable[[], float]) -> float:
+    """The median of ``ROUNDS`` repetitions of a measurement (each itself a median)."""
+    results = []
+    for _ in range(ROUNDS):
+        gc.collect()
+        results.append(measure())
+    return statistics.median(results)
+
+
+# -- raw pycrdt -----------------------------------------------------------------------
+def raw_doc(keys: int) -> Doc:
+    doc = Doc()
+    root = doc.get("state", type=Map)
+    with doc.transaction():
+        for i in range(keys):
+            root[f"k{i}"] = i
+    return doc
+
+
+def raw_fork_us(base: bytes, count: int) -> float:
+    def fork() -> None:
+        copy = Doc()
+        copy.apply_update(base)
+
+    return median_us(timed(fork, count))
+
+
+def raw_apply_us(doc: Doc, base: bytes, count: int) -> float:
+    """Apply ``count`` 1-key updates made by another client (made beforehand, not timed)."""
+    writer = Doc()
+    writer.apply_update(base)
+    root = writer.get("state", type=Map)
+    updates = []
+    for i in range(count):
+        before = writer.get_state()
+        root["k1"] = -i
+        updates.append(writer.get_update(before))
+    pending = iter(updates)
+    return median_us(timed(lambda: doc.apply_update(next(pending)), count))
+
+
+# -- crdt_state -------------------------------------------------------------------------
+def filled_state(keys: int) -> SharedState:
+    state = SharedState()
+    state.commit({f"k{i}": i for i in range(keys)}, state.token, "loader")
+    return state
+
+
+def fork_us(state: SharedState, count: int) -> float:
+    return median_us(timed(lambda: state.fork("agent"), count))
+
+
+def merge_us(state: SharedState, count: int) -> float:
+    """Median time of ``Branch.merge()`` for branches holding one edited key."""
+    clock = time.perf_counter
+    out = []
+    for i in range(count):
+        branch = state.fork("agent")
+        branch.set("k1", i)
+        start = clock()
+        branch.merge()
+        out.append(clock() - start)
+    return median_us(out)
+
+
+def cycles_per_s(state: SharedState, count: int) -> float:
+    clock = time.perf_counter
+    start = clock()
+    for i in range(count):
+        branch = state.fork("agent")
+        branch.set("k1", i)
+        branch.merge()
+    return count / (clock() - start)
+
+
+def locked_dict_per_s(count: int) -> float:
+    lock = threading.Lock()
+    data = {f"k{i}": i for i in range(CYCLE_KEYS)}
+    clock = time.perf_counter
+    start = clock()
+    for i in range(count):
+        with lock:
+            data["k1"] = i
+    return count / (clock() - start)
+
+
+def raw_cycles_per_s(count: int) -> float:
+    """Raw pycrdt: copy the document, edit one key, apply the edit back."""
+    doc = raw_doc(CYCLE_KEYS)
+    clock = time.perf_counter
+    start = clock()
+    for i in range(count):
+        branch = Doc(client_id=7)  # a stable client id per agent keeps the doc small
+        branch.apply_update(doc.get_update())
+        before = branch.get_state()
+        branch.get("state", type=Map)["k1"] = i
+        doc.apply_update(branch.get_update(before))
+    return count / (clock() - start)
+
+
+def main() -> int:
+    print("fork + 1-key edit + merge, crdt_state vs raw pycrdt (medians, microseconds)")
+    header = (
+        f"{'keys':>8} | {'raw fork':>9} | {'fork':>7} | {'ratio':>6} | "
+        f"{'raw apply':>9} | {'merge':>7} | {'ratio':>6}"
+    )
+    print(header)
+    print("-" * len(header))
+    verdicts: list[tuple[str, bool]] = []
+    merges: dict[int, float] = {}
+    for keys in SIZES:
+        doc = raw_doc(keys)
+        base = doc.get_update()
+        fork_count = 10 if keys >= 100_000 else 200 if keys >= 1_000 else 2_000
+        op_count = 500 if QUICK else 2_000
+        rf = rounds(lambda: raw_fork_us(base, fork_count))  # noqa: B023
+        ra = rounds(lambda: raw_apply_us(doc, base, op_count))  # noqa: B023
+        state = filled_state(keys)
+        cf = rounds(lambda: fork_us(state, op_count))  # noqa: B023
+        cm = rounds(lambda: merge_us(state, op_count))  # noqa: B023
+        merges[keys] = cm
+        print(
+            f"{keys:>8,} | {rf:>9.2f} | {cf:>7.2f} | {cf / rf:>5.2f}x | "
+            f"{ra:>9.2f} | {cm:>7.2f} | {cm / ra:>5.2f}x"
+        )
+        verdicts.append(
+            (f"fork within {GOAL_FORK}x of raw pycrdt at {keys:,} keys", cf / rf <= GOAL_FORK)
+        )
+        verdicts.append(
+            (
+                f"1-key merge within {GOAL_MERGE}x of raw apply at {keys:,} keys",
+                cm / ra <= GOAL_MERGE,
+            )
+        )
+    flat = merges[SIZES[-1]] / merges[SIZES[0]]
+    verdicts.append(
+        (
+            f"merge flat in state size ({SIZES[-1]:,} keys / {SIZES[0]} keys = {flat:.2f}x,"
+            f" goal {GOAL_FLAT}x)",
+            flat <= GOAL_FLAT,
+        )
+    )
+
+    count = 5_000 if QUICK else 20_000
+    state = filled_state(CYCLE_KEYS)
+    ours = rounds(lambda: cycles_per_s(state, count))
+    locked = rounds(lambda: locked_dict_per_s(count))
+    raw = rounds(lambda: raw_cycles_per_s(max(count // 10, 500)))
+    print()
+    print(f"fork-edit-merge cycles per second on a {CYCLE_KEYS}-key state (median of {ROUNDS})")
+    print(f"{'crdt_state fork/set/merge':<40} {ours:>12,.0f}")
+    print(f"{'raw pycrdt copy/edit/apply':<40} {raw:>12,.0f}")
+    print(f"{'dict update under threading.Lock':<40} {locked:>12,.0f}  (no branches, no detection)")
+    verdicts.append(
+        (f"at least {GOAL_CYCLES:,} cycles/s (measured {ours:,.0f})", ours >= GOAL_CYCLES)
+    )
+
+    print()
+    for text, ok in verdicts:
+        print(f"{'PASS' if ok else 'FAIL'}  {text}")
+    return 0 if all(ok for _, ok in verdicts) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

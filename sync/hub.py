@@ -1,0 +1,430 @@
+"""The websocket sync hub: rooms of shared state over the y-websocket protocol.
+
+A thin asyncio layer over ``websockets``: it authenticates the handshake,
+decodes each binary message with :mod:`sync.protocol`, hands it to the room's
+:class:`~crdt_state.SharedState`, and pumps the frames queued for each
+session. Stock Yjs clients join a room with the standard sync protocol; our
+clients also send branch merges (message type 100), judged by the very same
+``SharedState.commit`` as in-process merges.
+
+One bad client never takes the hub down: malformed frames close that
+connection (1002/1003), writes from a read-only token close it with 1008,
+oversized messages and documents with 1009, and every other session goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import Callable, Mapping
+from http import HTTPStatus
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+
+from crdt_state import (
+    ConflictError,
+    CrdtStateError,
+    InvalidUpdate,
+    MergeResult,
+    SharedState,
+    VersionVector,
+    resolvers,
+)
+from crdt_state.paths import Pattern
+
+from . import protocol as p
+from .auth import AuthError, Grant, verify_token
+from .changes import ErrorRecord
+from .errors import CloseCode, ProtocolError
+from .limits import Limits
+from .room import Room, Session
+from .wire import conflict_to_record, core_changes
+
+__all__ = ["Hub"]
+
+log = logging.getLogger("crdt_state.hub")
+
+EMPTY_UPDATE = b"\x00\x00"
+"""A Yjs update with no structs and no deletions."""
+
+_ROOM_NAME = re.compile(r"^[A-Za-z0-9._~\-]+(/[A-Za-z0-9._~\-]+)*$")
+_TRY_AGAIN_LATER = 1013
+
+
+class _Close(Exception):
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason[:120]
+
+
+def room_name(path: str) -> str | None:
+    """The room named by a request path (``/triage/42?token=..`` → ``triage/42``), or None."""
+    name = urlsplit(path).path.strip("/")
+    if not name or len(name) > 200 or not _ROOM_NAME.match(name):
+        return None
+    return name
+
+
+def request_token(request: Request) -> str | None:
+    """The access token of a handshake: ``?token=`` or ``Authorization: Bearer``."""
+    query = parse_qs(urlsplit(request.path).query)
+    if query.get("token"):
+        return query["token"][0]
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return None
+
+
+class Hub:
+    """An asyncio websocket hub; use ``async with Hub(...) as hub:``.
+
+    Args:
+        host, port: where to listen (port 0 picks a free port; see :attr:`port`).
+        db: a SQLite file for the rooms' state (``None``: in memory only).
+        secret: HMAC secret for access tokens; ``None`` accepts everyone, and
+            the hub then says so in its log.
+        resolvers: server-side conflict policies by room pattern, e.g.
+            ``{"triage/*": {"calls": resolvers.counter}}``. Conflicts they do
+            not settle go back to the merging client.
+        limits: size and connection limits.
+        state_factory: builds the state of a new room (overrides ``db``).
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 8765,
+        *,
+        db: str | Path | None = None,
+        secret: str | None = None,
+        resolvers: Mapping[str, Mapping[Any, object]] | None = None,
+        limits: Limits | None = None,
+        state_factory: Callable[[str], SharedState] | None = None,
+    ) -> None:
+        self.host = host
+        self._port = port
+        self.db = Path(db) if db is not None else None
+        self.secret = secret
+        self.limits = limits or Limits()
+        self._room_policies = {Pattern.parse(tuple(k.split("/"))): v for k, v in (resolvers or {}).items()}
+        self._state_factory = state_factory
+        self.rooms: dict[str, Room] = {}
+        self._grants: dict[Any, tuple[str, Grant | None]] = {}
+        self._server: Server | None = None
+        self._connections = 0
+        self._opening: dict[str, asyncio.Future[Room]] = {}
+
+    # -- lifecycle -----------------------------------------------------------------
+    async def start(self) -> None:
+        """Start listening."""
+        if self.secret is None:
+            log.warning(
+                "hub started without a secret: every client may read and write every room "
+                "(listening on %s)", self.host
+            )
+        self._server = await serve(
+            self._handle,
+            self.host,
+            self._port,
+            process_request=self._process_request,
+            max_size=self.limits.max_message,
+            compression=None,
+            max_queue=64,
+        )
+        log.info("hub listening on ws://%s:%d", self.host, self.port)
+
+    async def stop(self) -> None:
+        """Stop listening, close every connection and every room's storage."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        for room in self.rooms.values():
+            room.close()
+        self.rooms.clear()
+
+    async def __aenter__(self) -> Hub:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def serve_forever(self) -> None:
+        """Run until cancelled."""
+        if self._server is None:
+            await self.start()
+        assert self._server is not None
+        await self._server.serve_forever()
+
+    @property
+    def port(self) -> int:
+        """The port actually listened on."""
+        if self._server is not None:
+            for sock in self._server.sockets:
+                return int(sock.getsockname()[1])
+        return self._port
+
+    def url(self, room: str) -> str:
+        """The websocket URL of ``room``."""
+        return f"ws://{self.host}:{self.port}/{room}"
+
+    # -- rooms -----------------------------------------------------------------------
+    def _policies_for(self, name: str) -> dict[Any, object]:
+        merged: dict[Any, object] = {}
+        key = tuple(name.split("/"))
+        for pattern in sorted(self._room_policies, key=lambda pat: pat.specificity):
+            if pattern.matches(key):
+                merged.update(self._room_policies[pattern])
+        return merged
+
+    def _new_state(self, name: str) -> SharedState:
+        if self._state_factory is not None:
+            return self._state_factory(name)
+        policies = self._policies_for(name)
+        if self.db is None:
+            return SharedState(resolvers=policies)
+        from .store import open_room_state
+
+        return open_room_state(self.db, name, resolvers=policies)
+
+    async def room(self, name: str) -> Room:
+        """The room called ``name``, loaded (or created) on first use."""
+        room = self.rooms.get(name)
+        if room is not None:
+            return room
+        pending = self._opening.get(name)
+        if pending is not None:
+            return await pending
+        future: asyncio.Future[Room] = asyncio.get_running_loop().create_future()
+        self._opening[name] = future
+        try:
+            state = await asyncio.to_thread(self._new_state, name)
+            room = Room(name, state, asyncio.get_running_loop())
+            self.rooms[name] = room
+            future.set_result(room)
+            return room
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # mark retrieved
+            raise
+        finally:
+            self._opening.pop(name, None)
+
+    # -- handshake -------------------------------------------------------------------
+    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        name = room_name(request.path)
+        if name is None:
+            return _refuse(connection, HTTPStatus.BAD_REQUEST, "bad room name")
+        if self._connections >= self.limits.max_connections:
+            return _refuse(connection, HTTPStatus.SERVICE_UNAVAILABLE, "too many connections")
+        room = self.rooms.get(name)
+        if room is not None and len(room.sessions) >= self.limits.max_room_connections:
+            return _refuse(connection, HTTPStatus.SERVICE_UNAVAILABLE, "room is full")
+        grant: Grant | None = None
+        if self.secret is not None:
+            try:
+                grant = verify_token(self.secret, request_token(request), name)
+            except AuthError as exc:
+                log.info("refused %s for room %s: %s", _peer(connection), name, exc.code)
+                return _refuse(connection, HTTPStatus(exc.status), exc.reason)
+        self._grants[connection.id] = (name, grant)
+        return None
+
+    # -- per connection ----------------------------------------------------------------
+    async def _handle(self, ws: ServerConnection) -> None:
+        name, grant = self._grants.pop(ws.id, (None, None))
+        if name is None:
+            await ws.close(CloseCode.POLICY_VIOLATION, "handshake not authorised")
+            return
+        self._connections += 1
+        session: Session | None = None
+        room: Room | None = None
+        writer: asyncio.Task[None] | None = None
+        try:
+            room = await self.room(name)
+            session = Session(
+                grant=grant,
+                remote=_peer(ws),
+                max_outbox=self.limits.max_outbox,
+                on_overflow=lambda s: asyncio.ensure_future(
+                    ws.close(_TRY_AGAIN_LATER, "client too slow: outbox full")
+                ),
+            )
+            room.join(session)
+            writer = asyncio.create_task(_pump(ws, session))
+            session.enqueue(p.encode_sync_step1(room.state.token.to_state()))
+            for payload in room.awareness.values():
+                session.enqueue(p.encode_awareness(payload))
+            async for data in ws:
+                if isinstance(data, str):
+                    raise _Close(CloseCode.UNSUPPORTED_DATA, "text frames are not supported")
+                try:
+                    message = p.decode_message(data)
+                except ProtocolError as exc:
+                    raise _Close(exc.close_code, exc.close_reason) from exc
+                await self._dispatch(room, session, message)
+        except _Close as exc:
+            log.info("closing %s: %d %s", _peer(ws), exc.code, exc.reason)
+            await ws.close(exc.code, exc.reason)
+        except ConnectionClosed:
+            pass
+        except Exception:
+            log.exception("internal error on connection %s", _peer(ws))
+            await ws.close(CloseCode.INTERNAL_ERROR, "internal error")
+        finally:
+            self._connections -= 1
+            if room is not None and session is not None:
+                room.leave(session)
+                session.outbox.put_nowait(None) if not session.outbox.full() else None
+            if writer is not None:
+                writer.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await writer
+
+    async def _dispatch(self, room: Room, session: Session, message: p.Message) -> None:
+        state = room.state
+        if isinstance(message, p.SyncStep1):
+            try:
+                since = VersionVector.from_state(message.state_vector)
+            except InvalidUpdate as exc:
+                raise _Close(CloseCode.PROTOCOL_ERROR, "bad state vector") from exc
+            session.enqueue(p.encode_sync_step2(state.get_update(since)))
+        elif isinstance(message, (p.SyncStep2, p.SyncUpdate)):
+            if not session.can_write:
+                if message.update == EMPTY_UPDATE:
+                    return  # a read-only peer answering sync step 1 with nothing
+                raise _Close(CloseCode.POLICY_VIOLATION, "read-only token: writes are refused")
+            if room.size + len(message.update) > self.limits.max_document:
+                raise _Close(CloseCode.MESSAGE_TOO_BIG, "document size limit reached")
+            try:
+                await self._run(state, state.apply_update, message.update, origin=session.label)
+            except CrdtStateError as exc:
+                raise _Close(CloseCode.UNSUPPORTED_DATA, f"update refused: {exc.code}") from exc
+        elif isinstance(message, p.Awareness):
+            room.awareness[session.id] = message.payload
+            room.broadcast(p.encode_awareness(message.payload), exclude=session.id)
+        elif isinstance(message, p.QueryAwareness):
+            for payload in room.awareness.values():
+                session.enqueue(p.encode_awareness(payload))
+        elif isinstance(message, p.MergeRequest):
+            if not session.can_write:
+                raise _Close(CloseCode.POLICY_VIOLATION, "read-only token: merges are refused")
+            done = room.completed.get(message.request_id)
+            if done is None:
+                done = await self._merge(room, session, message)
+            session.enqueue(done)
+        # results, permission-denied and unknown types from clients are ignored
+
+    async def _merge(self, room: Room, session: Session, request: p.MergeRequest) -> bytes:
+        state = room.state
+        try:
+            base = VersionVector.from_state(request.base)
+            ops = core_changes(request.changes)
+            if room.size + sum(len(repr(op.value)) for op in ops) > self.limits.max_document:
+                return _error_result(request, state, "document_too_large", "document size limit reached")
+            result: MergeResult = await self._run(
+                state,
+                state.commit,
+                ops,
+                base,
+                request.agent or session.label,
+                resolvers=_equal_write_reports(state, request),
+            )
+        except ConflictError as exc:
+            code = "retry" if exc.retry else exc.code
+            return p.encode_merge_result(
+                request.request_id,
+                p.MergeStatus.ERROR,
+                state.token.to_state(),
+                conflicts=[conflict_to_record(c) for c in exc.conflicts],
+                error=ErrorRecord(code, exc.message),
+            )
+        except CrdtStateError as exc:
+            return _error_result(request, state, exc.code, str(exc))
+        except ProtocolError as exc:
+            return _error_result(request, state, str(exc.code), str(exc))
+        status = p.MergeStatus.CONFLICT if result.conflicts else p.MergeStatus.OK
+        reply = p.encode_merge_result(
+            request.request_id,
+            status,
+            result.token.to_state(),
+            applied=result.applied,
+            conflicts=[conflict_to_record(c) for c in result.conflicts],
+        )
+        room.remember(request.request_id, reply)
+        return reply
+
+    async def _run(self, state: SharedState, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call ``fn`` inline for in-memory states, on a worker thread for durable ones."""
+        if state._journal is not None:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        return fn(*args, **kwargs)
+
+
+def _equal_write_reports(state: SharedState, request: p.MergeRequest) -> dict[Any, object] | None:
+    """Policies that send equal concurrent writes back to a client that combines them.
+
+    Only for paths where the room has no rule of its own: room policies win.
+    """
+    table = state.policies
+    paths = {
+        change.path
+        for change in request.changes
+        if change.combine and table.policy_for(tuple(change.path)) is table.default
+    }
+    if not paths:
+        return None
+    return {tuple(path): resolvers.report_equal_writes for path in paths}
+
+
+def _error_result(request: p.MergeRequest, state: SharedState, code: str, message: str) -> bytes:
+    return p.encode_merge_result(
+        request.request_id,
+        p.MergeStatus.ERROR,
+        state.token.to_state(),
+        error=ErrorRecord(code, message),
+    )
+
+
+async def _pump(ws: ServerConnection, session: Session) -> None:
+    """Send the session's queued frames, in order, until ``None`` or disconnection."""
+    while True:
+        frame = await session.outbox.get()
+        if frame is None:
+            return
+        try:
+            await ws.send(frame)
+        except ConnectionClosed:
+            return
+
+
+def _refuse(connection: ServerConnection, status: HTTPStatus, reason: str) -> Response:
+    response = connection.respond(status, reason + "\n")
+    response.headers = Headers(response.headers)
+    return response
+
+
+def _peer(ws: ServerConnection) -> str:
+    try:
+        host, port = ws.remote_address[:2]
+        return f"{host}:{port}"
+    except (TypeError, ValueError):
+        return "?"

@@ -1,0 +1,144 @@
+"""A hub room: one shared state, the sessions joined to it, and their fan-out.
+
+The room turns the changes of its :class:`~crdt_state.SharedState` (merges,
+or Yjs updates from any client) into y-websocket update frames queued for
+every session. Changes made during one event-loop iteration are sent as one
+frame (their Yjs updates merged), and merge replies queued with
+:meth:`Room.reply` follow it: a client always has a merge's update before its
+reply. Changes may be made on worker threads (durable states wait for the
+disk there); frames are always queued on the event loop's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pycrdt import merge_updates
+
+from crdt_state import SharedState, StateUpdate
+
+from .auth import Grant
+from .protocol import encode_update
+
+__all__ = ["Room", "Session"]
+
+_ids = itertools.count(1)
+
+
+@dataclass(eq=False)
+class Session:
+    """One websocket connection joined to a room.
+
+    ``outbox`` holds frames to send, in order; when it overflows the session
+    is marked ``overflowed`` and the hub disconnects it.
+    """
+
+    grant: Grant | None
+    remote: str
+    max_outbox: int
+    id: int = field(default_factory=lambda: next(_ids))
+    outbox: asyncio.Queue[bytes | None] = field(init=False)
+    overflowed: bool = False
+    on_overflow: Callable[[Session], None] | None = None
+
+    def __post_init__(self) -> None:
+        self.outbox = asyncio.Queue(maxsize=self.max_outbox)
+
+    @property
+    def can_write(self) -> bool:
+        """True unless the session's token grants read access only."""
+        return self.grant is None or self.grant.can_write
+
+    @property
+    def label(self) -> str:
+        return f"conn-{self.id}"
+
+    def enqueue(self, frame: bytes) -> None:
+        """Queue ``frame`` for sending (event-loop thread only)."""
+        if self.overflowed:
+            return
+        try:
+            self.outbox.put_nowait(frame)
+        except asyncio.QueueFull:
+            self.overflowed = True
+            if self.on_overflow is not None:
+                self.on_overflow(self)
+
+
+class Room:
+    """The shared state of one room name and the sessions that joined it."""
+
+    def __init__(self, name: str, state: SharedState, loop: asyncio.AbstractEventLoop) -> None:
+        self.name = name
+        self.state = state
+        self.sessions: dict[int, Session] = {}
+        self.awareness: dict[int, bytes] = {}
+        self.size = len(state.get_update())
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+        self._unsubscribe = state.subscribe(self._on_change)
+        self.completed: OrderedDict[int, bytes] = OrderedDict()
+        self._updates: list[bytes] = []  # changes not yet sent, oldest first
+        self._replies: list[tuple[Session, bytes]] = []  # to send after them
+        self._flush_scheduled = False
+
+    def remember(self, request_id: int, reply: bytes, keep: int = 100_000) -> None:
+        """Keep the reply of an applied merge, so a re-sent request is not applied twice."""
+        self.completed[request_id] = reply
+        if len(self.completed) > keep:
+            self.completed.popitem(last=False)
+
+    def join(self, session: Session) -> None:
+        self.sessions[session.id] = session
+
+    def leave(self, session: Session) -> None:
+        self.sessions.pop(session.id, None)
+        self.awareness.pop(session.id, None)
+
+    def _on_change(self, change: StateUpdate) -> None:
+        self.size += len(change.update)
+        if threading.get_ident() == self._loop_thread:
+            self._add(change.update)
+        else:
+            self._loop.call_soon_threadsafe(self._add, change.update)
+
+    def _add(self, update: bytes) -> None:
+        self._updates.append(update)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def reply(self, session: Session, frame: bytes) -> None:
+        """Queue ``frame`` for ``session`` after every change made so far (event-loop thread only)."""
+        self._replies.append((session, frame))
+        self._schedule()
+
+    def flush(self) -> None:
+        """Send the pending changes as one update frame to every session, then the replies."""
+        self._flush_scheduled = False
+        updates, self._updates = self._updates, []
+        replies, self._replies = self._replies, []
+        if updates:
+            update = updates[0] if len(updates) == 1 else bytes(merge_updates(*updates))
+            self.broadcast(encode_update(update))
+        for session, frame in replies:
+            session.enqueue(frame)
+
+    def broadcast(self, frame: bytes, *, exclude: int | None = None) -> None:
+        """Queue ``frame`` for every session but ``exclude`` (event-loop thread only)."""
+        for session in list(self.sessions.values()):
+            if session.id != exclude:
+                session.enqueue(frame)
+
+    def close(self) -> None:
+        """Stop fanning out changes and close the room's state."""
+        self._unsubscribe()
+        self.state.close()

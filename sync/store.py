@@ -1,0 +1,32 @@
+"""Hub persistence: one SQLite file per room, through ``SharedState.open``.
+
+The hub's ``db`` is a directory; room ``triage/42`` lives in the file
+``<db>/triage%2F42.sqlite``. Each file is a durable state (WAL, group commit,
+compaction that never replaces data with an empty document; see
+``crdt_state.storage``): a merge is acknowledged to a client only after it is
+on disk, so killing the hub loses nothing acknowledged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from crdt_state import SharedState
+
+__all__ = ["open_room_state", "room_file"]
+
+
+def room_file(db: Path, name: str) -> Path:
+    """The SQLite file that holds room ``name`` under the hub directory ``db``."""
+    return db / (quote(name, safe="") + ".sqlite")
+
+
+def open_room_state(
+    db: Path, name: str, *, resolvers: Mapping[Any, object] | None = None, **options: Any
+) -> SharedState:
+    """Open (or create) the durable state of room ``name``."""
+    db.mkdir(parents=True, exist_ok=True)
+    return SharedState.open(room_file(db, name), resolvers=resolvers, **options)

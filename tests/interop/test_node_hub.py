@@ -1,0 +1,104 @@
+"""Stock Yjs clients (y-websocket 1.5.4 in Node) and Python agents in one room of our hub."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from yjs_node import NodeHarnessError, NodeYjsClient, interop_required, node_missing_reason
+
+from crdt_state import ConflictError
+from sync.auth import mint_token
+from sync.client import connect
+from sync.hub import Hub
+
+pytestmark = pytest.mark.interop
+
+SECRET = "interop-secret"
+
+
+@pytest.fixture(autouse=True)
+def _node_available() -> None:
+    reason = node_missing_reason()
+    if reason is not None:
+        if interop_required():
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+@pytest.fixture
+async def hub() -> AsyncIterator[Hub]:
+    async with Hub(port=0) as running:
+        yield running
+
+
+async def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not check():
+            await asyncio.sleep(0.005)
+
+
+def base_url(hub: Hub) -> str:
+    return f"ws://{hub.host}:{hub.port}"
+
+
+async def test_node_and_python_agents_share_a_room(hub: Hub) -> None:
+    async with connect(hub.url("interop/shared"), agent="py") as py:
+        await py.acommit({"from_python": 1, "contested": "base"}, py.token)
+        node = await asyncio.to_thread(NodeYjsClient, base_url(hub), "interop/shared")
+        try:
+            # Python's merge is visible to the stock client
+            assert await asyncio.to_thread(node.wait, "from_python", 1)
+            # the stock client's write reaches Python agents and the hub
+            await asyncio.to_thread(node.set, "from_node", {"text": "hi", "n": [1, 2]})
+            await eventually(lambda: py.get("from_node") == {"text": "hi", "n": [1, 2]})
+            # a Python branch forked before a Node write to the same key gets its conflict
+            branch = py.fork()
+            await asyncio.to_thread(node.set, "contested", "node")
+            await eventually(lambda: py.get("contested") == "node")
+            branch.set("contested", "python")
+            with pytest.raises(ConflictError) as info:
+                await branch.amerge()
+            (conflict,) = info.value.conflicts
+            assert (conflict.base, conflict.current, conflict.incoming) == ("base", "node", "python")
+            # ... and resolving it in Python's favour reaches Node
+            await branch.amerge(resolvers={"contested": "python wins"})
+            assert await asyncio.to_thread(node.wait, "contested", "python wins")
+            state = await asyncio.to_thread(node.get)
+            assert state == hub.rooms["interop/shared"].state.snapshot()
+        finally:
+            await asyncio.to_thread(node.close)
+
+
+async def test_two_node_clients_through_our_hub(hub: Hub) -> None:
+    one = await asyncio.to_thread(NodeYjsClient, base_url(hub), "interop/two")
+    two = await asyncio.to_thread(NodeYjsClient, base_url(hub), "interop/two")
+    try:
+        await asyncio.to_thread(one.set, "k", "v")
+        assert await asyncio.to_thread(two.wait, "k", "v")
+        await asyncio.to_thread(two.delete, "k")
+        await eventually(lambda: "k" not in hub.rooms["interop/two"].state.snapshot())
+        async with asyncio.timeout(10):
+            while "k" in await asyncio.to_thread(one.get):
+                await asyncio.sleep(0.01)
+    finally:
+        await asyncio.to_thread(one.close)
+        await asyncio.to_thread(two.close)
+
+
+async def test_node_client_with_token_param() -> None:
+    async with Hub(port=0, secret=SECRET) as hub:
+        token = mint_token(SECRET, "interop/*", "write", 60)
+        node = await asyncio.to_thread(
+            NodeYjsClient, base_url(hub), "interop/secured", token=token
+        )
+        try:
+            await asyncio.to_thread(node.set, "ok", True)
+            await eventually(lambda: hub.rooms["interop/secured"].state.get("ok") is True)
+        finally:
+            await asyncio.to_thread(node.close)
+        with pytest.raises(NodeHarnessError):
+            await asyncio.to_thread(
+                NodeYjsClient, base_url(hub), "interop/secured", token="forged.token", timeout=3
+            )

@@ -1,0 +1,141 @@
+"""The public surface: exported names, and the error family with stable codes."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import pytest
+
+import crdt_state
+from crdt_state import errors
+
+# Codes are part of the API (programs and prompts match on them): pinned here.
+STABLE_CODES = {
+    "CrdtStateError": "crdt_state_error",
+    "InvalidPath": "invalid_path",
+    "PathNotFound": "path_not_found",
+    "WrongType": "wrong_type",
+    "UnsupportedValue": "unsupported_value",
+    "InvalidUpdate": "invalid_update",
+    "SchemaError": "schema",
+    "BranchClosed": "branch_closed",
+    "UnknownBase": "unknown_base",
+    "StaleBase": "stale_base",
+    "ConflictError": "conflict",
+    "RetryExhausted": "retry_exhausted",
+}
+
+FIXED_NAMES = {
+    "SharedState",
+    "Branch",
+    "VersionVector",
+    "MergeResult",
+    "Conflict",
+    "Retry",
+    "RetryExhausted",
+    "ConflictError",
+    "CrdtStateError",
+    "InvalidPath",
+    "UnsupportedValue",
+    "resolvers",
+}
+
+
+def test_all_names_exist_and_import() -> None:
+    assert len(crdt_state.__all__) == len(set(crdt_state.__all__))
+    for name in crdt_state.__all__:
+        assert hasattr(crdt_state, name), name
+        namespace: dict[str, object] = {}
+        exec(f"from crdt_state import {name}", namespace)
+        assert namespace[name] is getattr(crdt_state, name)
+    assert set(crdt_state.__all__) >= FIXED_NAMES
+
+
+def test_star_import_gives_exactly_all() -> None:
+    namespace: dict[str, object] = {}
+    exec("from crdt_state import *", namespace)
+    assert set(namespace) - {"__builtins__"} == set(crdt_state.__all__)
+
+
+def test_resolvers_module_exports_builtins() -> None:
+    module = crdt_state.resolvers
+    for name in (
+        "last_writer_wins",
+        "first_writer_wins",
+        "maximum",
+        "minimum",
+        "counter",
+        "union",
+        "retry",
+        "raise_conflict",
+    ):
+        assert name in module.__all__
+        assert callable(getattr(module, name))
+
+
+@pytest.mark.parametrize(
+    "module_name",
+    ["errors", "paths", "values", "version", "conflicts", "resolvers", "retry", "branch", "state"],
+)
+def test_submodule_all_names_exist(module_name: str) -> None:
+    module = importlib.import_module(f"crdt_state.{module_name}")
+    for name in module.__all__:
+        assert hasattr(module, name), f"crdt_state.{module_name}.{name}"
+
+
+def _error_classes() -> list[type[BaseException]]:
+    return [
+        obj
+        for _, obj in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(obj, BaseException) and obj.__module__ == errors.__name__
+    ]
+
+
+def test_every_error_has_a_stable_unique_code() -> None:
+    classes = _error_classes()
+    assert set(STABLE_CODES) <= {cls.__name__ for cls in classes}
+    codes = [cls.code for cls in classes]  # type: ignore[attr-defined]
+    assert len(codes) == len(set(codes))
+    for cls in classes:
+        assert issubclass(cls, crdt_state.CrdtStateError)
+        if cls.__name__ in STABLE_CODES:
+            assert cls.code == STABLE_CODES[cls.__name__]  # type: ignore[attr-defined]
+        code = cls.code  # type: ignore[attr-defined]
+        assert isinstance(code, str) and code.isidentifier() and code.islower()
+        assert cls.__name__ in crdt_state.__all__
+        assert cls.__doc__
+
+
+@pytest.mark.parametrize(
+    ("name", "builtin"),
+    [
+        ("InvalidPath", KeyError),
+        ("PathNotFound", KeyError),
+        ("WrongType", TypeError),
+        ("UnsupportedValue", TypeError),
+        ("InvalidUpdate", ValueError),
+        ("SchemaError", ValueError),
+        ("BranchClosed", RuntimeError),
+        ("UnknownBase", LookupError),
+        ("StaleBase", LookupError),
+        ("RetryExhausted", crdt_state.ConflictError),
+    ],
+)
+def test_errors_subclass_the_fitting_builtin(name: str, builtin: type[BaseException]) -> None:
+    assert issubclass(getattr(crdt_state, name), builtin)
+
+
+def test_errors_carry_code_path_and_details() -> None:
+    error = crdt_state.InvalidPath("bad key", path=("a", "b"), details={"value": "x"})
+    assert str(error) == "[invalid_path] at 'a.b': bad key"
+    assert error.to_dict() == {
+        "code": "invalid_path",
+        "message": "bad key",
+        "path": ["a", "b"],
+        "details": {"value": "x"},
+    }
+    exhausted = crdt_state.RetryExhausted("gave up", attempts=3)
+    assert exhausted.attempts == 3 and exhausted.retry is True
+    assert exhausted.to_dict()["code"] == "retry_exhausted"
+    assert exhausted.to_dict()["details"] == {"attempts": 3}
