@@ -38,6 +38,7 @@ import gc
 import itertools
 import multiprocessing as mp
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -55,6 +56,7 @@ from websockets.asyncio.client import connect as ws_connect
 
 from sync import Change, ChangeKind, protocol
 from sync.client import connect
+from sync.state_vector import decode_state_vector
 
 ROOT = Path(__file__).resolve().parent.parent
 INTEROP = ROOT / "tests" / "interop"
@@ -103,11 +105,7 @@ class Server:
 
     def cpu_seconds(self) -> float:
         """User + system CPU time of the server so far (Linux /proc; 0 elsewhere)."""
-        try:
-            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return 0.0
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+        return cpu_seconds(self.proc.pid)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -117,6 +115,24 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU time of process ``pid`` so far (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def machine_busy() -> float:
+    """CPU seconds used by everything on the machine so far (Linux /proc/stat; 0 elsewhere)."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    return (sum(fields[:8]) - fields[3] - fields[4]) / CLK_TCK
 
 
 def _read_line(proc: subprocess.Popen[str], timeout: float) -> str | None:
@@ -136,8 +152,20 @@ def _read_line(proc: subprocess.Popen[str], timeout: float) -> str | None:
 def start_hub(db: str) -> tuple[Server, int]:
     """Our hub in its own process; returns it and its port."""
     server = Server(
-        [sys.executable, "-m", "sync.cli", "hub", "--host", HOST, "--port", "0", "--db", db,
-         "--log-level", "WARNING"],
+        [
+            sys.executable,
+            "-m",
+            "sync.cli",
+            "hub",
+            "--host",
+            HOST,
+            "--port",
+            "0",
+            "--db",
+            db,
+            "--log-level",
+            "WARNING",
+        ],
         ready="crdt-state hub on",
         env={"PYTHONPATH": str(ROOT)},
         cwd=ROOT,
@@ -172,7 +200,6 @@ class AgentReport:
     latencies: list[float] = field(default_factory=list)  # merges acknowledged in the window
     last_acked: dict[int, tuple[str, int]] = field(default_factory=dict)  # agent -> (room, n)
     refused: int = 0
-    cpu: float = 0.0
 
 
 async def _replica_agent(url: str, i: int, stack: contextlib.AsyncExitStack) -> Any:
@@ -255,23 +282,23 @@ async def _agents(
         gc.freeze()
         gc.disable()
         chan.send("ready")
-        go, seconds = await asyncio.to_thread(chan.recv)
+        go, seconds, pace = await asyncio.to_thread(chan.recv)
         await asyncio.sleep(max(0.0, go - time.perf_counter()))
         end = go + seconds
-        cpu0 = time.process_time()
-
-        def at_end() -> None:
-            report.cpu = time.process_time() - cpu0
-
-        asyncio.get_running_loop().call_at(
-            asyncio.get_running_loop().time() + max(0.0, end - time.perf_counter()), at_end
-        )
 
         async def loop(i: int, merge: Any) -> None:
             n = 0
+            # paced: one merge every 1/pace s from a random phase; latency counts from
+            # the scheduled start, so falling behind shows (no coordinated omission)
+            interval = 1.0 / pace if pace else 0.0
+            scheduled = go + random.random() * interval
             while time.perf_counter() < end:
                 n += 1
-                began = time.perf_counter()
+                if interval:
+                    await asyncio.sleep(max(0.0, scheduled - time.perf_counter()))
+                    began, scheduled = scheduled, scheduled + interval
+                else:
+                    began = time.perf_counter()
                 ok = await merge(n)
                 done = time.perf_counter()
                 if not ok:
@@ -307,6 +334,7 @@ async def _verify(url: str, rooms: Sequence[str], acked: dict[int, tuple[str, in
 class MergeRow:
     kind: str
     label: str
+    pace: float
     agents: int
     rooms: int
     procs: int
@@ -318,11 +346,14 @@ class MergeRow:
     refused: int
     hub_cpu: float
     client_cpu: float
+    other_cpu: float
+    hub_us: float
 
 
 def run_merges(
-    kind: str, agents: int, rooms: int, seconds: float, procs: int, db: str
+    kind: str, agents: int, rooms: int, seconds: float, procs: int, db: str, pace: float = 0.0
 ) -> MergeRow:
+    """One run; ``pace`` merges/s per agent (0: each agent merges as fast as it can)."""
     hub, port = start_hub(db)
     try:
         url = f"ws://{HOST}:{port}"
@@ -333,7 +364,9 @@ def run_merges(
         for w in range(procs):
             parent, child = ctx.Pipe()
             ids = list(range(w, agents, procs))
-            proc = ctx.Process(target=_agent_process, args=(url, kind, names, ids, child), daemon=True)
+            proc = ctx.Process(
+                target=_agent_process, args=(url, kind, names, ids, child), daemon=True
+            )
             proc.start()
             chans.append(parent)
             workers.append(proc)
@@ -342,11 +375,13 @@ def run_merges(
                 raise RuntimeError("agent process failed to connect")
         go = time.perf_counter() + 0.3
         for chan in chans:
-            chan.send((go, seconds))
+            chan.send((go, seconds, pace))
         time.sleep(max(0.0, go - time.perf_counter()))
-        hub0 = hub.cpu_seconds()
+        hub0, busy0 = hub.cpu_seconds(), machine_busy()
+        client0 = sum(cpu_seconds(proc.pid) for proc in workers)
         time.sleep(max(0.0, go + seconds - time.perf_counter()))
-        hub_cpu = hub.cpu_seconds() - hub0
+        hub_cpu, busy = hub.cpu_seconds() - hub0, machine_busy() - busy0
+        client_cpu = sum(cpu_seconds(proc.pid) for proc in workers) - client0
         reports: list[AgentReport] = [chan.recv() for chan in chans]
         for proc in workers:
             proc.join(30)
@@ -358,6 +393,7 @@ def run_merges(
         lost += agents - len(acked)  # an agent with no acknowledged merge at all
         return MergeRow(
             kind=kind,
+            pace=pace * agents,
             label="durable" if db else "memory",
             agents=agents,
             rooms=rooms,
@@ -369,7 +405,9 @@ def run_merges(
             lost=lost,
             refused=sum(r.refused for r in reports),
             hub_cpu=hub_cpu / seconds,
-            client_cpu=sum(r.cpu for r in reports) / seconds,
+            client_cpu=client_cpu / seconds,
+            other_cpu=max(0.0, busy - hub_cpu - client_cpu) / seconds,
+            hub_us=hub_cpu / max(1, len(latencies)) * 1e6,
         )
     finally:
         hub.stop()
@@ -385,10 +423,15 @@ def _quantile(sorted_values: Sequence[float], q: float) -> float:
 
 
 def make_updates(senders: int, count: int) -> list[list[bytes]]:
-    """For each sender, ``count`` small incremental pycrdt updates (one map key set each)."""
+    """For each sender, ``count`` small incremental pycrdt updates (one map key set each).
+
+    Sender ``s`` writes as Yjs client ``s + 1``, and its update ``n`` ends at clock
+    ``n + 1``, so a frame's updates can be counted from its state vector even when
+    a server merges several updates into one frame.
+    """
     streams = []
     for s in range(senders):
-        doc: Doc[Any] = Doc()
+        doc: Doc[Any] = Doc(client_id=s + 1)
         root = doc.get("m", type=Map)
         updates = []
         for n in range(count):
@@ -400,11 +443,12 @@ def make_updates(senders: int, count: int) -> list[list[bytes]]:
 
 
 async def _relay(
-    url: str, peers: int, streams: list[list[bytes]], window: int, seconds: float
-) -> tuple[int, float]:
-    """Update frames received by all peers during ``seconds``, and the client CPU share."""
+    url: str, pid: int, peers: int, streams: list[list[bytes]], window: int, seconds: float
+) -> tuple[int, int, float, float]:
+    """Updates and frames received by all peers in ``seconds``; server and client CPU."""
     senders = len(streams)
     received = [0] * peers
+    frames = [0] * peers
     echoed = [0] * senders
     credit = [asyncio.Event() for _ in range(senders)]
     synced = [asyncio.Event() for _ in range(peers)]
@@ -412,18 +456,43 @@ async def _relay(
     counting = False
     sockets = []
 
+    # A server may merge several updates into one frame, sent alike to every peer: the
+    # first copy of a frame is applied to an observer doc, whose senders' clocks say
+    # how many updates of each sender it carries; later copies are looked up.
+    observer: Doc[Any] = Doc()
+    carried: dict[bytes, list[Any]] = {}
+
+    def updates_in(update: bytes) -> list[int]:
+        hit = carried.get(update)
+        if hit is None:
+            before = decode_state_vector(observer.get_state())
+            observer.apply_update(update)
+            after = decode_state_vector(observer.get_state())
+            hit = carried[update] = [
+                [after.get(s + 1, 0) - before.get(s + 1, 0) for s in range(senders)],
+                0,
+            ]
+        hit[1] += 1
+        if hit[1] == peers:
+            del carried[update]
+        per_sender: list[int] = hit[0]
+        return per_sender
+
     async def reader(k: int, ws: Any) -> None:
-        nonlocal counting
         with contextlib.suppress(Exception):
             async for data in ws:
                 if data[0] != 0:
                     continue  # awareness and others
                 step = data[1]
                 if step == 2:
+                    message = protocol.decode_message(data)
+                    assert isinstance(message, protocol.SyncUpdate)
+                    per_sender = updates_in(message.update)
                     if counting:
-                        received[k] += 1
-                    if k < senders:
-                        echoed[k] += 1
+                        received[k] += sum(per_sender)
+                        frames[k] += 1
+                    if k < senders and per_sender[k]:
+                        echoed[k] += per_sender[k]
                         credit[k].set()
                 elif step == 1:
                     synced[k].set()
@@ -443,17 +512,16 @@ async def _relay(
 
     async def sender(s: int) -> None:
         ws = sockets[s]
-        sent = 0
-        for update in streams[s]:
+        for sent, update in enumerate(streams[s]):
             if stop:
                 return
             while sent - echoed[s] >= window:
                 credit[s].clear()
                 await credit[s].wait()
             await ws.send(protocol.encode_update(update))
-            sent += 1
 
     counting = True
+    server0 = cpu_seconds(pid)
     cpu0 = time.process_time()
     began = time.perf_counter()
     send_tasks = [asyncio.create_task(sender(s)) for s in range(senders)]
@@ -461,10 +529,11 @@ async def _relay(
     counting = False
     elapsed = time.perf_counter() - began
     cpu = (time.process_time() - cpu0) / elapsed
+    server_cpu = (cpu_seconds(pid) - server0) / elapsed
     stop = True
     for event in credit:
         event.set()
-    total = sum(received)
+    total, total_frames = sum(received), sum(frames)
     for task in send_tasks:
         task.cancel()
     for ws in sockets:
@@ -473,7 +542,7 @@ async def _relay(
     for task in tasks:
         task.cancel()
     await asyncio.gather(*send_tasks, *tasks, return_exceptions=True)
-    return total, cpu
+    return total, total_frames, server_cpu, cpu
 
 
 @dataclass
@@ -483,6 +552,7 @@ class RelayRow:
     senders: int
     delivered: int
     rate: float
+    frames: float
     server_cpu: float
     client_cpu: float
 
@@ -492,11 +562,9 @@ def run_relay(
 ) -> RelayRow:
     server, port = start_hub("") if which == "hub" else start_node()
     try:
-        cpu0 = server.cpu_seconds()
-        delivered, client_cpu = asyncio.run(
-            _relay(f"ws://{HOST}:{port}", peers, streams, window, seconds)
+        delivered, frames, server_cpu, client_cpu = asyncio.run(
+            _relay(f"ws://{HOST}:{port}", server.proc.pid, peers, streams, window, seconds)
         )
-        server_cpu = server.cpu_seconds() - cpu0
     finally:
         server.stop()
     return RelayRow(
@@ -505,7 +573,8 @@ def run_relay(
         senders=len(streams),
         delivered=delivered,
         rate=delivered / seconds,
-        server_cpu=server_cpu / seconds,  # includes the handshakes: an upper bound
+        frames=frames / seconds,
+        server_cpu=server_cpu,
         client_cpu=client_cpu,
     )
 
@@ -523,25 +592,38 @@ def node_missing() -> str | None:
 
 def _print_merges(rows: list[MergeRow]) -> None:
     print("\nMerge load (fork, set own key, merge; one websocket per agent)")
-    head = (f"{'agents':8} {'state':8} {'agents':>6} {'rooms':>5} {'procs':>5} {'merges':>7} {'merges/s':>9} "
-            f"{'p50 ms':>7} {'p99 ms':>7} {'lost':>4} {'refused':>7} {'hub cpu':>7} {'client cpu':>10}")
+    head = (
+        f"{'agents':8} {'state':8} {'offered':>7} {'agents':>6} {'rooms':>5} {'procs':>5} "
+        f"{'merges':>7} {'merges/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'lost':>4} {'refused':>7} "
+        f"{'hub cpu':>7} {'client cpu':>10} "
+        f"{'other cpu':>9} {'hub us/merge':>12}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
-        print(f"{r.kind:8} {r.label:8} {r.agents:>6} {r.rooms:>5} {r.procs:>5} {r.merges:>7} {r.rate:>9.0f} "
-              f"{r.p50 * 1e3:>7.1f} {r.p99 * 1e3:>7.1f} {r.lost:>4} {r.refused:>7} "
-              f"{r.hub_cpu:>7.0%} {r.client_cpu:>10.0%}")
+        offered = f"{r.pace:.0f}/s" if r.pace else "max"
+        print(
+            f"{r.kind:8} {r.label:8} {offered:>7} {r.agents:>6} {r.rooms:>5} {r.procs:>5} "
+            f"{r.merges:>7} {r.rate:>9.0f} {r.p50 * 1e3:>7.1f} {r.p99 * 1e3:>7.1f} "
+            f"{r.lost:>4} {r.refused:>7} "
+            f"{r.hub_cpu:>7.0%} {r.client_cpu:>10.0%} {r.other_cpu:>9.0%} {r.hub_us:>12.0f}"
+        )
 
 
 def _print_relay(rows: list[RelayRow]) -> None:
     print("\nRelay of plain Yjs updates (raw peers, one room, same load generator)")
-    head = (f"{'server':18} {'peers':>5} {'senders':>7} {'delivered':>9} {'updates/s':>9} "
-            f"{'server cpu':>10} {'client cpu':>10}")
+    head = (
+        f"{'server':18} {'peers':>5} {'senders':>7} {'delivered':>9} {'updates/s':>9} "
+        f"{'frames/s':>9} {'server cpu':>10} {'client cpu':>10}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
-        print(f"{r.server:18} {r.peers:>5} {r.senders:>7} {r.delivered:>9} {r.rate:>9.0f} "
-              f"{r.server_cpu:>10.0%} {r.client_cpu:>10.0%}")
+        print(
+            f"{r.server:18} {r.peers:>5} {r.senders:>7} {r.delivered:>9} {r.rate:>9.0f} "
+            f"{r.frames:>9.0f} "
+            f"{r.server_cpu:>10.0%} {r.client_cpu:>10.0%}"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -550,9 +632,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--agents", default="50,200,1000")
     parser.add_argument("--rooms", type=int, default=20, help="rooms of the many-rooms runs")
     parser.add_argument("--procs", type=int, default=1, help="client processes for the agents")
-    parser.add_argument("--kinds", default="replica,wire",
-                        help="agent kinds: replica (sync.client.connect), wire (codec only)")
-    parser.add_argument("--durable-agents", type=int, default=GOAL_AGENTS)
+    parser.add_argument(
+        "--kinds",
+        default="replica,wire",
+        help="agent kinds: replica (sync.client.connect), wire (codec only)",
+    )
+    parser.add_argument(
+        "--target",
+        type=float,
+        default=2_100.0,
+        help="offered merges/s of the paced goal runs (200 agents)",
+    )
     parser.add_argument("--relay-peers", default="50")
     parser.add_argument("--relay-senders", type=int, default=5)
     parser.add_argument("--window", type=int, default=8, help="unechoed updates per sender")
@@ -565,28 +655,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.skip_merges:
         merge_rows: list[MergeRow] = []
         kinds = [k for k in args.kinds.split(",") if k]
+        pace = args.target / GOAL_AGENTS  # per agent, for the goal runs
         for kind in kinds:
             for n in (int(x) for x in args.agents.split(",")):
                 for rooms in (1, args.rooms):
                     merge_rows.append(run_merges(kind, n, rooms, args.seconds, args.procs, ""))
+                    if n == GOAL_AGENTS:
+                        merge_rows.append(
+                            run_merges(kind, n, rooms, args.seconds, args.procs, "", pace)
+                        )
         with tempfile.TemporaryDirectory() as tmp:
             for kind in kinds:
                 for rooms in (1, args.rooms):
-                    db = f"{tmp}/{kind}-{rooms}"
-                    merge_rows.append(
-                        run_merges(kind, args.durable_agents, rooms, args.seconds, args.procs, db)
-                    )
+                    for p in (0.0, pace):
+                        db = f"{tmp}/{kind}-{rooms}-{p}"
+                        merge_rows.append(
+                            run_merges(kind, GOAL_AGENTS, rooms, args.seconds, args.procs, db, p)
+                        )
         _print_merges(merge_rows)
-        goals.append(("lost = 0 in every run", all(r.lost == 0 for r in merge_rows),
-                      f"lost={sum(r.lost for r in merge_rows)}"))
+        goals.append(
+            (
+                "lost = 0 in every run",
+                all(r.lost == 0 for r in merge_rows),
+                f"lost={sum(r.lost for r in merge_rows)}",
+            )
+        )
         for r in merge_rows:
-            if r.agents == GOAL_AGENTS:
+            if r.agents == GOAL_AGENTS and r.pace:
                 ok = r.rate >= MERGE_GOAL_RATE and r.p99 < MERGE_GOAL_P99
-                goals.append((
-                    f">= {MERGE_GOAL_RATE:.0f} merges/s, p99 < {MERGE_GOAL_P99 * 1e3:.0f} ms "
-                    f"({r.kind} agents, {r.label}, {r.agents} agents, {r.rooms} room(s))",
-                    ok, f"{r.rate:.0f}/s, p99 {r.p99 * 1e3:.1f} ms",
-                ))
+                goals.append(
+                    (
+                        f">= {MERGE_GOAL_RATE:.0f} merges/s with p99 < "
+                        f"{MERGE_GOAL_P99 * 1e3:.0f} ms, "
+                        f"{r.agents} {r.kind} agents, {r.label}, {r.rooms} room(s)",
+                        ok,
+                        f"{r.rate:.0f}/s, p99 {r.p99 * 1e3:.1f} ms",
+                    )
+                )
 
     if not args.skip_relay:
         reason = node_missing()
@@ -595,13 +700,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             relay_rows: list[RelayRow] = []
             for peers in (int(x) for x in args.relay_peers.split(",")):
-                streams = make_updates(args.relay_senders, 40_000 // args.relay_senders)
-                pair = [run_relay(which, peers, streams, args.window, args.seconds)
-                        for which in ("node", "hub")]
+                streams = make_updates(args.relay_senders, 80_000 // args.relay_senders)
+                pair = [
+                    run_relay(which, peers, streams, args.window, args.seconds)
+                    for which in ("node", "hub")
+                ]
                 relay_rows.extend(pair)
                 ratio = pair[1].rate / pair[0].rate if pair[0].rate else float("inf")
-                goals.append((f"relay rate >= node reference ({peers} peers)", ratio >= 1.0,
-                              f"hub/node = {ratio:.2f}"))
+                goals.append(
+                    (
+                        f"relay rate >= node reference ({peers} peers)",
+                        ratio >= 1.0,
+                        f"hub/node = {ratio:.2f}",
+                    )
+                )
             _print_relay(relay_rows)
 
     print("\nGoals")

@@ -103,7 +103,8 @@ class Branch:
         with self._state._lock:
             for key in self._state._read_at_keys(self._base_seq):
                 self._load(key)
-        return copy_value(self._local)
+        snapshot: dict[str, Any] = copy_value(self._local)
+        return snapshot
 
     def __getitem__(self, key: str) -> Any:
         value = self._view(parse_path((key,)))
@@ -254,7 +255,9 @@ class Branch:
         return bool(self._writes)
 
     # -- merging -----------------------------------------------------------------
-    def merge(self, *, resolvers: dict[Any, object] | None = None, default: object | None = None) -> MergeResult:
+    def merge(
+        self, *, resolvers: Mapping[Any, object] | None = None, default: object | None = None
+    ) -> MergeResult:
         """Merge the branch's changes into its state; returns a :class:`MergeResult`.
 
         Changes to paths nobody else touched since the fork are applied as
@@ -276,7 +279,7 @@ class Branch:
         return result
 
     async def amerge(
-        self, *, resolvers: dict[Any, object] | None = None, default: object | None = None
+        self, *, resolvers: Mapping[Any, object] | None = None, default: object | None = None
     ) -> MergeResult:
         """The asyncio form of :meth:`merge` (durable states wait off the event loop)."""
         if self._state._journal is not None:
@@ -346,4 +349,7 @@ class Branch:
             await self.amerge()
 
     def __repr__(self) -> str:
-        return f"<Branch agent={self._agent!r} base={self._base} {self._status} changes={len(self._writes)}>"
+        return (
+            f"<Branch agent={self._agent!r} base={self._base} {self._status}"
+            f" changes={len(self._writes)}>"
+        )

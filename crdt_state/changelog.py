@@ -228,41 +228,52 @@ def overlaps(writes: Iterable[Path], entries: list[Entry]) -> dict[Path, Overlap
     """For each branch path, the state writes since the base that overlap it.
 
     Two paths overlap when they are equal or one is an ancestor of the other.
-    Paths with no overlapping write are left out of the result.
+    Paths with no overlapping write are left out of the result. ``agent`` is
+    the agent of the newest entry with an overlapping write. One pass over the
+    entries, a few set lookups per written path.
     """
     if not entries:
         return {}
-    state: dict[Path, tuple[WriteKind, str | None, set[WriteKind]]] = {}
-    prefixes: set[Path] = set()
+    targets = list(writes)
+    exact_targets = set(targets)
+    below: dict[Path, list[Path]] = {}  # strict ancestor -> branch paths under it
+    for target in targets:
+        for i in range(1, len(target)):
+            below.setdefault(target[:i], []).append(target)
+    found: dict[Path, _Seen] = {}
+
+    def touch(target: Path, path: Path, kind: WriteKind, agent: str | None) -> None:
+        seen = found.get(target)
+        if seen is None:
+            seen = found[target] = _Seen()
+        seen.kinds.add(kind)
+        seen.exact = seen.exact and path == target
+        seen.agent = agent
+
     for entry in entries:
         for path, kind in entry.writes.items():
-            previous = state.get(path)
-            kinds = previous[2] if previous else set()
-            kinds.add(kind)
-            state[path] = (kind, entry.agent, kinds)
-            for i in range(1, len(path)):
-                prefixes.add(path[:i])
+            # most written paths relate to no branch path: a few set lookups, no allocation
+            if path in exact_targets:
+                touch(path, path, kind, entry.agent)
+            if len(path) > 1:
+                for i in range(1, len(path)):
+                    if path[:i] in exact_targets:
+                        touch(path[:i], path, kind, entry.agent)
+            if path in below:
+                for target in below[path]:
+                    touch(target, path, kind, entry.agent)
     out: dict[Path, Overlap] = {}
-    for path in writes:
-        found: list[Path] = [path[:i] for i in range(1, len(path) + 1) if path[:i] in state]
-        if path in prefixes:
-            found.extend(p for p in state if len(p) > len(path) and p[: len(path)] == path)
-        if not found:
-            continue
-        kinds: set[WriteKind] = set()
-        for p in found:
-            kinds |= state[p][2]
-        latest = max(found, key=lambda p: _last_seq(entries, p))
-        out[path] = Overlap(
-            kinds=frozenset(kinds),
-            exact=all(p == path for p in found),
-            agent=state[latest][1],
-        )
+    for target in targets:
+        seen = found.get(target)
+        if seen is not None:
+            out[target] = Overlap(kinds=frozenset(seen.kinds), exact=seen.exact, agent=seen.agent)
     return out
 
 
-def _last_seq(entries: list[Entry], path: Path) -> int:
-    for entry in reversed(entries):
-        if path in entry.writes:
-            return entry.seq
-    return -1
+@dataclass(slots=True)
+class _Seen:
+    """What :func:`overlaps` has met so far for one branch path."""
+
+    kinds: set[WriteKind] = field(default_factory=set)
+    exact: bool = True
+    agent: str | None = None

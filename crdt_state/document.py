@@ -15,7 +15,16 @@ from pycrdt import Array, Doc, Map
 from .paths import Path
 from .values import MISSING, normalize_number
 
-__all__ = ["META_ROOT", "ROOT", "doc_delete", "doc_extend", "doc_read", "doc_set", "from_crdt", "to_crdt"]
+__all__ = [
+    "META_ROOT",
+    "ROOT",
+    "doc_delete",
+    "doc_extend",
+    "doc_read",
+    "doc_set",
+    "from_crdt",
+    "to_crdt",
+]
 
 ROOT: Final = "state"
 """Name of the root ``Y.Map`` every peer reads."""
@@ -51,11 +60,10 @@ def normalize_py(value: Any) -> Any:
     return normalize_number(value)
 
 
-
-
-def root(doc: Doc) -> Map:
+def root(doc: Doc[Any]) -> Map[Any]:
     """The document's ``state`` map."""
-    return doc.get(ROOT, type=Map)
+    found: Map[Any] = doc.get(ROOT, type=Map)
+    return found
 
 
 def _root_of(target: Doc[Any] | Map[Any]) -> Map[Any]:
@@ -106,7 +114,7 @@ def doc_extend(doc: Doc[Any] | Map[Any], path: Path, items: list[Any]) -> None:
         parent[path[-1]] = Array([to_crdt(v) for v in items])
 
 
-def doc_read(doc: Doc, path: Path) -> Any:
+def doc_read(doc: Doc[Any], path: Path) -> Any:
     """Plain data at ``path``, or :data:`MISSING`."""
     node: Any = root(doc)
     for key in path:
@@ -116,7 +124,7 @@ def doc_read(doc: Doc, path: Path) -> Any:
     return from_crdt(node)
 
 
-def doc_snapshot(doc: Doc) -> dict[str, Any]:
+def doc_snapshot(doc: Doc[Any]) -> dict[str, Any]:
     """The whole ``state`` map as plain, normalised data."""
     out = normalize_py(root(doc).to_py())
     return out if isinstance(out, dict) else {}

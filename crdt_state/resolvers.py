@@ -197,7 +197,8 @@ class PolicyTable:
         parent: PolicyTable | None = None,
     ) -> None:
         self._rules: dict[Pattern, Policy] = {
-            Pattern.parse(pattern): as_policy(policy) for pattern, policy in (resolvers or {}).items()
+            Pattern.parse(pattern): as_policy(policy)
+            for pattern, policy in (resolvers or {}).items()
         }
         self.default: Policy = as_policy(default)
         self._parent = parent
@@ -209,9 +210,7 @@ class PolicyTable:
         """A table whose rules (and default, when given) take precedence over this one's."""
         if not resolvers and default is None:
             return self
-        return PolicyTable(
-            resolvers, self.default if default is None else default, parent=self
-        )
+        return PolicyTable(resolvers, self.default if default is None else default, parent=self)
 
     def _lookup(self, path: Path) -> Policy | None:
         best = most_specific(self._rules, path)

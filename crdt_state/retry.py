@@ -31,7 +31,7 @@ class Retry:
 
     def cap(self, attempt: int) -> float:
         """The largest wait after failed attempt number ``attempt`` (1-based)."""
-        return min(self.max_delay, self.base_delay * (2 ** min(attempt - 1, 62)))
+        return float(min(self.max_delay, self.base_delay * 2.0 ** min(attempt - 1, 62)))
 
     def delay(self, attempt: int) -> float:
         """A jittered wait after failed attempt number ``attempt`` (1-based)."""

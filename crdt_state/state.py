@@ -10,13 +10,10 @@ agent made a change is kept in the change log.
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import os
 import threading
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pycrdt import Doc, Map
@@ -28,13 +25,12 @@ from .errors import (
     ConflictError,
     CrdtStateError,
     InvalidUpdate,
-    RetryExhausted,
-    StaleBase,
     WrongType,
 )
 from .paths import Path, parse_path
 from .resolvers import PolicyTable, raise_conflict
 from .retry import Retry
+from .transact import arun_transaction, run_transaction
 from .values import MISSING, copy_value, normalize, same, tree_delete, tree_get, tree_set
 from .version import VersionVector
 
@@ -108,7 +104,7 @@ class SharedState:
         schema: type[BaseModel] | None = None,
         initialize: bool = True,
     ) -> None:
-        self._doc = Doc(client_id=client_id) if client_id is not None else Doc()
+        self._doc: Doc[Any] = Doc(client_id=client_id) if client_id is not None else Doc()
         self._root = self._doc.get(ydoc.ROOT, type=Map)
         self._meta = self._doc.get(ydoc.META_ROOT, type=Map)
         self._lock = threading.RLock()
@@ -157,7 +153,8 @@ class SharedState:
     def snapshot(self) -> dict[str, Any]:
         """A deep copy of the whole state as plain Python data."""
         with self._lock:
-            return copy_value(self._mirror)
+            snapshot: dict[str, Any] = copy_value(self._mirror)
+            return snapshot
 
     def read(self) -> tuple[dict[str, Any], VersionVector]:
         """``(snapshot, token)`` taken atomically."""
@@ -549,7 +546,11 @@ class SharedState:
             self._updates.clear()
             return entry, None
         if update is None:
-            update = b"".join(self._updates) if len(self._updates) == 1 else _merge_updates(self._updates)
+            update = (
+                b"".join(self._updates)
+                if len(self._updates) == 1
+                else _merge_updates(self._updates)
+            )
         self._updates.clear()
         change = StateUpdate(
             seq=entry.seq,
@@ -583,29 +584,8 @@ class SharedState:
         exception from ``fn`` discards the branch and propagates. The result's
         ``value`` is what ``fn`` returned.
         """
-        policy = retry or Retry()
-        last: ConflictError | None = None
-        for attempt in range(1, policy.attempts + 1):
-            branch = self.fork(agent)
-            with _discard_on_error(branch):
-                value = fn(branch)
-            try:
-                result = branch.merge(resolvers=resolvers, default=default)
-            except ConflictError as exc:
-                if not exc.retry:
-                    raise
-                last = exc
-            except StaleBase as exc:
-                last = ConflictError(str(exc), retry=True)
-            else:
-                return replace(result, value=value, attempts=attempt)
-            branch.discard()
-            if attempt < policy.attempts:
-                time.sleep(policy.delay(attempt))
-        raise RetryExhausted(
-            f"agent {agent!r} still conflicted after {policy.attempts} attempt(s)",
-            attempts=policy.attempts,
-            conflicts=last.conflicts if last else (),
+        return run_transaction(
+            self.fork, fn, agent=agent, retry=retry, resolvers=resolvers, default=default
         )
 
     async def atransact(
@@ -618,31 +598,8 @@ class SharedState:
         default: object | None = None,
     ) -> MergeResult:
         """The asyncio form of :meth:`transact`; ``fn`` may be async or plain."""
-        policy = retry or Retry()
-        last: ConflictError | None = None
-        for attempt in range(1, policy.attempts + 1):
-            branch = self.fork(agent)
-            with _discard_on_error(branch):
-                value = fn(branch)
-                if inspect.isawaitable(value):
-                    value = await value
-            try:
-                result = await branch.amerge(resolvers=resolvers, default=default)
-            except ConflictError as exc:
-                if not exc.retry:
-                    raise
-                last = exc
-            except StaleBase as exc:
-                last = ConflictError(str(exc), retry=True)
-            else:
-                return replace(result, value=value, attempts=attempt)
-            branch.discard()
-            if attempt < policy.attempts:
-                await asyncio.sleep(policy.delay(attempt))
-        raise RetryExhausted(
-            f"agent {agent!r} still conflicted after {policy.attempts} attempt(s)",
-            attempts=policy.attempts,
-            conflicts=last.conflicts if last else (),
+        return await arun_transaction(
+            self.fork, fn, agent=agent, retry=retry, resolvers=resolvers, default=default
         )
 
     # -- replication --------------------------------------------------------------
@@ -809,18 +766,6 @@ class SharedState:
         return f"<SharedState {self.token} keys={len(self._mirror)}>"
 
 
-class _discard_on_error:
-    def __init__(self, branch: Branch) -> None:
-        self.branch = branch
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is not None:
-            self.branch.discard()
-
-
 def _incoming(op: Change, base: Any) -> Any:
     if op.kind == "set":
         return op.value
@@ -840,9 +785,7 @@ def _check_disjoint(ops: list[Change]) -> None:
 
 def _root_most(changed: dict[Path, WriteKind]) -> dict[Path, WriteKind]:
     keys = set(changed)
-    return {
-        p: k for p, k in changed.items() if not any(p[:i] in keys for i in range(1, len(p)))
-    }
+    return {p: k for p, k in changed.items() if not any(p[:i] in keys for i in range(1, len(p)))}
 
 
 def _event_changes(event: Any, mirror: dict[str, Any]) -> list[tuple[Path, WriteKind]]:

@@ -23,7 +23,16 @@ from typing import Any, Final
 from .errors import PathNotFound, UnsupportedValue, WrongType
 from .paths import Path
 
-__all__ = ["MISSING", "Missing", "copy_value", "normalize", "same", "tree_delete", "tree_get", "tree_set"]
+__all__ = [
+    "MISSING",
+    "Missing",
+    "copy_value",
+    "normalize",
+    "same",
+    "tree_delete",
+    "tree_get",
+    "tree_set",
+]
 
 INT_MIN: Final = -(2**63)
 INT_MAX: Final = 2**63 - 2  # pycrdt stores 2**63 - 1 as a (rounded) double
@@ -74,7 +83,9 @@ def normalize(value: object, path: Path = ()) -> Any:
     if isinstance(value, float):
         if not math.isfinite(value):
             raise UnsupportedValue(
-                "NaN and infinities cannot be stored", path=path or None, details={"value": repr(value)}
+                "NaN and infinities cannot be stored",
+                path=path or None,
+                details={"value": repr(value)},
             )
         return normalize_number(value)
     if isinstance(value, dict):
@@ -213,7 +224,11 @@ def same(a: Any, b: Any) -> bool:
             and all(same(v, b[k]) for k, v in a.items())
         )
     if isinstance(a, list):
-        return isinstance(b, list) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return (
+            isinstance(b, list)
+            and len(a) == len(b)
+            and all(same(x, y) for x, y in zip(a, b, strict=True))
+        )
     if a is MISSING or b is MISSING:
         return False
     return bool(a == b) and isinstance(a, str) == isinstance(b, str)

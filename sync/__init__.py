@@ -7,6 +7,7 @@
 - :mod:`sync.protocol`: the pure codec; ``docs/protocol.md`` has the layouts.
 """
 
+from sync.auth import AuthError, Grant, mint_token, verify_token
 from sync.changes import (
     MISSING,
     Change,
@@ -17,7 +18,6 @@ from sync.changes import (
     Missing,
     Path,
 )
-from sync.auth import AuthError, Grant, mint_token, verify_token
 from sync.client import RemoteBranch, RemoteError, RemoteState, connect
 from sync.errors import CloseCode, ErrorCode, ProtocolError, SyncError
 from sync.hub import Hub

@@ -22,7 +22,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, TypeAlias, cast
 
 from crdt_state.values import MISSING, Missing
 from sync.errors import ErrorCode, ProtocolError
@@ -182,7 +182,7 @@ def _present_value(value: JsonValue | Missing) -> JsonValue:
             'a value may not be MISSING or {"$missing": true} here',
         )
     _check_json(value)
-    return value
+    return cast("JsonValue", value)
 
 
 def _check_json(value: object) -> None:

@@ -45,6 +45,7 @@ from crdt_state import (
     resolvers,
 )
 from crdt_state.resolvers import PolicyTable
+from crdt_state.transact import arun_transaction
 
 from . import protocol as p
 from .offline import OfflineStore, PendingMerge
@@ -87,7 +88,7 @@ class RemoteBranch(Branch):
         raise TypeError("a remote branch merges with 'await branch.amerge()' or 'async with'")
 
     async def amerge(
-        self, *, resolvers: dict[Any, object] | None = None, default: object | None = None
+        self, *, resolvers: Mapping[Any, object] | None = None, default: object | None = None
     ) -> MergeResult:
         """Send the branch to the hub; see :meth:`RemoteState.acommit` for the outcome.
 
@@ -253,34 +254,17 @@ class RemoteState:
         resolvers: Mapping[Any, object] | None = None,
         default: object | None = None,
     ) -> MergeResult:
-        """Run ``fn(branch)`` and merge through the hub, re-running on a retry."""
-        policy = retry or Retry()
-        last: ConflictError | None = None
-        for attempt in range(1, policy.attempts + 1):
-            branch = self.fork(agent)
-            try:
-                value = fn(branch)
-                if asyncio.iscoroutine(value) or isinstance(value, Awaitable):
-                    value = await value
-            except BaseException:
-                branch.discard()
-                raise
-            try:
-                result = await branch.amerge(resolvers=resolvers, default=default)
-            except ConflictError as exc:
-                if not exc.retry:
-                    raise
-                last = exc
-                branch.discard()
-                await asyncio.sleep(policy.delay(attempt))
-                continue
-            return _with(result, value=value, attempts=attempt)
-        from crdt_state import RetryExhausted
+        """Run ``fn(branch)`` and merge through the hub, re-running on a retry.
 
-        raise RetryExhausted(
-            f"agent {agent or self.agent!r} still conflicted after {policy.attempts} attempt(s)",
-            attempts=policy.attempts,
-            conflicts=last.conflicts if last else (),
+        See :meth:`crdt_state.SharedState.transact` for the contract.
+        """
+        return await arun_transaction(
+            self.fork,
+            fn,
+            agent=agent or self.agent,
+            retry=retry,
+            resolvers=resolvers,
+            default=default,
         )
 
     # -- merging through the hub ----------------------------------------------------------
@@ -407,7 +391,10 @@ class RemoteState:
         while not self._closing:
             try:
                 async with ws_connect(
-                    self._connect_url(), max_size=self._max_message, compression=None, open_timeout=5
+                    self._connect_url(),
+                    max_size=self._max_message,
+                    compression=None,
+                    open_timeout=5,
                 ) as ws:
                     self._ws = ws
                     attempt = 0
@@ -487,12 +474,6 @@ def _combined(ops: list[Change], table: PolicyTable) -> frozenset[tuple[str, ...
     return frozenset(
         op.path for op in ops if getattr(table.policy_for(op.path), "sees_equal_writes", False)
     )
-
-
-def _with(result: MergeResult, **changes: Any) -> MergeResult:
-    from dataclasses import replace
-
-    return replace(result, **changes)
 
 
 @contextlib.asynccontextmanager

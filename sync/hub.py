@@ -118,7 +118,10 @@ class Hub:
         self.db = Path(db) if db is not None else None
         self.secret = secret
         self.limits = limits or Limits()
-        self._room_policies = {Pattern.parse(tuple(k.split("/"))): v for k, v in (resolvers or {}).items()}
+        self._room_policies = {
+            Pattern.parse(tuple(glob.split("/"))): rules
+            for glob, rules in (resolvers or {}).items()
+        }
         self._state_factory = state_factory
         self.rooms: dict[str, Room] = {}
         self._grants: dict[Any, tuple[str, Grant | None]] = {}
@@ -132,7 +135,8 @@ class Hub:
         if self.secret is None:
             log.warning(
                 "hub started without a secret: every client may read and write every room "
-                "(listening on %s)", self.host
+                "(listening on %s)",
+                self.host,
             )
         self._server = await serve(
             self._handle,
@@ -264,9 +268,8 @@ class Hub:
                 grant=grant,
                 remote=_peer(ws),
                 max_outbox=self.limits.max_outbox,
-                on_overflow=lambda s: asyncio.ensure_future(
-                    ws.close(_TRY_AGAIN_LATER, "client too slow: outbox full")
-                ),
+                on_overflow=lambda _: _close_later(ws, _TRY_AGAIN_LATER, "client too slow"),
+                connection=ws,
             )
             room.join(session)
             writer = asyncio.create_task(_pump(ws, session))
@@ -283,6 +286,9 @@ class Hub:
                 await self._dispatch(room, session, message)
         except _Close as exc:
             log.info("closing %s: %d %s", _peer(ws), exc.code, exc.reason)
+            if exc.code == CloseCode.POLICY_VIOLATION:
+                with contextlib.suppress(ConnectionClosed):
+                    await ws.send(p.encode_permission_denied(exc.reason))
             await ws.close(exc.code, exc.reason)
         except ConnectionClosed:
             pass
@@ -330,7 +336,7 @@ class Hub:
             done = room.completed.get(message.request_id)
             if done is None:
                 done = await self._merge(room, session, message)
-            session.enqueue(done)
+            room.reply(session, done)  # after the update frame carrying the merge
         # results, permission-denied and unknown types from clients are ignored
 
     async def _merge(self, room: Room, session: Session, request: p.MergeRequest) -> bytes:
@@ -339,7 +345,9 @@ class Hub:
             base = VersionVector.from_state(request.base)
             ops = core_changes(request.changes)
             if room.size + sum(len(repr(op.value)) for op in ops) > self.limits.max_document:
-                return _error_result(request, state, "document_too_large", "document size limit reached")
+                return _error_result(
+                    request, state, "document_too_large", "document size limit reached"
+                )
             result: MergeResult = await self._run(
                 state,
                 state.commit,
@@ -372,7 +380,9 @@ class Hub:
         room.remember(request.request_id, reply)
         return reply
 
-    async def _run(self, state: SharedState, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    async def _run(
+        self, state: SharedState, fn: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> Any:
         """Call ``fn`` inline for in-memory states, on a worker thread for durable ones."""
         if state._journal is not None:
             return await asyncio.to_thread(fn, *args, **kwargs)
@@ -395,6 +405,16 @@ def _equal_write_reports(state: SharedState, request: p.MergeRequest) -> dict[An
     return {tuple(path): resolvers.report_equal_writes for path in paths}
 
 
+_closing: set[asyncio.Task[None]] = set()
+
+
+def _close_later(ws: ServerConnection, code: int, reason: str) -> None:
+    """Close ``ws`` from synchronous code (the close handshake runs as a task)."""
+    task = asyncio.ensure_future(ws.close(code, reason))
+    _closing.add(task)
+    task.add_done_callback(_closing.discard)
+
+
 def _error_result(request: p.MergeRequest, state: SharedState, code: str, message: str) -> bytes:
     return p.encode_merge_result(
         request.request_id,
@@ -408,12 +428,21 @@ async def _pump(ws: ServerConnection, session: Session) -> None:
     """Send the session's queued frames, in order, until ``None`` or disconnection."""
     while True:
         frame = await session.outbox.get()
-        if frame is None:
-            return
+        session.busy = True
         try:
-            await ws.send(frame)
-        except ConnectionClosed:
-            return
+            while frame is not None:  # send what is queued without waking up again
+                try:
+                    await ws.send(frame)
+                except ConnectionClosed:
+                    return
+                try:
+                    frame = session.outbox.get_nowait()
+                except asyncio.QueueEmpty:
+                    break
+            else:
+                return
+        finally:
+            session.busy = False
 
 
 def _refuse(connection: ServerConnection, status: HTTPStatus, reason: str) -> Response:

@@ -78,7 +78,9 @@ class OfflineStore:
 
     def load_replica(self) -> list[bytes]:
         with self._lock:
-            return [bytes(r[0]) for r in self._db.execute("SELECT update_ FROM replica ORDER BY id")]
+            return [
+                bytes(r[0]) for r in self._db.execute("SELECT update_ FROM replica ORDER BY id")
+            ]
 
     def append_replica(self, update: bytes) -> None:
         with self._lock:
@@ -97,7 +99,9 @@ class OfflineStore:
     def load_pending(self) -> list[PendingMerge]:
         with self._lock:
             rows = list(
-                self._db.execute("SELECT request_id, ord, agent, base, ops FROM pending ORDER BY ord")
+                self._db.execute(
+                    "SELECT request_id, ord, agent, base, ops FROM pending ORDER BY ord"
+                )
             )
         out = []
         for rid, order, agent, base, text in rows:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pycrdt import merge_updates
+from websockets.asyncio.server import ServerConnection, broadcast
 
 from crdt_state import SharedState, StateUpdate
 
@@ -34,8 +35,11 @@ _ids = itertools.count(1)
 class Session:
     """One websocket connection joined to a room.
 
-    ``outbox`` holds frames to send, in order; when it overflows the session
-    is marked ``overflowed`` and the hub disconnects it.
+    Frames are written to ``connection`` at once when nothing is waiting
+    before them and its write buffer is below ``write_limit`` bytes;
+    otherwise ``outbox`` holds them, in order, for the hub's writer task
+    (which waits for the client to read). When the outbox overflows the
+    session is marked ``overflowed`` and the hub disconnects it.
     """
 
     grant: Grant | None
@@ -45,6 +49,10 @@ class Session:
     outbox: asyncio.Queue[bytes | None] = field(init=False)
     overflowed: bool = False
     on_overflow: Callable[[Session], None] | None = None
+    connection: ServerConnection | None = None
+    busy: bool = False
+    """True while the writer task is sending a frame taken from the outbox."""
+    write_limit: int = 64 * 1024
 
     def __post_init__(self) -> None:
         self.outbox = asyncio.Queue(maxsize=self.max_outbox)
@@ -61,6 +69,15 @@ class Session:
     def enqueue(self, frame: bytes) -> None:
         """Queue ``frame`` for sending (event-loop thread only)."""
         if self.overflowed:
+            return
+        ws = self.connection
+        if (
+            ws is not None
+            and not self.busy
+            and self.outbox.empty()
+            and ws.transport.get_write_buffer_size() < self.write_limit
+        ):
+            broadcast((ws,), frame)  # written now: nothing is queued before it
             return
         try:
             self.outbox.put_nowait(frame)
@@ -117,7 +134,7 @@ class Room:
             self._loop.call_soon(self.flush)
 
     def reply(self, session: Session, frame: bytes) -> None:
-        """Queue ``frame`` for ``session`` after every change made so far (event-loop thread only)."""
+        """Queue ``frame`` for ``session`` after every change made so far (loop thread only)."""
         self._replies.append((session, frame))
         self._schedule()
 

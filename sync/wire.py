@@ -10,7 +10,7 @@ A conflict the policies did not settle travels with ``resolution`` set to
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final
+from typing import Final
 
 import crdt_state
 from crdt_state import MISSING, UNRESOLVED, Conflict
@@ -41,8 +41,7 @@ def wire_changes(
 def core_changes(records: Sequence[wire.Change]) -> list[crdt_state.Change]:
     """Wire records as the core's changes (validation happens in ``SharedState.commit``)."""
     return [
-        crdt_state.Change(record.kind.value, tuple(record.path), record.value)  # type: ignore[arg-type]
-        for record in records
+        crdt_state.Change(record.kind.value, tuple(record.path), record.value) for record in records
     ]
 
 

@@ -194,10 +194,10 @@ def test_jitter_within_cap() -> None:
 
 
 def test_transact_sleeps_are_jittered_within_cap(monkeypatch: pytest.MonkeyPatch) -> None:
-    import crdt_state.state as state_module
+    import crdt_state.transact as transact_module
 
     slept: list[float] = []
-    monkeypatch.setattr(state_module.time, "sleep", slept.append)
+    monkeypatch.setattr(transact_module.time, "sleep", slept.append)
     state = SharedState(resolvers={"owner": resolvers.retry})
     state.commit({"owner": "x"}, state.token, "init")
 

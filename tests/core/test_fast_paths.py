@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crdt_state import InvalidUpdate, SharedState, StaleBase, VersionVector
+from crdt_state import InvalidUpdate, Path, SharedState, StaleBase, VersionVector
+from crdt_state.changelog import Entry, Overlap, WriteKind, overlaps
 
 
 def decode(raw: bytes) -> object:
@@ -77,3 +78,46 @@ def test_trimmed_history_still_judges_retained_tokens() -> None:
     result = state.commit({"k3": "late"}, tokens[-3], "late-agent", default=lambda c: c.incoming)
     assert [c.path for c in result.conflicts] == [("k3",)]
     assert state.get("k3") == "late"
+
+
+def brute_overlaps(writes: list[Path], entries: list[Entry]) -> dict[Path, Overlap]:
+    """The definition, checked write by write."""
+    out = {}
+    for target in writes:
+        related = [
+            (entry.agent, path, kind)
+            for entry in entries
+            for path, kind in entry.writes.items()
+            if path[: len(target)] == target or target[: len(path)] == path
+        ]
+        if related:
+            out[target] = Overlap(
+                kinds=frozenset(kind for _, _, kind in related),
+                exact=all(path == target for _, path, _ in related),
+                agent=related[-1][0],
+            )
+    return out
+
+
+paths = st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3).map(tuple)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["x", "y", "z", None]),
+            st.dictionaries(paths, st.sampled_from(["set", "delete", "append"]), max_size=4),
+        ),
+        max_size=8,
+    ),
+    st.lists(paths, max_size=4, unique=True),
+)
+def test_overlaps_matches_its_definition(
+    raw_entries: list[tuple[str | None, dict[Path, WriteKind]]], writes: list[Path]
+) -> None:
+    entries = [
+        Entry(seq=i + 1, agent=agent, token=VersionVector(), delta={}, writes=w, undo=[])
+        for i, (agent, w) in enumerate(raw_entries)
+    ]
+    assert overlaps(writes, entries) == brute_overlaps(writes, entries)

@@ -118,8 +118,13 @@ def test_annotated_policies_in_any_interleaving(
 
 def test_annotated_policies_with_threads() -> None:
     edits = [
-        {"calls": i % 4 + 1, "tags": [f"t{i % 7}"], "best": float(i * 37 % 101),
-         "tool": "search" if i % 2 else "fetch", "tool_calls": 1}
+        {
+            "calls": i % 4 + 1,
+            "tags": [f"t{i % 7}"],
+            "best": float(i * 37 % 101),
+            "tool": "search" if i % 2 else "fetch",
+            "tool_calls": 1,
+        }
         for i in range(16)
     ]
     state = SharedState(schema=Board)

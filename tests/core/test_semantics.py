@@ -161,7 +161,11 @@ def test_rebase_after_conflict_lets_the_branch_win() -> None:
 def test_most_specific_pattern_wins() -> None:
     state = make(
         {"m": {"x": 1, "y": 1}},
-        resolvers={"m.*": resolvers.maximum, "m.x": resolvers.minimum, "**": resolvers.last_writer_wins},
+        resolvers={
+            "m.*": resolvers.maximum,
+            "m.x": resolvers.minimum,
+            "**": resolvers.last_writer_wins,
+        },
     )
     one, two = state.fork("a"), state.fork("b")
     one.update({"m.x": 5, "m.y": 5})
@@ -385,7 +389,10 @@ def test_commit_with_changes_and_deletes() -> None:
 
 
 # -- bad input: typed errors, nothing changes -------------------------------------------
-@pytest.mark.parametrize("bad", [{1, 2}, object(), 2**64, 2**63 - 1, -(2**63) - 1, {1: "x"}, float("nan"), float("inf"), b"x"])
+@pytest.mark.parametrize(
+    "bad",
+    [{1, 2}, object(), 2**64, 2**63 - 1, -(2**63) - 1, {1: "x"}, float("nan"), float("inf"), b"x"],
+)
 def test_unsupported_values_refused(bad: Any) -> None:
     state = make({"a": 1})
     branch = state.fork("x")

@@ -417,7 +417,9 @@ def test_compaction_bounds_the_file_and_loses_nothing(tmp_path: FilePath) -> Non
         assert conn.execute("SELECT count(*) FROM snapshot").fetchone() == (1,)
     conn.close()
     assert file.stat().st_size < 200_000
-    assert sizes[1] < sizes[0] * 1.5 + 50_000  # does not grow with the number of merges
+    # mid-run the WAL adds at most its checkpoint threshold / size limit (1 MiB each):
+    # the file plus WAL stays under a fixed bound, whatever the number of merges
+    assert all(size < 200_000 + 2 * 2**20 for size in sizes), sizes
     again = SharedState.open(file)
     assert again.snapshot() == expected and again.token == token
     again.close()

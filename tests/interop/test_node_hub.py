@@ -61,7 +61,11 @@ async def test_node_and_python_agents_share_a_room(hub: Hub) -> None:
             with pytest.raises(ConflictError) as info:
                 await branch.amerge()
             (conflict,) = info.value.conflicts
-            assert (conflict.base, conflict.current, conflict.incoming) == ("base", "node", "python")
+            assert (conflict.base, conflict.current, conflict.incoming) == (
+                "base",
+                "node",
+                "python",
+            )
             # ... and resolving it in Python's favour reaches Node
             await branch.amerge(resolvers={"contested": "python wins"})
             assert await asyncio.to_thread(node.wait, "contested", "python wins")
@@ -90,9 +94,7 @@ async def test_two_node_clients_through_our_hub(hub: Hub) -> None:
 async def test_node_client_with_token_param() -> None:
     async with Hub(port=0, secret=SECRET) as hub:
         token = mint_token(SECRET, "interop/*", "write", 60)
-        node = await asyncio.to_thread(
-            NodeYjsClient, base_url(hub), "interop/secured", token=token
-        )
+        node = await asyncio.to_thread(NodeYjsClient, base_url(hub), "interop/secured", token=token)
         try:
             await asyncio.to_thread(node.set, "ok", True)
             await eventually(lambda: hub.rooms["interop/secured"].state.get("ok") is True)

@@ -14,7 +14,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from crdt_state import ConflictError, SharedState, resolvers
 from sync import protocol as p
 from sync.auth import mint_token
-from sync.client import connect
+from sync.client import RemoteError, connect
 from sync.hub import Hub
 from sync.limits import Limits
 
@@ -62,9 +62,10 @@ async def test_two_remote_agents_see_each_others_merges(hub: Hub) -> None:
 
 async def test_remote_conflict_goes_back_to_client_policies(hub: Hub) -> None:
     url = hub.url("room/c")
-    async with connect(url, agent="a") as a, connect(
-        url, agent="b", resolvers={"n": resolvers.counter}
-    ) as b:
+    async with (
+        connect(url, agent="a") as a,
+        connect(url, agent="b", resolvers={"n": resolvers.counter}) as b,
+    ):
         await a.acommit({"n": 1, "s": "x"}, a.token)
         await eventually(lambda: b.get("n") == 1)
         one, two = a.fork(), b.fork()
@@ -112,7 +113,9 @@ async def _hundred_agents(hub: Hub) -> None:
         await setup.acommit({"calls": 0}, setup.token)
 
     async def agent(i: int) -> int:
-        async with connect(url, agent=f"agent-{i}", resolvers={"calls": resolvers.counter}) as remote:
+        async with connect(
+            url, agent=f"agent-{i}", resolvers={"calls": resolvers.counter}
+        ) as remote:
             branch = remote.fork()
             await asyncio.sleep(random.random() * 0.05)
             branch.set(("results", f"r{i}"), i)
@@ -224,26 +227,28 @@ async def test_bad_token_on_connect_raises_permission_error(secured: Hub) -> Non
 
 # -- limits and bad input ----------------------------------------------------------------------
 async def test_oversized_message_closes_with_1009() -> None:
-    async with Hub(port=0, limits=Limits(max_message=1024)) as hub:
-        async with ws_connect(hub.url("big"), compression=None) as ws:
-            await ws.send(p.encode_update(b"\x00" * 4096))
-            with pytest.raises(ConnectionClosed) as info:
-                async with asyncio.timeout(5):
-                    while True:
-                        await ws.recv()
-            assert info.value.rcvd is not None and info.value.rcvd.code == 1009
+    async with (
+        Hub(port=0, limits=Limits(max_message=1024)) as hub,
+        ws_connect(hub.url("big"), compression=None) as ws,
+    ):
+        await ws.send(p.encode_update(b"\x00" * 4096))
+        with pytest.raises(ConnectionClosed) as info:
+            async with asyncio.timeout(5):
+                while True:
+                    await ws.recv()
+        assert info.value.rcvd is not None and info.value.rcvd.code == 1009
 
 
 async def test_document_size_limit_refuses_merges() -> None:
-    async with Hub(port=0, limits=Limits(max_document=2000)) as hub:
-        async with connect(hub.url("small"), agent="a") as a:
-            await a.acommit({"a": "x" * 100}, a.token)
-            from sync.client import RemoteError
-
-            with pytest.raises(RemoteError) as info:
-                await a.acommit({"b": "y" * 5000}, a.token)
-            assert info.value.code == "document_too_large"
-            assert hub.rooms["small"].state.snapshot() == {"a": "x" * 100}
+    async with (
+        Hub(port=0, limits=Limits(max_document=2000)) as hub,
+        connect(hub.url("small"), agent="a") as a,
+    ):
+        await a.acommit({"a": "x" * 100}, a.token)
+        with pytest.raises(RemoteError) as info:
+            await a.acommit({"b": "y" * 5000}, a.token)
+        assert info.value.code == "document_too_large"
+        assert hub.rooms["small"].state.snapshot() == {"a": "x" * 100}
 
 
 async def test_connection_limits() -> None:
@@ -266,7 +271,9 @@ async def test_connection_limits() -> None:
         (b"\x00\x02\x03\xff\xff\xff", 1003),
     ],
 )
-async def test_malformed_frames_close_only_that_connection(hub: Hub, frame: bytes, code: int) -> None:
+async def test_malformed_frames_close_only_that_connection(
+    hub: Hub, frame: bytes, code: int
+) -> None:
     url = hub.url("fuzz")
     async with connect(url, agent="good") as good:
         async with ws_connect(url, compression=None) as ws:

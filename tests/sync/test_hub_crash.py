@@ -25,7 +25,18 @@ def free_port() -> int:
 def start_hub(port: int, db: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.Popen(
-        [sys.executable, "-m", "sync.cli", "hub", "--port", str(port), "--db", str(db), "--log-level", "WARNING"],
+        [
+            sys.executable,
+            "-m",
+            "sync.cli",
+            "hub",
+            "--port",
+            str(port),
+            "--db",
+            str(db),
+            "--log-level",
+            "WARNING",
+        ],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -68,13 +79,21 @@ async def test_sigkill_restart_keeps_acknowledged_and_offline_merges(tmp_path: P
                 (offline if result.pending else acknowledged)[key] = n
 
         for cycle in range(3):
-            tasks = [asyncio.create_task(work(a, i, range(cycle * 100, cycle * 100 + 60))) for i, a in enumerate(agents)]
+            tasks = [
+                asyncio.create_task(work(a, i, range(cycle * 100, cycle * 100 + 60)))
+                for i, a in enumerate(agents)
+            ]
             await asyncio.sleep(0.15)
             hub.send_signal(signal.SIGKILL)  # mid-run: merges are in flight
             hub.wait()
             await asyncio.gather(*tasks)
             # the hub is down: agents keep working offline
-            await asyncio.gather(*(work(a, i, range(cycle * 100 + 60, cycle * 100 + 70)) for i, a in enumerate(agents)))
+            await asyncio.gather(
+                *(
+                    work(a, i, range(cycle * 100 + 60, cycle * 100 + 70))
+                    for i, a in enumerate(agents)
+                )
+            )
             assert offline, "merges made while the hub is down are queued"
             hub = start_hub(port, db)
             await wait_listening(port)
