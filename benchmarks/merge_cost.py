@@ -96,6 +96,39 @@ def raw_apply_us(doc: Doc, base: bytes, count: int) -> float:
     return median_us(timed(lambda: doc.apply_update(next(pending)), count))
 
 
+def raw_edit_apply_us(doc: Doc, base: bytes, count: int) -> float:
+    """Edit one key on a branch document, encode the edit, apply it to ``doc``: all timed.
+
+    This is the whole of what a crdt_state merge does for a 1-key branch (it
+    writes the edit into the document at merge time), so it is the like-for-like
+    raw figure; ``raw_apply_us`` times the last step alone.
+    """
+    writer = Doc(client_id=11)
+    writer.apply_update(base)
+    root = writer.get("state", type=Map)
+
+    def one(i: int) -> None:
+        before = writer.get_state()
+        root["k1"] = i
+        doc.apply_update(writer.get_update(before))
+
+    counter = iter(range(count))
+    return median_us(timed(lambda: one(next(counter)), count))
+
+
+def edit_merge_us(state: SharedState, count: int) -> float:
+    """Median time of ``Branch.set`` of one key plus ``Branch.merge()``."""
+    clock = time.perf_counter
+    out = []
+    for i in range(count):
+        branch = state.fork("agent")
+        start = clock()
+        branch.set("k1", -i)
+        branch.merge()
+        out.append(clock() - start)
+    return median_us(out)
+
+
 # -- crdt_state -------------------------------------------------------------------------
 def filled_state(keys: int) -> SharedState:
     state = SharedState()
@@ -189,6 +222,17 @@ def main() -> int:
                 cm / ra <= GOAL_MERGE,
             )
         )
+    print()
+    print("the same work: 1-key edit + merge vs raw edit + encode + apply (medians, us)")
+    print(f"{'keys':>8} | {'raw edit+apply':>14} | {'set+merge':>9} | {'ratio':>6}")
+    for keys in SIZES:
+        doc = raw_doc(keys)
+        base = doc.get_update()
+        state = filled_state(keys)
+        op_count = 500 if QUICK else 2_000
+        rw = rounds(lambda: raw_edit_apply_us(doc, base, op_count))  # noqa: B023
+        ours_em = rounds(lambda: edit_merge_us(state, op_count))  # noqa: B023
+        print(f"{keys:>8,} | {rw:>14.2f} | {ours_em:>9.2f} | {ours_em / rw:>5.2f}x")
     flat = merges[SIZES[-1]] / merges[SIZES[0]]
     verdicts.append(
         (

@@ -10,7 +10,6 @@ changes and conflicts are judged against the fork base.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -282,9 +281,15 @@ class Branch:
         self, *, resolvers: Mapping[Any, object] | None = None, default: object | None = None
     ) -> MergeResult:
         """The asyncio form of :meth:`merge` (durable states wait off the event loop)."""
-        if self._state._journal is not None:
-            return await asyncio.to_thread(self.merge, resolvers=resolvers, default=default)
-        return self.merge(resolvers=resolvers, default=default)
+        if self._status == "merged" and self._result is not None:
+            return self._result
+        self._writable()
+        result = await self._state._amerge(
+            self.ops(), self._base_seq, self._agent, resolvers, default
+        )
+        self._status = "merged"
+        self._result = result
+        return result
 
     def rebase(self) -> None:
         """Move the fork base to the state's current version, replaying own changes.

@@ -10,6 +10,7 @@ agent made a change is kept in the change log.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -78,6 +79,16 @@ class Journal(Protocol):
     def record(self, change: StateUpdate) -> int: ...
 
     def wait(self, ticket: int) -> None: ...
+
+
+class AsyncJournal(Journal, Protocol):
+    """A journal that can also report durability by callback (for asyncio callers).
+
+    ``on_durable(ticket, done)`` calls ``done(None)`` once the ticket is
+    durable, or ``done(error)`` if it never will be; from any thread.
+    """
+
+    def on_durable(self, ticket: int, done: Callable[[BaseException | None], None]) -> None: ...
 
 
 class SharedState:
@@ -199,9 +210,31 @@ class SharedState:
         """
         ops = self._ops_from(changes)
         with self._lock:
-            seq = self._log.seq_of(base)
-            entries = [e for e in self._log.since(seq) if not e.covered_by(base)]
-            return self._merge(ops, seq, agent, resolvers, default, entries=entries)
+            seq, entries = self._since_token(base)
+            result, ticket = self._merge_now(ops, seq, agent, resolvers, default, entries=entries)
+        self._settle(ticket)
+        return result
+
+    async def acommit(
+        self,
+        changes: Mapping[Any, Any] | Iterable[Change],
+        base: VersionVector,
+        agent: str,
+        *,
+        resolvers: Mapping[Any, object] | None = None,
+        default: object | None = None,
+    ) -> MergeResult:
+        """:meth:`commit` for asyncio code: a durable state's disk wait does not block the loop."""
+        ops = self._ops_from(changes)
+        with self._lock:
+            seq, entries = self._since_token(base)
+            result, ticket = self._merge_now(ops, seq, agent, resolvers, default, entries=entries)
+        await self._asettle(ticket)
+        return result
+
+    def _since_token(self, base: VersionVector) -> tuple[int, list[Entry]]:
+        seq = self._log.seq_of(base)
+        return seq, [e for e in self._log.since(seq) if not e.covered_by(base)]
 
     def _ops_from(self, changes: Mapping[Any, Any] | Iterable[Change]) -> list[Change]:
         items: Iterable[Change]
@@ -339,6 +372,59 @@ class SharedState:
         *,
         entries: list[Entry] | None = None,
     ) -> MergeResult:
+        result, ticket = self._merge_now(ops, base_seq, agent, resolvers, default, entries=entries)
+        self._settle(ticket)
+        return result
+
+    async def _amerge(
+        self,
+        ops: list[Change],
+        base_seq: int,
+        agent: str,
+        resolvers: Mapping[Any, object] | None,
+        default: object | None,
+        *,
+        entries: list[Entry] | None = None,
+    ) -> MergeResult:
+        """:meth:`_merge` for asyncio callers: durability is awaited, not blocked on."""
+        result, ticket = self._merge_now(ops, base_seq, agent, resolvers, default, entries=entries)
+        await self._asettle(ticket)
+        return result
+
+    def _settle(self, ticket: int | None) -> None:
+        """Block until the change with ``ticket`` is durable (no-op in memory)."""
+        if ticket is not None and self._journal is not None:
+            self._journal.wait(ticket)
+
+    async def _asettle(self, ticket: int | None) -> None:
+        """Wait, without blocking the event loop, until ``ticket`` is durable."""
+        journal = self._journal
+        if ticket is None or journal is None:
+            return
+        on_durable = getattr(journal, "on_durable", None)
+        if on_durable is None:
+            await asyncio.to_thread(journal.wait, ticket)
+            return
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+
+        def done(error: BaseException | None) -> None:
+            loop.call_soon_threadsafe(_settle_future, future, error)
+
+        on_durable(ticket, done)
+        await future
+
+    def _merge_now(
+        self,
+        ops: list[Change],
+        base_seq: int,
+        agent: str,
+        resolvers: Mapping[Any, object] | None,
+        default: object | None,
+        *,
+        entries: list[Entry] | None = None,
+    ) -> tuple[MergeResult, int | None]:
+        """Judge and apply a merge under the lock; returns the result and its journal ticket."""
         table = self._policies.overlay(resolvers, default)
         ticket: int | None = None
         with self._lock:
@@ -410,24 +496,24 @@ class SharedState:
             if not plan:
                 if conflicts and self._store is not None:
                     self._store.audit(conflicts, head)
-                return MergeResult(
+                empty = MergeResult(
                     token=head,
                     conflicts=tuple(conflicts),
                     fast_forward=not entries,
                     agent=agent,
                 )
+                return empty, None
             entry, change = self._apply_local(plan, agent, tuple(conflicts))
             if self._journal is not None and change is not None:
                 ticket = self._journal.record(change)
-        if ticket is not None and self._journal is not None:
-            self._journal.wait(ticket)
-        return MergeResult(
+        result = MergeResult(
             token=entry.token,
             applied=tuple([op.path for op in plan]),
             conflicts=tuple(conflicts),
             fast_forward=not entries,
             agent=agent,
         )
+        return result, ticket
 
     def _token_at(self, seq: int) -> VersionVector:
         if seq == self._log.head_seq:
@@ -618,6 +704,19 @@ class SharedState:
         :class:`InvalidUpdate` and change nothing. Writes from updates are
         logged, so branches forked earlier see them as concurrent changes.
         """
+        result, ticket = self._apply_update_now(update, origin)
+        self._settle(ticket)
+        return result
+
+    async def aapply_update(self, update: bytes, *, origin: str | None = None) -> MergeResult:
+        """:meth:`apply_update` for asyncio code (the disk wait does not block the loop)."""
+        result, ticket = self._apply_update_now(update, origin)
+        await self._asettle(ticket)
+        return result
+
+    def _apply_update_now(
+        self, update: bytes, origin: str | None
+    ) -> tuple[MergeResult, int | None]:
         if not isinstance(update, (bytes, bytearray, memoryview)):
             raise InvalidUpdate("an update is bytes", details={"type": type(update).__name__})
         data = bytes(update)
@@ -647,7 +746,7 @@ class SharedState:
             after = VersionVector.from_state(self._doc.get_state())
             writes = _root_most(changed)
             if after == before and not writes:
-                return MergeResult(token=before, agent=origin)
+                return MergeResult(token=before, agent=origin), None
             undo: list[tuple[Path, Any]] = []
             for path in writes:
                 undo.append((path, tree_get(self._mirror, path)))
@@ -669,11 +768,10 @@ class SharedState:
                 if self._journal is not None and change is not None
                 else None
             )
-        if ticket is not None and self._journal is not None:
-            self._journal.wait(ticket)
-        return MergeResult(
+        result = MergeResult(
             token=entry.token, applied=tuple(writes), fast_forward=True, agent=origin
         )
+        return result, ticket
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener(StateUpdate)`` after every change, in order, under the lock.
@@ -823,3 +921,12 @@ def _merge_updates(updates: list[bytes]) -> bytes:
     if len(parts) == 1:
         return parts[0]
     return bytes(merge_updates(*parts))
+
+
+def _settle_future(future: asyncio.Future[None], error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)

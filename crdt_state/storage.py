@@ -61,7 +61,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -191,6 +191,7 @@ class Store:
         self._work = threading.Condition(self._lock)
         self._done = threading.Condition(self._lock)
         self._queue: list[tuple[int, StateUpdate | _Audit]] = []
+        self._callbacks: list[tuple[int, Callable[[BaseException | None], None]]] = []
         self._issued = 0
         self._durable = 0
         self._failed: StorageError | None = None
@@ -237,6 +238,34 @@ class Store:
             return
         self._wait(ticket)
 
+    def on_durable(self, ticket: int, done: Callable[[BaseException | None], None]) -> None:
+        """Call ``done(None)`` once ``ticket`` is committed, ``done(error)`` if it never will be.
+
+        ``done`` runs on the writer thread (or at once, on the caller's). With
+        ``durability="off"`` it is called at once.
+        """
+        with self._lock:
+            if self.durability == "off" or self._durable >= ticket:
+                error = self._failure() if self._failed is not None else None
+            elif self._failed is not None:
+                error = self._failure()
+            else:
+                self._callbacks.append((ticket, done))
+                return
+        done(error)
+
+    def _fire(self, failed: bool) -> None:
+        """Run the callbacks whose tickets are now durable (all of them on failure)."""
+        with self._lock:
+            if failed:
+                ready, self._callbacks = self._callbacks, []
+            else:
+                ready = [(t, cb) for t, cb in self._callbacks if t <= self._durable]
+                self._callbacks = [(t, cb) for t, cb in self._callbacks if t > self._durable]
+            error = self._failure() if failed else None
+        for _, callback in ready:
+            callback(error)
+
     def _wait(self, ticket: int) -> None:
         with self._lock:
             while self._durable < ticket and self._failed is None:
@@ -280,10 +309,13 @@ class Store:
                         f"writing the state file failed: {exc}", details={"file": self.file}
                     )
                     self._done.notify_all()
+                self._fire(failed=True)
                 return
             with self._lock:
                 self._durable = batch[-1][0]
                 self._done.notify_all()
+            if self._callbacks:
+                self._fire(failed=False)
             if self._log_rows > self.keep_history + self._margin:
                 self._compact()
 
@@ -456,6 +488,8 @@ class Store:
             self._closing = True
             self._work.notify()
         self._thread.join()
+        if self._callbacks:  # tickets the writer never committed
+            self._fire(failed=True)
         _open_stores.discard(self)
         if self._failed is None and self._log_rows > self.keep_history + self._margin:
             self._compact()  # the writer is gone: leave a compact file behind

@@ -321,7 +321,7 @@ class Hub:
             if room.size + len(message.update) > self.limits.max_document:
                 raise _Close(CloseCode.MESSAGE_TOO_BIG, "document size limit reached")
             try:
-                await self._run(state, state.apply_update, message.update, origin=session.label)
+                await state.aapply_update(message.update, origin=session.label)
             except CrdtStateError as exc:
                 raise _Close(CloseCode.UNSUPPORTED_DATA, f"update refused: {exc.code}") from exc
         elif isinstance(message, p.Awareness):
@@ -348,9 +348,7 @@ class Hub:
                 return _error_result(
                     request, state, "document_too_large", "document size limit reached"
                 )
-            result: MergeResult = await self._run(
-                state,
-                state.commit,
+            result: MergeResult = await state.acommit(
                 ops,
                 base,
                 request.agent or session.label,
@@ -379,14 +377,6 @@ class Hub:
         )
         room.remember(request.request_id, reply)
         return reply
-
-    async def _run(
-        self, state: SharedState, fn: Callable[..., Any], *args: Any, **kwargs: Any
-    ) -> Any:
-        """Call ``fn`` inline for in-memory states, on a worker thread for durable ones."""
-        if state._journal is not None:
-            return await asyncio.to_thread(fn, *args, **kwargs)
-        return fn(*args, **kwargs)
 
 
 def _equal_write_reports(state: SharedState, request: p.MergeRequest) -> dict[Any, object] | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -287,41 +286,79 @@ async def test_malformed_frames_close_only_that_connection(
         assert result.applied == (("still",),)
 
 
+def _seed_frames() -> list[bytes]:
+    """Valid frames of every kind, to be mutated."""
+    from sync.changes import Change as WireChange
+    from sync.changes import ChangeKind
+
+    source = SharedState()
+    source.commit({"a": {"b": [1, "x"]}, "n": 3}, source.token, "seed")
+    return [
+        p.encode_sync_step1(source.token.to_state()),
+        p.encode_sync_step2(source.get_update()),
+        p.encode_update(source.get_update()),
+        p.encode_awareness(b"\x01\x9a\x05\x01\x02{}"),
+        p.encode_query_awareness(),
+        p.encode_merge_request(
+            7,
+            "fuzzer",
+            source.token.to_state(),
+            [
+                WireChange(ChangeKind.SET, ("a", "c"), {"deep": [1, 2]}),
+                WireChange(ChangeKind.APPEND, ("a", "b"), [3]),
+                WireChange(ChangeKind.DELETE, ("n",)),
+            ],
+        ),
+    ]
+
+
+def _mutate(rng: random.Random, frame: bytes) -> bytes:
+    data = bytearray(frame)
+    if rng.random() < 0.15:
+        return rng.randbytes(rng.randint(0, 64))
+    for _ in range(rng.randint(1, 4)):
+        op = rng.randint(0, 3)
+        if op == 0 and data:
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        elif op == 1:
+            data.insert(rng.randrange(len(data) + 1), rng.randrange(256))
+        elif op == 2 and data:
+            del data[rng.randrange(len(data))]
+        elif data:
+            del data[rng.randrange(len(data)) :]  # truncate
+    return bytes(data)
+
+
 async def test_fuzzed_frames_never_take_the_hub_down(hub: Hub) -> None:
+    """Thousands of mutated frames; each is processed (the hub answers a probe or closes)."""
     url = hub.url("fuzz2")
     rng = random.Random(1234)
-    seeds = [
-        p.encode_sync_step1(b"\x00"),
-        p.encode_update(SharedState().get_update()),
-        p.encode_awareness(b"\x01\x02"),
-        p.encode_merge_request(1, "x", b"\x00", []),
-    ]
+    seeds = _seed_frames()
+    probe = p.encode_sync_step1(b"\x00")
+    processed = closed = 0
     async with connect(url, agent="good") as good:
-        sent = 0
-        for _round in range(40):
-            async with ws_connect(url, compression=None) as ws:
-                try:
-                    for _ in range(50):
-                        frame = bytearray(rng.choice(seeds))
-                        for _m in range(rng.randint(0, 4)):
-                            op = rng.randint(0, 2)
-                            if op == 0 and frame:
-                                frame[rng.randrange(len(frame))] = rng.randrange(256)
-                            elif op == 1:
-                                frame.insert(rng.randrange(len(frame) + 1), rng.randrange(256))
-                            elif frame:
-                                del frame[rng.randrange(len(frame))]
-                        if rng.random() < 0.2:
-                            frame = bytearray(os.urandom(rng.randint(0, 64)))
-                        await ws.send(bytes(frame))
-                        sent += 1
-                except ConnectionClosed:
-                    pass
-            n = _round
-            result = await good.acommit({f"k{n}": n}, good.token)
-            assert result.applied == ((f"k{n}",),)
-        assert sent >= 40
-        assert len(hub.rooms["fuzz2"].state.snapshot()) >= 40
+        ws = await ws_connect(url, compression=None)
+        for n in range(2_000):
+            try:
+                await ws.send(_mutate(rng, rng.choice(seeds)))
+                await ws.send(probe)
+                async with asyncio.timeout(5):
+                    while not isinstance(p.decode_message(await ws.recv()), p.SyncStep2):  # type: ignore[arg-type]
+                        pass
+            except ConnectionClosed:
+                closed += 1
+                ws = await ws_connect(url, compression=None)
+            processed += 1
+            if n % 200 == 0:
+                result = await good.acommit({f"k{n}": n}, good.token)
+                assert result.applied == ((f"k{n}",),)
+        await ws.close()
+        assert processed == 2_000
+        assert closed > 100  # most mutations are refused, each closing only its connection
+        assert good.connected
+        result = await good.acommit({"after": True}, good.token)
+        assert result.applied == (("after",),)
+    assert hub.rooms["fuzz2"].state.get("after") is True
 
 
 async def test_a_client_hanging_mid_merge_does_not_block_others(hub: Hub) -> None:

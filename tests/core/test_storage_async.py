@@ -1,0 +1,67 @@
+"""Durable states under asyncio: merges await the disk without blocking the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from crdt_state import SharedState
+
+
+async def test_async_merges_are_durable_when_they_return(tmp_path: Path) -> None:
+    file = tmp_path / "async.db"
+    state = SharedState.open(file)
+    ticks = 0
+    stop = asyncio.Event()
+
+    async def heartbeat() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+            await asyncio.sleep(0)
+
+    beat = asyncio.create_task(heartbeat())
+
+    async def agent(i: int) -> None:
+        for n in range(10):
+            async with state.fork(f"agent{i}") as branch:
+                branch.set(("results", f"a{i}"), n)
+            await state.acommit({("log", f"a{i}-{n}"): n}, state.token, f"agent{i}")
+
+    await asyncio.gather(*(agent(i) for i in range(20)))
+    stop.set()
+    await beat
+    expected = state.snapshot()
+    token = state.token
+    state.close()
+    assert ticks > 20  # the loop kept running while merges waited for the disk
+    again = SharedState.open(file)
+    assert again.snapshot() == expected
+    assert again.token == token
+    assert again.get("results") == {f"a{i}": 9 for i in range(20)}
+    assert len(again.get("log")) == 200
+    again.close()
+
+
+async def test_async_apply_update_is_durable(tmp_path: Path) -> None:
+    source = SharedState()
+    source.commit({"a": {"b": 1}, "l": [1, 2]}, source.token, "src")
+    file = tmp_path / "replica.db"
+    replica = SharedState.open(file)
+    result = await replica.aapply_update(source.get_update(), origin="peer")
+    assert set(result.applied) == {("a",), ("l",)}
+    replica.close()
+    again = SharedState.open(file)
+    assert again.snapshot() == {"a": {"b": 1}, "l": [1, 2]}
+    again.close()
+
+
+async def test_on_durable_calls_back_at_once_when_already_durable(tmp_path: Path) -> None:
+    state = SharedState.open(tmp_path / "closed.db")
+    store = state._store
+    assert store is not None
+    seen: list[BaseException | None] = []
+    await state.acommit({"x": 1}, state.token, "a")
+    store.on_durable(1, seen.append)  # already durable: called at once
+    assert seen == [None]
+    state.close()
