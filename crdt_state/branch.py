@@ -272,7 +272,11 @@ class Branch:
         if self._status == "merged" and self._result is not None:
             return self._result
         self._writable()
-        result = self._state._merge(self.ops(), self._base_seq, self._agent, resolvers, default)
+        state = self._state
+        result, ticket = state._merge_now(
+            self.ops(), self._base_seq, self._agent, resolvers, default
+        )
+        state._settle(ticket)
         self._status = "merged"
         self._result = result
         return result
@@ -284,9 +288,11 @@ class Branch:
         if self._status == "merged" and self._result is not None:
             return self._result
         self._writable()
-        result = await self._state._amerge(
+        state = self._state
+        result, ticket = state._merge_now(
             self.ops(), self._base_seq, self._agent, resolvers, default
         )
+        await state._asettle(ticket)
         self._status = "merged"
         self._result = result
         return result

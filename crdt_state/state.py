@@ -362,35 +362,6 @@ class SharedState:
                 keys.update(path[0] for path, _ in entry.undo)
             return keys
 
-    def _merge(
-        self,
-        ops: list[Change],
-        base_seq: int,
-        agent: str,
-        resolvers: Mapping[Any, object] | None,
-        default: object | None,
-        *,
-        entries: list[Entry] | None = None,
-    ) -> MergeResult:
-        result, ticket = self._merge_now(ops, base_seq, agent, resolvers, default, entries=entries)
-        self._settle(ticket)
-        return result
-
-    async def _amerge(
-        self,
-        ops: list[Change],
-        base_seq: int,
-        agent: str,
-        resolvers: Mapping[Any, object] | None,
-        default: object | None,
-        *,
-        entries: list[Entry] | None = None,
-    ) -> MergeResult:
-        """:meth:`_merge` for asyncio callers: durability is awaited, not blocked on."""
-        result, ticket = self._merge_now(ops, base_seq, agent, resolvers, default, entries=entries)
-        await self._asettle(ticket)
-        return result
-
     def _settle(self, ticket: int | None) -> None:
         """Block until the change with ``ticket`` is durable (no-op in memory)."""
         if ticket is not None and self._journal is not None:
