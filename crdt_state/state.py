@@ -128,6 +128,7 @@ class SharedState:
         # A pure mirror of another state (a hub client's replica) must never write
         # on its own: the authority ticks for it (see ``_tick``).
         self._tick_remote = True
+        self._validate_updates = True  # a schema checks updates from other replicas
         self._store: Store | None = None
         self._schema: StateSchema | None = None
         if schema is not None:
@@ -694,7 +695,7 @@ class SharedState:
         with self._lock:
             before = self._log.head_token
             changed: dict[Path, WriteKind] = {}
-            if self._schema is not None:
+            if self._schema is not None and self._validate_updates:
                 self._schema.check_update(self._doc, data)
 
             def on_events(events: list[Any]) -> None:

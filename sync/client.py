@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
+from pydantic import BaseModel
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
@@ -118,12 +119,18 @@ class RemoteState:
         default: object = resolvers.raise_conflict,
         reconnect: Retry | None = None,
         max_message: int = 4 * 2**20,
+        schema: type[BaseModel] | None = None,
     ) -> None:
         self.url = url
         self.agent = agent
         self._token = token
-        self.replica = SharedState(resolvers=resolvers, default=default, initialize=False)
+        self.replica = SharedState(
+            resolvers=resolvers, default=default, schema=schema, initialize=False
+        )
+        # a mirror of the hub: it never writes on its own, and takes the hub's
+        # content as it is (the hub is the authority; branches validate writes)
         self.replica._tick_remote = False
+        self.replica._validate_updates = False
         self._store = OfflineStore(local) if local is not None else None
         self._backoff = reconnect or Retry(attempts=1, base_delay=0.05, max_delay=2.0)
         self._max_message = max_message
@@ -225,6 +232,10 @@ class RemoteState:
 
     def get_update(self, since: VersionVector | None = None) -> bytes:
         return self.replica.get_update(since)
+
+    def model(self) -> BaseModel:
+        """The room as a validated instance of the schema given to :func:`connect`."""
+        return self.replica.model()
 
     def fork(self, agent: str | None = None) -> RemoteBranch:
         """A branch of the replica at its current version (O(1))."""
@@ -412,6 +423,8 @@ class RemoteState:
                 log.info("hub handshake failed: HTTP %d", status)
             except (OSError, ConnectionClosed, InvalidHandshake, TimeoutError) as exc:
                 log.info("connection to %s lost: %s", self.url, exc)
+            except Exception:  # a bad frame from the hub: drop this connection, reconnect
+                log.exception("unexpected data from %s; reconnecting", self.url)
             finally:
                 self._ws = None
                 self._synced.clear()
@@ -487,12 +500,15 @@ async def connect(
     default: object = resolvers.raise_conflict,
     timeout: float = 10.0,
     reconnect: Retry | None = None,
+    schema: type[BaseModel] | None = None,
 ) -> AsyncIterator[RemoteState]:
     """Join the hub room at ``url`` as ``agent``; yields a :class:`RemoteState`.
 
     ``token`` is an access token (sent as the ``token`` query parameter);
     ``local`` a SQLite file keeping the replica and queued merges across
-    restarts; ``resolvers``/``default`` the client's own conflict policies.
+    restarts; ``resolvers``/``default`` the client's own conflict policies;
+    ``schema`` a pydantic model: branch writes are validated against it and
+    :meth:`RemoteState.model` reads the room typed.
     """
     remote = RemoteState(
         url,
@@ -502,6 +518,7 @@ async def connect(
         resolvers=resolvers,
         default=default,
         reconnect=reconnect,
+        schema=schema,
     )
     await remote.start(timeout)
     try:

@@ -371,3 +371,33 @@ async def test_a_client_hanging_mid_merge_does_not_block_others(hub: Hub) -> Non
 
 
 Run = Callable[[], Awaitable[None]]
+
+
+async def test_remote_state_with_a_schema_validates_branch_writes(hub: Hub) -> None:
+    from typing import Annotated
+
+    from pydantic import BaseModel
+
+    from crdt_state import SchemaError
+
+    class Ticket(BaseModel):
+        title: str = ""
+        calls: Annotated[int, resolvers.counter] = 0
+
+    url = hub.url("typed")
+    async with (
+        connect(url, agent="a", schema=Ticket) as a,
+        connect(url, agent="b", schema=Ticket) as b,
+    ):
+        one, two = a.fork(), b.fork()
+        with pytest.raises(SchemaError) as info:
+            one.set("calls", "many")
+        assert tuple(info.value.errors[0]["loc"]) == ("calls",)
+        one.update({"title": "printer on fire", "calls": 1})
+        two.set("calls", 1)
+        await one.amerge()
+        await two.amerge()  # the schema's counter policy settles the equal writes
+        await eventually(lambda: a.get("calls") == 2)
+        model = a.model()
+        assert isinstance(model, Ticket)
+        assert (model.title, model.calls) == ("printer on fire", 2)
