@@ -74,9 +74,18 @@ class ChangeLog:
     older than ``limit`` are dropped; a base older than what is retained
     raises :class:`StaleBase`. A log restored from storage starts at
     ``start_seq`` (the seq of ``initial``): bases older than it are stale.
+    ``retired`` are the client ids of earlier epochs of the document (see
+    ``SharedState._reset_document``): tokens naming them are stale too.
     """
 
-    def __init__(self, initial: VersionVector, limit: int = 10_000, *, start_seq: int = 0) -> None:
+    def __init__(
+        self,
+        initial: VersionVector,
+        limit: int = 10_000,
+        *,
+        start_seq: int = 0,
+        retired: Iterable[int] = (),
+    ) -> None:
         if limit < 1:
             raise ValueError("history limit must be at least 1")
         self.limit = limit
@@ -86,6 +95,7 @@ class ChangeLog:
         self._head_token = initial
         self._token_seq: dict[VersionVector, int] = {initial: start_seq}
         self._initial = (initial, start_seq)
+        self.retired = frozenset(retired)
 
     @property
     def head_seq(self) -> int:
@@ -161,6 +171,11 @@ class ChangeLog:
         seq = self._token_seq.get(token)
         if seq is not None:
             return seq
+        if self.retired and not self.retired.isdisjoint(token):
+            raise StaleBase(
+                "the base token is from an earlier epoch of the document",
+                details={"base": str(token)},
+            )
         if not token <= self._head_token:
             raise UnknownBase(
                 "the base token has changes this state has not seen",

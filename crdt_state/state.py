@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -129,6 +130,11 @@ class SharedState:
         # on its own: the authority ticks for it (see ``_tick``).
         self._tick_remote = True
         self._validate_updates = True  # a schema checks updates from other replicas
+        # Set once the document has been handed to anyone else (updates out or in,
+        # listeners): from then on it must keep its identity (see _reset_document).
+        self._shared = False
+        self.epoch = 0
+        """How many times the document was rebuilt from its content (durable states)."""
         self._store: Store | None = None
         self._schema: StateSchema | None = None
         if schema is not None:
@@ -664,6 +670,7 @@ class SharedState:
     def get_update(self, since: VersionVector | None = None) -> bytes:
         """A Yjs update with everything this state has beyond ``since`` (all when None)."""
         with self._lock:
+            self._shared = True
             if since is None:
                 return bytes(self._doc.get_update())
             return bytes(self._doc.get_update(since.to_state()))
@@ -693,6 +700,7 @@ class SharedState:
             raise InvalidUpdate("an update is bytes", details={"type": type(update).__name__})
         data = bytes(update)
         with self._lock:
+            self._shared = True
             before = self._log.head_token
             changed: dict[Path, WriteKind] = {}
             if self._schema is not None and self._validate_updates:
@@ -755,6 +763,7 @@ class SharedState:
             if self._update_sub is None:
                 self._update_sub = self._doc.observe(self._on_transaction)
             self._listeners.append(listener)
+            self._shared = True
 
         def unsubscribe() -> None:
             with self._lock:
@@ -818,6 +827,51 @@ class SharedState:
                 self._log.append(agent, token, writes, undo, origin=origin).time = when
                 tokens.append(token)
             return tokens
+
+    def _reset_document(self) -> bool:
+        """Rebuild the Yjs document from the content alone: a new epoch, no tombstones.
+
+        A Yjs document keeps a small record of every overwritten map entry, so
+        it grows with the number of merges. A durable state that never shared
+        its document (no ``get_update``/``apply_update``/``subscribe``) can drop
+        them: the content is written into a fresh document with a new client id.
+        Tokens and fork bases of earlier epochs become stale (``StaleBase``;
+        ``transact`` re-runs, ``branch.rebase()`` moves a branch over). The
+        journal records the new document as a snapshot. Returns False (and does
+        nothing) for a shared document.
+        """
+        with self._lock:
+            if self._shared:
+                return False
+            doc: Doc[Any] = Doc()
+            root = doc.get(ydoc.ROOT, type=Map)
+            meta = doc.get(ydoc.META_ROOT, type=Map)
+            with doc.transaction(origin="crdt-state"):
+                for key, value in self._mirror.items():
+                    ydoc.doc_set(root, (key,), value)
+                meta["epoch"] = self.epoch + 1
+            if self._update_sub is not None:
+                self._doc.unobserve(self._update_sub)
+                self._update_sub = doc.observe(self._on_transaction)
+            retired = set(self._log.retired) | set(self._log.head_token)
+            self._doc, self._root, self._meta = doc, root, meta
+            token = VersionVector.from_state(doc.get_state())
+            seq = self._log.head_seq + 1
+            self._log = ChangeLog(token, limit=self._log.limit, start_seq=seq, retired=retired)
+            self.epoch += 1
+            if self._journal is not None:
+                self._journal.record(
+                    StateUpdate(
+                        seq=seq,
+                        update=bytes(doc.get_update()),
+                        token=token,
+                        agent="crdt-state",
+                        paths=(),
+                        origin="reset",
+                        time=time.time(),
+                    )
+                )
+            return True
 
     def _attach(self, store: Store) -> None:
         """Make ``store`` the journal and history of this state (crdt_state.storage)."""

@@ -28,8 +28,20 @@ snapshot and those rows into a fresh document, checks that the result has
 exactly the recorded token, encodes it, checks that the encoding decodes to
 the same content and token, and only then, in one transaction, inserts the
 new snapshot and deletes the old snapshot and the folded rows. A failed check
-leaves the file as it was. So the file size follows the content plus the
-retained history, not the number of merges ever made.
+leaves the file as it was.
+
+Epochs. A Yjs document keeps a tombstone (about 12 bytes) for every map entry
+ever overwritten, so a snapshot alone would still grow with the number of
+merges. When compaction finds the encoded document more than 4 times (plus
+64 KiB) the size of a fresh document holding the same content, it asks the
+state to start a new epoch: the content is written into a fresh document
+(new client id), recorded as the new snapshot, and every older log row is
+dropped. So the file size follows the content plus the retained history, not
+the number of merges ever made. Tokens and fork bases of earlier epochs become
+stale (``StaleBase``; after a reopen, ``UnknownBase``). This only happens
+while the document has not been shared in this session (``get_update``,
+``apply_update``, ``subscribe``), and never with ``compact_document=False``
+(the hub's rooms, whose clients keep replicas of the document).
 
 History. :meth:`Store.history`, :meth:`Store.at`, :meth:`Store.blame` and
 :meth:`Store.conflicts` answer from the file. ``at(token)`` is exact for the
@@ -65,11 +77,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from pycrdt import Doc
+from pycrdt import Doc, Map
 
 from . import storage_sqlite as sql
 from .conflicts import Conflict
-from .document import doc_read, doc_snapshot
+from .document import ROOT, doc_read, doc_set, doc_snapshot
 from .errors import StaleBase, StorageError, UnknownBase
 from .paths import Path, related
 from .values import MISSING
@@ -178,8 +190,12 @@ class Store:
         log_rows: int,
         keep_history: int,
         keep_conflicts: int | None,
+        compact_document: bool = True,
     ) -> None:
         self.file = file
+        self.compact_document = compact_document
+        self.epochs = 0
+        self._state: weakref.ReferenceType[SharedState] | None = None
         self.durability = durability
         self.keep_history = keep_history
         self.keep_conflicts = keep_conflicts
@@ -335,6 +351,12 @@ class Store:
                         details={"file": self.file, "expected": last_seq + 1, "got": item.seq},
                     )
                 token = item.token.to_state()
+                if item.origin == "reset":  # a new epoch: its document is the whole history
+                    sql.restart_at(self._conn, item.seq, token, item.update)
+                    last_seq = item.seq
+                    added = -self._log_rows
+                    self.epochs += 1
+                    continue
                 sql.append_change(
                     self._conn,
                     item.seq,
@@ -351,6 +373,8 @@ class Store:
                 added += 1
         self._last_seq = last_seq
         self._log_rows += added
+        if any(not isinstance(item, _Audit) and item.origin == "reset" for _, item in batch):
+            sql.release_free_pages(self._conn)
 
     def _compact(self) -> None:
         """Fold all but the newest ``keep_history`` log rows into a new snapshot."""
@@ -373,6 +397,13 @@ class Store:
                 sql.swap_snapshot(self._conn, fold, token, encoded, gone, self.keep_conflicts)
                 self._log_rows = sql.count_log(self._conn)
             self.compactions += 1
+            if (
+                self.compact_document
+                and len(encoded) > _TOMBSTONE_FACTOR * _fresh_size(content) + _TOMBSTONE_SLACK
+            ):
+                state = self._state() if self._state is not None else None
+                if state is not None:
+                    state._reset_document()
         except Exception as exc:  # the file is unchanged: keep going without compacting
             self.last_compaction_error = (
                 exc if isinstance(exc, StorageError) else StorageError(f"compaction failed: {exc}")
@@ -507,6 +538,20 @@ class Store:
         return self._closed
 
 
+_TOMBSTONE_FACTOR: Final = 4
+_TOMBSTONE_SLACK: Final = 64 * 1024
+
+
+def _fresh_size(content: dict[str, Any]) -> int:
+    """The encoded size of a document holding ``content`` and nothing else."""
+    doc: Doc[Any] = Doc()
+    root = doc.get(ROOT, type=Map)
+    with doc.transaction():
+        for key, value in content.items():
+            doc_set(root, (key,), value)
+    return len(doc.get_update())
+
+
 def _version(doc: Doc[Any]) -> VersionVector:
     return VersionVector.from_state(doc.get_state())
 
@@ -543,6 +588,7 @@ def open_state(
     durability: sql.Durability = "full",
     keep_history: int = DEFAULT_KEEP_HISTORY,
     keep_conflicts: int | None = DEFAULT_KEEP_CONFLICTS,
+    compact_document: bool = True,
     **options: Any,
 ) -> S:
     """Create or reopen the state stored in the SQLite file at ``path``.
@@ -555,6 +601,12 @@ def open_state(
             :meth:`~SharedState.history`, :meth:`~SharedState.at` and for
             judging old fork bases after a reopen; older ones are compacted.
         keep_conflicts: how many audit-log rows are kept (``None``: all).
+        compact_document: let compaction rebuild the Yjs document from its
+            content once tombstones of overwritten entries dominate it (a new
+            epoch; earlier tokens become stale). Only done while the document
+            has not been shared in this session (no ``get_update``,
+            ``apply_update`` or ``subscribe``); turn it off for a state whose
+            Yjs updates other replicas keep across sessions (the hub does).
         options: the :class:`SharedState` constructor's (``resolvers``,
             ``default``, ``history``, ``client_id``, ``schema``, ``initialize``).
             On reopening, schema defaults are not written again.
@@ -573,6 +625,7 @@ def open_state(
             "durability": durability,
             "keep_history": keep_history,
             "keep_conflicts": keep_conflicts,
+            "compact_document": compact_document,
         }
         if is_new:
             state, store = _create(cls, conn, file, settings, options)
@@ -582,6 +635,7 @@ def open_state(
         conn.close()
         raise
     state._attach(store)
+    store._state = weakref.ref(state)
     return state
 
 
@@ -601,7 +655,7 @@ def _create(
             for e in state._log.entries()
             for p in e.writes
         ]
-        snapshot = state.get_update()
+        snapshot = bytes(state._doc.get_update())  # not get_update(): that shares the doc
     try:
         sql.create(conn, seq, token.to_state(), snapshot, blame)
     except sqlite3.Error as exc:

@@ -461,6 +461,21 @@ def append_conflicts(
     )
 
 
+def restart_at(conn: sqlite3.Connection, seq: int, token: bytes, snapshot: bytes) -> None:
+    """Inside an open transaction: ``snapshot`` becomes the whole history up to ``seq``.
+
+    Used when the document starts a new epoch (rebuilt from its content): the
+    older snapshot and every log row up to ``seq`` are dropped. Blame and the
+    conflict audit log are kept.
+    """
+    conn.execute(
+        "INSERT INTO snapshot (seq, token, doc, time) VALUES (?, ?, ?, ?)",
+        (seq, token, zlib.compress(snapshot), time.time()),
+    )
+    conn.execute("DELETE FROM snapshot WHERE seq < ?", (seq,))
+    conn.execute("DELETE FROM log WHERE seq <= ?", (seq,))
+
+
 def swap_snapshot(
     conn: sqlite3.Connection,
     seq: int,
@@ -490,6 +505,11 @@ def swap_snapshot(
                 "DELETE FROM conflicts WHERE id <= (SELECT max(id) FROM conflicts) - ?",
                 (keep_conflicts,),
             )
+    release_free_pages(conn)
+
+
+def release_free_pages(conn: sqlite3.Connection) -> None:
+    """Give the pages freed by deletions back to the file system (outside a transaction)."""
     # sqlite3's execute() steps a PRAGMA once (one page freed); executescript runs it to the end
     conn.executescript("PRAGMA incremental_vacuum;")
 

@@ -29,4 +29,6 @@ def open_room_state(
 ) -> SharedState:
     """Open (or create) the durable state of room ``name``."""
     db.mkdir(parents=True, exist_ok=True)
+    # clients keep replicas of the room's document: it must keep its identity
+    options.setdefault("compact_document", False)
     return SharedState.open(room_file(db, name), resolvers=resolvers, **options)
