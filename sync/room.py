@@ -15,11 +15,12 @@ import asyncio
 import itertools
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pycrdt import merge_updates
 from websockets.asyncio.server import ServerConnection, broadcast
+from websockets.protocol import State
 
 from crdt_state import SharedState, StateUpdate
 
@@ -68,7 +69,15 @@ class Session:
 
     def enqueue(self, frame: bytes) -> None:
         """Queue ``frame`` for sending (event-loop thread only)."""
-        if self.overflowed:
+        self.enqueue_many((frame,))
+
+    def enqueue_many(self, frames: Sequence[bytes]) -> None:
+        """Queue ``frames`` for sending, in order (event-loop thread only).
+
+        When nothing waits before them, they are written at once, together
+        (one write to the socket for all of them).
+        """
+        if self.overflowed or not frames:
             return
         ws = self.connection
         if (
@@ -77,14 +86,32 @@ class Session:
             and self.outbox.empty()
             and ws.transport.get_write_buffer_size() < self.write_limit
         ):
-            broadcast((ws,), frame)  # written now: nothing is queued before it
+            _write_now(ws, frames)
             return
-        try:
-            self.outbox.put_nowait(frame)
-        except asyncio.QueueFull:
-            self.overflowed = True
-            if self.on_overflow is not None:
-                self.on_overflow(self)
+        for frame in frames:
+            try:
+                self.outbox.put_nowait(frame)
+            except asyncio.QueueFull:
+                self.overflowed = True
+                if self.on_overflow is not None:
+                    self.on_overflow(self)
+                return
+
+
+def _write_now(ws: ServerConnection, frames: Sequence[bytes]) -> None:
+    """Write binary ``frames`` to ``ws`` in one socket write (as ``broadcast`` does, batched)."""
+    if len(frames) == 1:
+        broadcast((ws,), frames[0])
+        return
+    if ws.protocol.state is not State.OPEN or ws.send_in_progress is not None:
+        return  # closing: frames to a closing connection are dropped, like broadcast()
+    try:
+        for frame in frames:
+            ws.protocol.send_binary(frame)
+        data = ws.protocol.data_to_send()
+        ws.transport.write(b"".join(data))
+    except Exception as exc:  # the connection broke: its handler sees it and cleans up
+        ws.logger.warning("could not write to connection: %s", exc)
 
 
 class Room:
@@ -139,15 +166,24 @@ class Room:
         self._schedule()
 
     def flush(self) -> None:
-        """Send the pending changes as one update frame to every session, then the replies."""
+        """Send the pending changes as one update frame to every session, then the replies.
+
+        Each session gets its frames of this round in one write.
+        """
         self._flush_scheduled = False
         updates, self._updates = self._updates, []
         replies, self._replies = self._replies, []
+        mine: dict[int, list[bytes]] = {}
+        for session, frame in replies:
+            mine.setdefault(session.id, []).append(frame)
         if updates:
             update = updates[0] if len(updates) == 1 else bytes(merge_updates(*updates))
-            self.broadcast(encode_update(update))
-        for session, frame in replies:
-            session.enqueue(frame)
+            frame = encode_update(update)
+            for session in list(self.sessions.values()):
+                session.enqueue_many([frame, *mine.pop(session.id, ())])
+        for session, _frame in replies:  # sessions that got no update frame this round
+            if session.id in mine:
+                session.enqueue_many(mine.pop(session.id))
 
     def broadcast(self, frame: bytes, *, exclude: int | None = None) -> None:
         """Queue ``frame`` for every session but ``exclude`` (event-loop thread only)."""
