@@ -1,9 +1,13 @@
 """The pycrdt side: writing plain values into a Yjs document and reading them back.
 
-This is the only module (with ``state.py``) that touches pycrdt objects. The
-document's root is a ``Y.Map`` named ``state``; nested dicts are ``Y.Map``,
-lists are ``Y.Array``, scalars are stored as they are. Handles to nested
-types are never kept beyond the transaction that looked them up.
+State values go into and come out of a document only through these
+functions; the modules that hold a document (``state``, ``replication``,
+``durable``, ``schema``, ``storage``) use pycrdt directly only to create one,
+to apply, observe or merge updates, to read state vectors and to write the
+bookkeeping entries of the meta root. The document's root is a ``Y.Map``
+named ``state``; nested dicts are ``Y.Map``, lists are ``Y.Array``, scalars
+are stored as they are. Handles to nested types are never kept beyond the
+transaction that looked them up.
 """
 
 from __future__ import annotations

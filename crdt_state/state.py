@@ -6,14 +6,18 @@ so merges are atomic and many threads (and asyncio tasks) can fork and merge
 concurrently. Every merge is written into the document by the state's own
 Yjs client, so refused merges never leave gaps in anyone's clocks; which
 agent made a change is kept in the change log.
+
+This module owns the core: reading, forking, committing, the merge itself
+(conflict detection, policies, one document transaction per merge), the change
+log entries and listeners. ``SharedState`` takes the rest from mixins, each in
+its own module: :mod:`crdt_state.replication` (Yjs updates to and from other
+replicas), :mod:`crdt_state.durable` (storage, history, durability waits) and
+:mod:`crdt_state.typed` (schema accessors and the write hooks).
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
 import threading
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -23,17 +27,15 @@ from pycrdt import Doc, Map
 from . import document as ydoc
 from .changelog import ChangeLog, Entry, TruncateTo, WriteKind, overlaps, read_at
 from .conflicts import Change, Conflict, MergeResult
-from .errors import (
-    ConflictError,
-    CrdtStateError,
-    InvalidUpdate,
-    WrongType,
-)
+from .durable import DurableMixin
+from .errors import ConflictError, CrdtStateError, WrongType
 from .paths import Path, parse_path
+from .replication import ReplicationMixin, join_updates
 from .resolvers import PolicyTable, raise_conflict
 from .retry import Retry
 from .transact import arun_transaction, run_transaction
-from .values import MISSING, copy_value, normalize, same, tree_delete, tree_get, tree_set
+from .typed import TypedMixin
+from .values import MISSING, copy_value, same, tree_delete, tree_get, tree_set
 from .version import VersionVector
 
 if TYPE_CHECKING:
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
 
     from .branch import Branch
     from .schema import StateSchema
-    from .storage import BlameEntry, ConflictRecord, HistoryEntry, Store
+    from .storage import Store
 
 __all__ = ["SharedState", "StateUpdate"]
 
@@ -92,7 +94,7 @@ class AsyncJournal(Journal, Protocol):
     def on_durable(self, ticket: int, done: Callable[[BaseException | None], None]) -> None: ...
 
 
-class SharedState:
+class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
     """The authoritative, thread-safe state that branches fork from and merge into.
 
     Args:
@@ -270,88 +272,6 @@ class SharedState:
         _check_disjoint(ops)
         return ops
 
-    # -- hooks for typed states (overridden by schema support) ----------------
-    def _prepare(self, path: Path, value: Any) -> Any:
-        """Validate and normalise a value about to be written at ``path``."""
-        if self._schema is not None:
-            return self._schema.prepare(path, value)
-        return normalize(value, path)
-
-    def _prepare_items(self, path: Path, items: list[Any]) -> list[Any]:
-        """Validate and normalise items about to be appended at ``path``."""
-        if self._schema is not None:
-            return self._schema.prepare_items(path, items)
-        return [normalize(v, path) for v in items]
-
-    def _check_plan(self, plan: list[Change]) -> None:
-        """Refuse a merge plan that would make the state invalid (under the lock)."""
-        if self._schema is not None and plan:
-            self._schema.check_plan(self._mirror, plan)
-
-    # -- typed state --------------------------------------------------------------
-    @property
-    def schema(self) -> type[BaseModel] | None:
-        """The pydantic model of this state, if it has one."""
-        return self._schema.model_type if self._schema is not None else None
-
-    def model(self) -> BaseModel:
-        """The state as a validated instance of its schema (``TypeError`` without one)."""
-        if self._schema is None:
-            raise TypeError("this state has no schema")
-        return self._schema.to_model(self.snapshot())
-
-    def json_schema(self) -> dict[str, Any]:
-        """The schema's JSON schema, ready to hand to an LLM as a tool definition."""
-        if self._schema is None:
-            raise TypeError("this state has no schema")
-        return self._schema.json_schema()
-
-    # -- durable states (see crdt_state.storage) -----------------------------------
-    @classmethod
-    def open(cls, path: str | os.PathLike[str], **options: Any) -> SharedState:
-        """Create or reopen a state stored in the SQLite file at ``path``.
-
-        ``options`` are those of the constructor plus the storage options of
-        :func:`crdt_state.storage.open_state` (``durability``, ...).
-        """
-        from .storage import open_state
-
-        return open_state(cls, path, **options)
-
-    def _require_store(self) -> Store:
-        if self._store is None:
-            raise TypeError("history needs a state opened with SharedState.open(path)")
-        return self._store
-
-    def history(self, **filters: Any) -> list[HistoryEntry]:
-        """The recorded changes, oldest first (token, agent, paths, time)."""
-        return self._require_store().history(**filters)
-
-    def at(self, token: VersionVector) -> dict[str, Any]:
-        """The snapshot as it was when the state had exactly ``token``."""
-        return self._require_store().at(token)
-
-    def blame(self, path: Any) -> BlameEntry | None:
-        """Who last changed ``path`` (writing it, an ancestor or a descendant), when and where."""
-        return self._require_store().blame(parse_path(path))
-
-    def conflicts(self, path: Any = None, since: float | None = None) -> list[ConflictRecord]:
-        """Recorded conflicts and their resolutions, optionally for one path / since a time."""
-        return self._require_store().conflicts(
-            parse_path(path) if path is not None else None, since
-        )
-
-    def close(self) -> None:
-        """Flush and close the storage of a durable state (no-op in memory)."""
-        if self._store is not None:
-            self._store.close()
-
-    def __enter__(self) -> SharedState:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # -- merging --------------------------------------------------------------
     def _read_at(self, path: Path, seq: int) -> Any:
         """A copy of the value ``path`` had at log position ``seq``."""
@@ -368,29 +288,6 @@ class SharedState:
             for entry in self._log.since(seq):
                 keys.update(path[0] for path, _ in entry.undo)
             return keys
-
-    def _settle(self, ticket: int | None) -> None:
-        """Block until the change with ``ticket`` is durable (no-op in memory)."""
-        if ticket is not None and self._journal is not None:
-            self._journal.wait(ticket)
-
-    async def _asettle(self, ticket: int | None) -> None:
-        """Wait, without blocking the event loop, until ``ticket`` is durable."""
-        journal = self._journal
-        if ticket is None or journal is None:
-            return
-        on_durable = getattr(journal, "on_durable", None)
-        if on_durable is None:
-            await asyncio.to_thread(journal.wait, ticket)
-            return
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-
-        def done(error: BaseException | None) -> None:
-            loop.call_soon_threadsafe(_settle_future, future, error)
-
-        on_durable(ticket, done)
-        await future
 
     def _merge_now(
         self,
@@ -611,9 +508,7 @@ class SharedState:
             return entry, None
         if update is None:
             update = (
-                b"".join(self._updates)
-                if len(self._updates) == 1
-                else _merge_updates(self._updates)
+                b"".join(self._updates) if len(self._updates) == 1 else join_updates(self._updates)
             )
         self._updates.clear()
         change = StateUpdate(
@@ -666,93 +561,7 @@ class SharedState:
             self.fork, fn, agent=agent, retry=retry, resolvers=resolvers, default=default
         )
 
-    # -- replication --------------------------------------------------------------
-    def get_update(self, since: VersionVector | None = None) -> bytes:
-        """A Yjs update with everything this state has beyond ``since`` (all when None)."""
-        with self._lock:
-            self._shared = True
-            if since is None:
-                return bytes(self._doc.get_update())
-            return bytes(self._doc.get_update(since.to_state()))
-
-    def apply_update(self, update: bytes, *, origin: str | None = None) -> MergeResult:
-        """Integrate a Yjs update from another replica (any Yjs peer).
-
-        Updates are idempotent and commutative: applying one twice, or several
-        in any order, gives the same state. Malformed bytes raise
-        :class:`InvalidUpdate` and change nothing. Writes from updates are
-        logged, so branches forked earlier see them as concurrent changes.
-        """
-        result, ticket = self._apply_update_now(update, origin)
-        self._settle(ticket)
-        return result
-
-    async def aapply_update(self, update: bytes, *, origin: str | None = None) -> MergeResult:
-        """:meth:`apply_update` for asyncio code (the disk wait does not block the loop)."""
-        result, ticket = self._apply_update_now(update, origin)
-        await self._asettle(ticket)
-        return result
-
-    def _apply_update_now(
-        self, update: bytes, origin: str | None
-    ) -> tuple[MergeResult, int | None]:
-        if not isinstance(update, (bytes, bytearray, memoryview)):
-            raise InvalidUpdate("an update is bytes", details={"type": type(update).__name__})
-        data = bytes(update)
-        with self._lock:
-            self._shared = True
-            before = self._log.head_token
-            changed: dict[Path, WriteKind] = {}
-            if self._schema is not None and self._validate_updates:
-                self._schema.check_update(self._doc, data)
-
-            def on_events(events: list[Any]) -> None:
-                for event in events:
-                    for path, kind in _event_changes(event, self._mirror):
-                        changed[path] = "set" if changed.get(path, kind) != kind else kind
-
-            sub = self._root.observe_deep(on_events)
-            self._updates.clear()
-            try:
-                self._doc.apply_update(data)
-            except Exception as exc:  # pycrdt reports bad updates as ValueError
-                raise InvalidUpdate(f"update refused: {exc}", details={"size": len(data)}) from exc
-            except BaseException as exc:  # PanicException from the Rust core
-                if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
-                    raise
-                raise InvalidUpdate(f"update refused: {exc}", details={"size": len(data)}) from exc
-            finally:
-                self._root.unobserve(sub)
-            after = VersionVector.from_state(self._doc.get_state())
-            writes = _root_most(changed)
-            if after == before and not writes:
-                return MergeResult(token=before, agent=origin), None
-            undo: list[tuple[Path, Any]] = []
-            for path in writes:
-                undo.append((path, tree_get(self._mirror, path)))
-                value = ydoc.doc_read(self._doc, path)
-                if value is MISSING:
-                    tree_delete(self._mirror, path, missing_ok=True)
-                else:
-                    tree_set(self._mirror, path, value, force=True)
-            self._updates.clear()
-            tick_update = b""
-            if after == before and self._tick_remote:
-                with self._doc.transaction(origin="crdt-state"):
-                    self._tick()
-                tick_update = b"".join(self._updates)
-            outgoing = _merge_updates([data, tick_update]) if tick_update else data
-            entry, change = self._record(origin, writes, undo, "remote", update=outgoing)
-            ticket = (
-                self._journal.record(change)
-                if self._journal is not None and change is not None
-                else None
-            )
-        result = MergeResult(
-            token=entry.token, applied=tuple(writes), fast_forward=True, agent=origin
-        )
-        return result, ticket
-
+    # -- listeners ------------------------------------------------------------------
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener(StateUpdate)`` after every change, in order, under the lock.
 
@@ -774,112 +583,6 @@ class SharedState:
 
     def _on_transaction(self, event: Any) -> None:
         self._updates.append(bytes(event.update))
-
-    # -- restoring a durable state (used by crdt_state.storage) ------------------
-    def _restore(
-        self,
-        snapshot: bytes,
-        start_seq: int,
-        changes: Iterable[tuple[bytes, str | None, str, float]],
-    ) -> list[VersionVector]:
-        """Load stored content into a fresh state without logging it as new changes.
-
-        ``snapshot`` is a Yjs update with everything up to log position
-        ``start_seq``; ``changes`` are the stored changes after it, oldest first,
-        as ``(update, agent, origin, time)``. They are replayed into the change
-        log with their own seqs, so fork bases among them are judged exactly and
-        older bases are stale. Listeners and journal are not told. Returns the
-        token after each change.
-        """
-        with self._lock:
-            if self._log.head_seq != 0 or self._journal is not None:
-                raise RuntimeError("only a fresh, unjournaled state can be restored")
-            if snapshot:
-                self._doc.apply_update(snapshot)
-            self._mirror = ydoc.doc_snapshot(self._doc)
-            token = VersionVector.from_state(self._doc.get_state())
-            self._log = ChangeLog(token, limit=self._log.limit, start_seq=start_seq)
-            tokens: list[VersionVector] = []
-            changed: dict[Path, WriteKind] = {}
-
-            def on_events(events: list[Any]) -> None:
-                for event in events:
-                    for path, kind in _event_changes(event, self._mirror):
-                        changed[path] = "set" if changed.get(path, kind) != kind else kind
-
-            for update, agent, origin, when in changes:
-                changed.clear()
-                sub = self._root.observe_deep(on_events)
-                try:
-                    self._doc.apply_update(update)
-                finally:
-                    self._root.unobserve(sub)
-                writes = _root_most(changed)
-                undo: list[tuple[Path, Any]] = []
-                for path in writes:
-                    undo.append((path, tree_get(self._mirror, path)))
-                    value = ydoc.doc_read(self._doc, path)
-                    if value is MISSING:
-                        tree_delete(self._mirror, path, missing_ok=True)
-                    else:
-                        tree_set(self._mirror, path, value, force=True)
-                token = VersionVector.from_state(self._doc.get_state())
-                self._log.append(agent, token, writes, undo, origin=origin).time = when
-                tokens.append(token)
-            return tokens
-
-    def _reset_document(self) -> bool:
-        """Rebuild the Yjs document from the content alone: a new epoch, no tombstones.
-
-        A Yjs document keeps a small record of every overwritten map entry, so
-        it grows with the number of merges. A durable state that never shared
-        its document (no ``get_update``/``apply_update``/``subscribe``) can drop
-        them: the content is written into a fresh document with a new client id.
-        Tokens and fork bases of earlier epochs become stale (``StaleBase``;
-        ``transact`` re-runs, ``branch.rebase()`` moves a branch over). The
-        journal records the new document as a snapshot. Returns False (and does
-        nothing) for a shared document.
-        """
-        with self._lock:
-            if self._shared:
-                return False
-            doc: Doc[Any] = Doc()
-            root = doc.get(ydoc.ROOT, type=Map)
-            meta = doc.get(ydoc.META_ROOT, type=Map)
-            with doc.transaction(origin="crdt-state"):
-                for key, value in self._mirror.items():
-                    ydoc.doc_set(root, (key,), value)
-                meta["epoch"] = self.epoch + 1
-            if self._update_sub is not None:
-                self._doc.unobserve(self._update_sub)
-                self._update_sub = doc.observe(self._on_transaction)
-            retired = set(self._log.retired) | set(self._log.head_token)
-            self._doc, self._root, self._meta = doc, root, meta
-            token = VersionVector.from_state(doc.get_state())
-            seq = self._log.head_seq + 1
-            self._log = ChangeLog(token, limit=self._log.limit, start_seq=seq, retired=retired)
-            self.epoch += 1
-            if self._journal is not None:
-                self._journal.record(
-                    StateUpdate(
-                        seq=seq,
-                        update=bytes(doc.get_update()),
-                        token=token,
-                        agent="crdt-state",
-                        paths=(),
-                        origin="reset",
-                        time=time.time(),
-                    )
-                )
-            return True
-
-    def _attach(self, store: Store) -> None:
-        """Make ``store`` the journal and history of this state (crdt_state.storage)."""
-        with self._lock:
-            if self._update_sub is None:  # the journal needs each change's update bytes
-                self._update_sub = self._doc.observe(self._on_transaction)
-            self._store = store
-            self._journal = store
 
     def validate_base(self, base: VersionVector) -> None:
         """Raise :class:`UnknownBase`/:class:`StaleBase` if ``base`` cannot be judged."""
@@ -905,54 +608,3 @@ def _check_disjoint(ops: list[Change]) -> None:
         if op.path in seen:
             raise CrdtStateError("a change set names one path twice", path=op.path)
         seen.add(op.path)
-
-
-def _root_most(changed: dict[Path, WriteKind]) -> dict[Path, WriteKind]:
-    keys = set(changed)
-    return {p: k for p, k in changed.items() if not any(p[:i] in keys for i in range(1, len(p)))}
-
-
-def _event_changes(event: Any, mirror: dict[str, Any]) -> list[tuple[Path, WriteKind]]:
-    raw = list(event.path)
-    cut = next((i for i, k in enumerate(raw) if not isinstance(k, str)), None)
-    base: Path = tuple(raw if cut is None else raw[:cut])
-    if cut is not None:
-        return [(base, "set")] if base else []
-    keys = getattr(event, "keys", None)
-    if isinstance(keys, dict):
-        return [
-            ((*base, key), "delete" if change.get("action") == "delete" else "set")
-            for key, change in keys.items()
-        ]
-    delta = getattr(event, "delta", None) or []
-    if not base:
-        return []
-    current = tree_get(mirror, base)
-    length = len(current) if isinstance(current, list) else 0
-    is_append = (
-        len(delta) <= 2
-        and all("insert" in d or "retain" in d for d in delta)
-        and sum(d.get("retain", 0) for d in delta) == length
-        and (len(delta) == 1 or "retain" in delta[0])
-    )
-    return [(base, "append" if is_append else "set")]
-
-
-def _merge_updates(updates: list[bytes]) -> bytes:
-    from pycrdt import merge_updates
-
-    parts = [u for u in updates if u]
-    if not parts:
-        return b""
-    if len(parts) == 1:
-        return parts[0]
-    return bytes(merge_updates(*parts))
-
-
-def _settle_future(future: asyncio.Future[None], error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is None:
-        future.set_result(None)
-    else:
-        future.set_exception(error)

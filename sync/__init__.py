@@ -3,11 +3,13 @@
 - :class:`Hub`: an asyncio websocket server of rooms, speaking y-websocket
   (stock Yjs clients join) plus a branch-merge extension.
 - :func:`connect`: a remote agent's live replica of a room, with the
-  fork/merge API of :class:`crdt_state.SharedState`, working offline too.
+  fork/merge API of :class:`crdt_state.SharedState`, working offline too;
+  :func:`connect_blocking` is the same for threaded code.
 - :mod:`sync.protocol`: the pure codec; ``docs/protocol.md`` has the layouts.
 """
 
 from sync.auth import AuthError, Grant, mint_token, verify_token
+from sync.blocking import BlockingBranch, BlockingRemote, connect_blocking
 from sync.changes import (
     MISSING,
     Change,
@@ -42,6 +44,9 @@ from sync.protocol import (
 
 __all__ = [
     "AuthError",
+    "BlockingBranch",
+    "BlockingRemote",
+    "connect_blocking",
     "Grant",
     "Hub",
     "Limits",

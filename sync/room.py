@@ -25,7 +25,8 @@ from websockets.protocol import State
 from crdt_state import SharedState, StateUpdate
 
 from .auth import Grant
-from .protocol import encode_update
+from .awareness import removal_update, safe_clients
+from .protocol import encode_awareness, encode_update
 
 __all__ = ["Room", "Session"]
 
@@ -141,8 +142,12 @@ class Room:
         self.sessions[session.id] = session
 
     def leave(self, session: Session) -> None:
+        """Forget ``session``; tell the others that the peers it announced are gone."""
         self.sessions.pop(session.id, None)
-        self.awareness.pop(session.id, None)
+        payload = self.awareness.pop(session.id, None)
+        clients = safe_clients(payload) if payload is not None else {}
+        if clients:
+            self.broadcast(encode_awareness(removal_update(clients)))
 
     def _on_change(self, change: StateUpdate) -> None:
         self.size += len(change.update)

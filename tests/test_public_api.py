@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import pathlib
 
 import pytest
 
@@ -76,7 +77,11 @@ def test_resolvers_module_exports_builtins() -> None:
 
 @pytest.mark.parametrize(
     "module_name",
-    ["errors", "paths", "values", "version", "conflicts", "resolvers", "retry", "branch", "state"],
+    sorted(
+        path.stem
+        for path in pathlib.Path(crdt_state.__file__).parent.glob("*.py")
+        if not path.stem.startswith("_")
+    ),
 )
 def test_submodule_all_names_exist(module_name: str) -> None:
     module = importlib.import_module(f"crdt_state.{module_name}")
@@ -139,3 +144,29 @@ def test_errors_carry_code_path_and_details() -> None:
     assert exhausted.attempts == 3 and exhausted.retry is True
     assert exhausted.to_dict()["code"] == "retry_exhausted"
     assert exhausted.to_dict()["details"] == {"attempts": 3}
+
+
+@pytest.mark.parametrize(
+    "module_name",
+    sorted(
+        path.stem
+        for path in pathlib.Path(crdt_state.__file__).parent.parent.joinpath("sync").glob("*.py")
+        if not path.stem.startswith("_")
+    ),
+)
+def test_sync_submodule_all_names_exist(module_name: str) -> None:
+    module = importlib.import_module(f"sync.{module_name}")
+    for name in getattr(module, "__all__", ()):
+        assert hasattr(module, name), f"sync.{module_name}.{name}"
+
+
+def test_every_module_declares_all() -> None:
+    root = pathlib.Path(crdt_state.__file__).parent.parent
+    missing = [
+        str(path.relative_to(root))
+        for package in ("crdt_state", "sync")
+        for path in (root / package).glob("*.py")
+        if path.stem not in ("__init__", "cli", "__main__")
+        and "__all__" not in path.read_text(encoding="utf-8")
+    ]
+    assert not missing

@@ -401,3 +401,30 @@ async def test_remote_state_with_a_schema_validates_branch_writes(hub: Hub) -> N
         model = a.model()
         assert isinstance(model, Ticket)
         assert (model.title, model.calls) == ("printer on fire", 2)
+
+
+async def test_awareness_is_relayed_and_retired_when_a_peer_leaves(hub: Hub) -> None:
+    from sync.lib0 import Reader, encode_var_string, encode_var_uint
+
+    url = hub.url("aware")
+    announce = b"".join(
+        [encode_var_uint(1), encode_var_uint(77), encode_var_uint(5), encode_var_string('{"u":1}')]
+    )
+
+    async def next_awareness(ws: object) -> list[tuple[int, int, str]]:
+        async with asyncio.timeout(5):
+            while True:
+                message = p.decode_message(await ws.recv())  # type: ignore[attr-defined]
+                if isinstance(message, p.Awareness):
+                    reader = Reader(message.payload)
+                    return [
+                        (reader.read_var_uint(), reader.read_var_uint(), reader.read_var_string())
+                        for _ in range(reader.read_var_uint())
+                    ]
+
+    async with ws_connect(url, compression=None) as watcher:
+        async with ws_connect(url, compression=None) as peer:
+            await eventually(lambda: len(hub.rooms["aware"].sessions) == 2)
+            await peer.send(p.encode_awareness(announce))
+            assert await next_awareness(watcher) == [(77, 5, '{"u":1}')]
+        assert await next_awareness(watcher) == [(77, 6, "null")]
