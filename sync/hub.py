@@ -19,6 +19,7 @@ import contextlib
 import logging
 import re
 from collections.abc import Callable, Mapping
+from fnmatch import fnmatchcase
 from http import HTTPStatus
 from pathlib import Path
 from types import TracebackType
@@ -39,7 +40,6 @@ from crdt_state import (
     VersionVector,
     resolvers,
 )
-from crdt_state.paths import Pattern
 
 from . import protocol as p
 from .auth import AuthError, Grant, verify_token
@@ -95,9 +95,11 @@ class Hub:
         db: a SQLite file for the rooms' state (``None``: in memory only).
         secret: HMAC secret for access tokens; ``None`` accepts everyone, and
             the hub then says so in its log.
-        resolvers: server-side conflict policies by room pattern, e.g.
-            ``{"triage/*": {"calls": resolvers.counter}}``. Conflicts they do
-            not settle go back to the merging client.
+        resolvers: server-side conflict policies by room glob (matched like
+            access tokens, with :func:`fnmatch.fnmatchcase`: ``*`` also matches
+            ``/``), e.g. ``{"triage/*": {"calls": resolvers.counter}}``. When
+            several globs match, the rules of the most specific win. Conflicts
+            they do not settle go back to the merging client.
         limits: size and connection limits.
         state_factory: builds the state of a new room (overrides ``db``).
     """
@@ -118,10 +120,7 @@ class Hub:
         self.db = Path(db) if db is not None else None
         self.secret = secret
         self.limits = limits or Limits()
-        self._room_policies = {
-            Pattern.parse(tuple(glob.split("/"))): rules
-            for glob, rules in (resolvers or {}).items()
-        }
+        self._room_policies = dict(resolvers or {})
         self._state_factory = state_factory
         self.rooms: dict[str, Room] = {}
         self._grants: dict[Any, tuple[str, Grant | None]] = {}
@@ -192,11 +191,12 @@ class Hub:
 
     # -- rooms -----------------------------------------------------------------------
     def _policies_for(self, name: str) -> dict[Any, object]:
+        """The path policies of room ``name``: every matching room glob's, the most
+        specific (most literal characters) last, so its rules win."""
         merged: dict[Any, object] = {}
-        key = tuple(name.split("/"))
-        for pattern in sorted(self._room_policies, key=lambda pat: pat.specificity):
-            if pattern.matches(key):
-                merged.update(self._room_policies[pattern])
+        matching = [glob for glob in self._room_policies if fnmatchcase(name, glob)]
+        for glob in sorted(matching, key=lambda g: len(g.replace("*", "").replace("?", ""))):
+            merged.update(self._room_policies[glob])
         return merged
 
     def _new_state(self, name: str) -> SharedState:
