@@ -54,9 +54,8 @@ from typing import Any
 from pycrdt import Doc, Map
 from websockets.asyncio.client import connect as ws_connect
 
-from sync import Change, ChangeKind, protocol
-from sync.client import connect
-from sync.state_vector import decode_state_vector
+from crdt_state import VersionVector
+from sync import Change, ChangeKind, connect, protocol
 
 ROOT = Path(__file__).resolve().parent.parent
 INTEROP = ROOT / "tests" / "interop"
@@ -465,9 +464,9 @@ async def _relay(
     def updates_in(update: bytes) -> list[int]:
         hit = carried.get(update)
         if hit is None:
-            before = decode_state_vector(observer.get_state())
+            before = dict(VersionVector.from_state(observer.get_state()))
             observer.apply_update(update)
-            after = decode_state_vector(observer.get_state())
+            after = dict(VersionVector.from_state(observer.get_state()))
             hit = carried[update] = [
                 [after.get(s + 1, 0) - before.get(s + 1, 0) for s in range(senders)],
                 0,
