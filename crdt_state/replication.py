@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
-from pycrdt import Doc, Map, merge_updates
+from pycrdt import Array, Doc, Map, merge_updates
 
 from . import document as ydoc
 from .changelog import ChangeLog, Entry, WriteKind
@@ -195,10 +195,7 @@ def event_changes(event: Any, mirror: dict[str, Any]) -> list[tuple[Path, WriteK
         return [(base, "set")] if base else []
     keys = getattr(event, "keys", None)
     if isinstance(keys, dict):
-        return [
-            ((*base, key), "delete" if change.get("action") == "delete" else "set")
-            for key, change in keys.items()
-        ]
+        return [((*base, key), _key_write(change)) for key, change in keys.items()]
     delta = getattr(event, "delta", None) or []
     if not base:
         return []
@@ -211,6 +208,21 @@ def event_changes(event: Any, mirror: dict[str, Any]) -> list[tuple[Path, WriteK
         and (len(delta) == 1 or "retain" in delta[0])
     )
     return [(base, "append" if is_append else "set")]
+
+
+def _key_write(change: dict[str, Any]) -> WriteKind:
+    """How a map key changed: a list created where there was none is an append to it.
+
+    That is how a local merge records an append that creates its list, so a
+    change reads the same whether it was made here, replayed from a file or
+    received from another replica.
+    """
+    action = change.get("action")
+    if action == "delete":
+        return "delete"
+    if action == "add" and isinstance(change.get("newValue"), Array):
+        return "append"
+    return "set"
 
 
 def join_updates(updates: list[bytes]) -> bytes:

@@ -18,6 +18,7 @@ replicas), :mod:`crdt_state.durable` (storage, history, durability waits) and
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
 
 __all__ = ["SharedState", "StateUpdate"]
 
+_KEEP_REQUESTS = 100_000  # applied request ids remembered (see SharedState.commit)
+
 T = TypeVar("T")
 
 
@@ -67,6 +70,7 @@ class StateUpdate:
     origin: str
     time: float
     conflicts: tuple[Conflict, ...] = ()
+    request_id: int | None = None
 
 
 Listener = Callable[[StateUpdate], None]
@@ -135,6 +139,7 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         # Set once the document has been handed to anyone else (updates out or in,
         # listeners): from then on it must keep its identity (see _reset_document).
         self._shared = False
+        self._requests: OrderedDict[int, tuple[VersionVector, tuple[Path, ...]]] = OrderedDict()
         self.epoch = 0
         """How many times the document was rebuilt from its content (durable states)."""
         self._store: Store | None = None
@@ -210,17 +215,28 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         *,
         resolvers: Mapping[Any, object] | None = None,
         default: object | None = None,
+        request_id: int | None = None,
     ) -> MergeResult:
         """Merge changes computed from the state at ``base`` (optimistic concurrency).
 
         ``changes`` is ``{path: value}`` (a value of :data:`MISSING` deletes)
         or a sequence of :class:`Change`. Conflicts are judged against
         ``base`` exactly as for a branch; see :meth:`Branch.merge`.
+
+        ``request_id`` is an idempotency key: a request id this state already
+        applied (the last 100,000 are remembered, across reopening for a
+        durable state) returns that merge's token and paths again and changes
+        nothing, so a caller that lost the answer may safely send it again.
         """
         ops = self._ops_from(changes)
         with self._lock:
+            done = self._applied_request(request_id)
+            if done is not None:
+                return done
             seq, entries = self._since_token(base)
-            result, ticket = self._merge_now(ops, seq, agent, resolvers, default, entries=entries)
+            result, ticket = self._merge_now(
+                ops, seq, agent, resolvers, default, entries=entries, request_id=request_id
+            )
         self._settle(ticket)
         return result
 
@@ -232,14 +248,37 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         *,
         resolvers: Mapping[Any, object] | None = None,
         default: object | None = None,
+        request_id: int | None = None,
     ) -> MergeResult:
         """:meth:`commit` for asyncio code: a durable state's disk wait does not block the loop."""
         ops = self._ops_from(changes)
         with self._lock:
+            done = self._applied_request(request_id)
+            if done is not None:
+                return done
             seq, entries = self._since_token(base)
-            result, ticket = self._merge_now(ops, seq, agent, resolvers, default, entries=entries)
+            result, ticket = self._merge_now(
+                ops, seq, agent, resolvers, default, entries=entries, request_id=request_id
+            )
         await self._asettle(ticket)
         return result
+
+    def _applied_request(self, request_id: int | None) -> MergeResult | None:
+        """The remembered result of an applied request id, if any (under the lock)."""
+        if request_id is None:
+            return None
+        known = self._requests.get(request_id)
+        if known is None:
+            return None
+        token, paths = known
+        return MergeResult(token=token, applied=paths, fast_forward=False)
+
+    def _remember_request(
+        self, request_id: int, token: VersionVector, paths: tuple[Path, ...]
+    ) -> None:
+        self._requests[request_id] = (token, paths)
+        if len(self._requests) > _KEEP_REQUESTS:
+            self._requests.popitem(last=False)
 
     def _since_token(self, base: VersionVector) -> tuple[int, list[Entry]]:
         seq = self._log.seq_of(base)
@@ -298,8 +337,12 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         default: object | None,
         *,
         entries: list[Entry] | None = None,
+        request_id: int | None = None,
     ) -> tuple[MergeResult, int | None]:
-        """Judge and apply a merge under the lock; returns the result and its journal ticket."""
+        """Judge and apply a merge under the lock; returns the result and its journal ticket.
+
+        A ``request_id`` is remembered with the change (and journaled with it).
+        """
         table = self._policies.overlay(resolvers, default)
         ticket: int | None = None
         with self._lock:
@@ -378,7 +421,9 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
                     agent=agent,
                 )
                 return empty, None
-            entry, change = self._apply_local(plan, agent, tuple(conflicts))
+            entry, change = self._apply_local(plan, agent, tuple(conflicts), request_id)
+            if request_id is not None:
+                self._remember_request(request_id, entry.token, tuple(entry.writes))
             if self._journal is not None and change is not None:
                 ticket = self._journal.record(change)
         result = MergeResult(
@@ -428,7 +473,11 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
                     )
 
     def _apply_local(
-        self, plan: list[Change], agent: str | None, conflicts: tuple[Conflict, ...]
+        self,
+        plan: list[Change],
+        agent: str | None,
+        conflicts: tuple[Conflict, ...],
+        request_id: int | None = None,
     ) -> tuple[Entry, StateUpdate | None]:
         """Write ``plan`` into the document and the mirror in one transaction."""
         undo: list[tuple[Path, Any]] = []
@@ -453,19 +502,25 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
                     current.extend(copy_value(op.value))
                     writes[op.path] = "append"
                 else:
-                    undo.append(self._undo_record(op.path))
+                    record = self._undo_record(op.path)
+                    undo.append(record)
                     if op.kind == "append":
                         ydoc.doc_extend(self._root, op.path, op.value)
                     else:
                         ydoc.doc_set(self._root, op.path, op.value)
                     tree_set(self._mirror, op.path, copy_value(op.value), force=True)
-                    writes[op.path] = op.kind
+                    # a list written where there was none is an append to an empty list:
+                    # recorded so, it reads the same as when replayed or received elsewhere
+                    created_list = isinstance(op.value, list) and record[1] is MISSING
+                    writes[op.path] = "append" if created_list else op.kind
                 created = True
             if writes and not created:
                 self._tick()
             # read inside the open transaction: no second transaction (saves ~1 us)
             state = self._doc.get_state()
-        return self._record(agent, writes, undo, "local", conflicts, state=state)
+        return self._record(
+            agent, writes, undo, "local", conflicts, state=state, request_id=request_id
+        )
 
     def _tick(self) -> None:
         """Advance this replica's clock (a write to the meta root).
@@ -494,6 +549,7 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         conflicts: tuple[Conflict, ...] = (),
         update: bytes | None = None,
         state: bytes | None = None,
+        request_id: int | None = None,
     ) -> tuple[Entry, StateUpdate | None]:
         """Log the change just written; tell listeners and return it as a :class:`StateUpdate`.
 
@@ -520,6 +576,7 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
             origin=origin,
             time=entry.time,
             conflicts=conflicts,
+            request_id=request_id,
         )
         for listener in list(self._listeners):
             listener(change)

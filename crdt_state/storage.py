@@ -369,6 +369,8 @@ class Store:
                 )
                 if item.conflicts:
                     sql.append_conflicts(self._conn, item.conflicts, token, item.time, True)
+                if item.request_id is not None:
+                    sql.append_request(self._conn, item.request_id, item.seq, token, item.paths)
                 last_seq = item.seq
                 added += 1
         self._last_seq = last_seq
@@ -705,6 +707,8 @@ def _reopen(
             "the state file is damaged: replaying it does not give the recorded versions",
             details={"file": file, "head": str(head), "restored": str(state.token)},
         )
+    for request_id, token, paths in sql.recent_requests(conn):
+        state._remember_request(request_id, VersionVector.from_state(token), paths)
     store = Store(
         conn,
         file,

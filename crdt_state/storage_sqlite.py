@@ -64,6 +64,13 @@ _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 Durability = Literal["full", "normal", "off"]
 _SYNCHRONOUS: Final[dict[str, str]] = {"full": "FULL", "normal": "NORMAL", "off": "OFF"}
 
+_REQUESTS_TABLE: Final = (
+    "CREATE TABLE IF NOT EXISTS requests (id INTEGER PRIMARY KEY, seq INTEGER NOT NULL,"
+    " token BLOB NOT NULL, paths TEXT NOT NULL)"
+)
+KEEP_REQUESTS: Final = 100_000
+"""How many applied request ids (idempotency keys) a file remembers."""
+
 _SCHEMA: Final = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE snapshot (seq INTEGER PRIMARY KEY, token BLOB NOT NULL,"
@@ -79,6 +86,7 @@ _SCHEMA: Final = (
     " token BLOB NOT NULL)",
     "CREATE INDEX conflicts_path ON conflicts (path)",
     "CREATE INDEX conflicts_time ON conflicts (time)",
+    _REQUESTS_TABLE,
 )
 _IN_USE: Final = "the state file is open in another process or connection"
 _TABLES: Final = frozenset({"meta", "snapshot", "log", "blame", "conflicts"})
@@ -230,6 +238,8 @@ def _prepare(conn: sqlite3.Connection, file: str) -> bool:
                 raise _refuse(f"the state file is damaged: {check[:3]}", file)
         conn.execute("PRAGMA wal_autocheckpoint=256")
         conn.execute("PRAGMA journal_size_limit=1048576")
+        if not is_new:
+            conn.execute(_REQUESTS_TABLE)  # files written before request ids get the table
     except sqlite3.Error as exc:
         if _is_busy(exc):
             raise _refuse(_IN_USE, file, exc) from exc
@@ -430,6 +440,36 @@ def append_change(
     )
 
 
+def append_request(
+    conn: sqlite3.Connection, request_id: int, seq: int, token: bytes, paths: Sequence[Path]
+) -> None:
+    """Remember that request ``request_id`` was applied as change ``seq`` (same transaction)."""
+    conn.execute(
+        "INSERT OR REPLACE INTO requests (id, seq, token, paths) VALUES (?, ?, ?, ?)",
+        (request_id, seq, token, json.dumps([list(p) for p in paths])),
+    )
+
+
+def recent_requests(conn: sqlite3.Connection) -> list[tuple[int, bytes, tuple[Path, ...]]]:
+    """The remembered requests, oldest first: ``(request_id, token, paths)``."""
+    rows = conn.execute(
+        "SELECT id, token, paths FROM requests ORDER BY seq DESC LIMIT ?", (KEEP_REQUESTS,)
+    ).fetchall()
+    return [
+        (int(rid), bytes(token), tuple(tuple(p) for p in json.loads(paths)))
+        for rid, token, paths in reversed(rows)
+    ]
+
+
+def forget_old_requests(conn: sqlite3.Connection) -> None:
+    """Keep only the newest :data:`KEEP_REQUESTS` remembered requests."""
+    conn.execute(
+        "DELETE FROM requests WHERE seq < (SELECT seq FROM requests ORDER BY seq DESC"
+        " LIMIT 1 OFFSET ?)",
+        (KEEP_REQUESTS,),
+    )
+
+
 def append_conflicts(
     conn: sqlite3.Connection,
     conflicts: Iterable[Conflict],
@@ -505,6 +545,7 @@ def swap_snapshot(
                 "DELETE FROM conflicts WHERE id <= (SELECT max(id) FROM conflicts) - ?",
                 (keep_conflicts,),
             )
+        forget_old_requests(conn)
     release_free_pages(conn)
 
 

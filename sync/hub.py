@@ -333,9 +333,7 @@ class Hub:
         elif isinstance(message, p.MergeRequest):
             if not session.can_write:
                 raise _Close(CloseCode.POLICY_VIOLATION, "read-only token: merges are refused")
-            done = room.completed.get(message.request_id)
-            if done is None:
-                done = await self._merge(room, session, message)
+            done = await self._merge(room, session, message)
             room.reply(session, done)  # after the update frame carrying the merge
         # results, permission-denied and unknown types from clients are ignored
 
@@ -353,6 +351,7 @@ class Hub:
                 base,
                 request.agent or session.label,
                 resolvers=_equal_write_reports(state, request),
+                request_id=request.request_id,
             )
         except ConflictError as exc:
             code = "retry" if exc.retry else exc.code
@@ -375,7 +374,6 @@ class Hub:
             applied=result.applied,
             conflicts=[conflict_to_record(c) for c in result.conflicts],
         )
-        room.remember(request.request_id, reply)
         return reply
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -127,16 +126,9 @@ class Room:
         self._loop = loop
         self._loop_thread = threading.get_ident()
         self._unsubscribe = state.subscribe(self._on_change)
-        self.completed: OrderedDict[int, bytes] = OrderedDict()
         self._updates: list[bytes] = []  # changes not yet sent, oldest first
         self._replies: list[tuple[Session, bytes]] = []  # to send after them
         self._flush_scheduled = False
-
-    def remember(self, request_id: int, reply: bytes, keep: int = 100_000) -> None:
-        """Keep the reply of an applied merge, so a re-sent request is not applied twice."""
-        self.completed[request_id] = reply
-        if len(self.completed) > keep:
-            self.completed.popitem(last=False)
 
     def join(self, session: Session) -> None:
         self.sessions[session.id] = session

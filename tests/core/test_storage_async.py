@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from crdt_state import SharedState
+from crdt_state import Change, SharedState
 
 
 async def test_async_merges_are_durable_when_they_return(tmp_path: Path) -> None:
@@ -65,3 +65,33 @@ async def test_on_durable_calls_back_at_once_when_already_durable(tmp_path: Path
     store.on_durable(1, seen.append)  # already durable: called at once
     assert seen == [None]
     state.close()
+
+
+def test_request_ids_make_commits_idempotent_across_reopen(tmp_path: Path) -> None:
+    file = tmp_path / "requests.db"
+    state = SharedState.open(file)
+    base = state.token
+    first = state.commit([Change("append", ("log",), ["once"])], base, "a", request_id=42)
+    again = state.commit([Change("append", ("log",), ["once"])], base, "a", request_id=42)
+    assert again.token == first.token and again.applied == first.applied
+    assert state.get("log") == ["once"]
+    token = state.token
+    state.close()
+    reopened = SharedState.open(file)
+    third = reopened.commit([Change("append", ("log",), ["once"])], base, "a", request_id=42)
+    assert third.token == token
+    assert reopened.get("log") == ["once"]
+    other = reopened.commit([Change("append", ("log",), ["twice"])], base, "a", request_id=43)
+    assert other.applied == (("log",),)
+    assert reopened.get("log") == ["once", "twice"]
+    reopened.close()
+
+
+def test_request_ids_in_memory() -> None:
+    state = SharedState()
+    base = state.token
+    state.commit({"n": 1}, base, "a", request_id=7)
+    state.commit({"m": 1}, state.token, "b")
+    repeat = state.commit({"n": 2}, base, "a", request_id=7)  # same id: not applied again
+    assert repeat.applied == (("n",),)
+    assert state.snapshot() == {"n": 1, "m": 1}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import pytest
 from websockets.asyncio.client import connect as ws_connect
@@ -428,3 +429,34 @@ async def test_awareness_is_relayed_and_retired_when_a_peer_leaves(hub: Hub) -> 
             await peer.send(p.encode_awareness(announce))
             assert await next_awareness(watcher) == [(77, 5, '{"u":1}')]
         assert await next_awareness(watcher) == [(77, 6, "null")]
+
+
+async def test_a_resent_merge_request_is_applied_once(tmp_path: Path) -> None:
+    from sync.changes import Change as WireChange
+    from sync.changes import ChangeKind
+
+    db = tmp_path / "hub.db"
+    frame = p.encode_merge_request(
+        424242, "resender", b"\x00", [WireChange(ChangeKind.APPEND, ("log",), ["once"])]
+    )
+
+    async def send_and_wait(url: str) -> p.MergeResult:
+        async with ws_connect(url, compression=None) as ws:
+            await ws.send(frame)
+            async with asyncio.timeout(5):
+                while True:
+                    message = p.decode_message(await ws.recv())  # type: ignore[arg-type]
+                    if isinstance(message, p.MergeResult):
+                        return message
+
+    async with Hub(port=0, db=db) as hub:
+        url = hub.url("dedup")
+        first = await send_and_wait(url)
+        second = await send_and_wait(url)
+        assert first.status is p.MergeStatus.OK and second.status is p.MergeStatus.OK
+        assert second.token == first.token
+        assert hub.rooms["dedup"].state.get("log") == ["once"]
+    async with Hub(port=0, db=db) as restarted:  # the ids live in the room's file
+        third = await send_and_wait(restarted.url("dedup"))
+        assert third.status is p.MergeStatus.OK
+        assert restarted.rooms["dedup"].state.get("log") == ["once"]
