@@ -336,8 +336,11 @@ class Store:
                 self._compact()
 
     def _commit(self, batch: list[tuple[int, StateUpdate | _Audit]]) -> None:
+        """Write one group of queued changes in one transaction (executemany per table)."""
         last_seq = self._last_seq
         added = 0
+        rows: list[sql.ChangeRow] = []
+        reset = False
         with sql.transaction(self._conn):
             for _, item in batch:
                 if isinstance(item, _Audit):
@@ -351,31 +354,34 @@ class Store:
                         details={"file": self.file, "expected": last_seq + 1, "got": item.seq},
                     )
                 token = item.token.to_state()
+                last_seq = item.seq
                 if item.origin == "reset":  # a new epoch: its document is the whole history
+                    sql.append_changes(self._conn, rows)
+                    rows = []
                     sql.restart_at(self._conn, item.seq, token, item.update)
-                    last_seq = item.seq
                     added = -self._log_rows
                     self.epochs += 1
+                    reset = True
                     continue
-                sql.append_change(
-                    self._conn,
-                    item.seq,
-                    token,
-                    item.update,
-                    item.agent,
-                    item.origin,
-                    item.time,
-                    item.paths,
+                rows.append(
+                    sql.ChangeRow(
+                        item.seq,
+                        token,
+                        item.update,
+                        item.agent,
+                        item.origin,
+                        item.time,
+                        item.paths,
+                        item.request_id,
+                    )
                 )
                 if item.conflicts:
                     sql.append_conflicts(self._conn, item.conflicts, token, item.time, True)
-                if item.request_id is not None:
-                    sql.append_request(self._conn, item.request_id, item.seq, token, item.paths)
-                last_seq = item.seq
                 added += 1
+            sql.append_changes(self._conn, rows)
         self._last_seq = last_seq
         self._log_rows += added
-        if any(not isinstance(item, _Audit) and item.origin == "reset" for _, item in batch):
+        if reset:
             sql.release_free_pages(self._conn)
 
     def _compact(self) -> None:

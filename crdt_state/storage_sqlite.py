@@ -48,6 +48,7 @@ from .values import MISSING
 __all__ = [
     "APPLICATION_ID",
     "FORMAT_VERSION",
+    "ChangeRow",
     "Durability",
     "LogRow",
     "Stored",
@@ -419,35 +420,42 @@ def count_log(conn: sqlite3.Connection) -> int:
 
 
 # -- writing -----------------------------------------------------------------------
-def append_change(
-    conn: sqlite3.Connection,
-    seq: int,
-    token: bytes,
-    update: bytes,
-    agent: str | None,
-    origin: str,
-    when: float,
-    paths: Sequence[Path],
-) -> None:
-    """Append one change to the log and point the blame of its paths at it."""
-    conn.execute(
+@dataclass(frozen=True, slots=True)
+class ChangeRow:
+    """One change to append to the log (see :func:`append_changes`)."""
+
+    seq: int
+    token: bytes
+    update: bytes
+    agent: str | None
+    origin: str
+    time: float
+    paths: tuple[Path, ...]
+    request_id: int | None = None
+
+
+def append_changes(conn: sqlite3.Connection, rows: Sequence[ChangeRow]) -> None:
+    """Append changes (oldest first) with their blame and request ids: a few statements for all."""
+    if not rows:
+        return
+    conn.executemany(
         f"INSERT INTO log ({_LOG_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (seq, token, update, agent, origin, when, json.dumps([list(p) for p in paths])),
+        [(r.seq, r.token, r.update, r.agent, r.origin, r.time, _paths_json(r.paths)) for r in rows],
     )
     conn.executemany(
         "INSERT OR REPLACE INTO blame (path, seq, agent, time, token) VALUES (?, ?, ?, ?, ?)",
-        [(path_key(p), seq, agent, when, token) for p in paths],
+        [(path_key(p), r.seq, r.agent, r.time, r.token) for r in rows for p in r.paths],
     )
+    requests = [r for r in rows if r.request_id is not None]
+    if requests:
+        conn.executemany(
+            "INSERT OR REPLACE INTO requests (id, seq, token, paths) VALUES (?, ?, ?, ?)",
+            [(r.request_id, r.seq, r.token, _paths_json(r.paths)) for r in requests],
+        )
 
 
-def append_request(
-    conn: sqlite3.Connection, request_id: int, seq: int, token: bytes, paths: Sequence[Path]
-) -> None:
-    """Remember that request ``request_id`` was applied as change ``seq`` (same transaction)."""
-    conn.execute(
-        "INSERT OR REPLACE INTO requests (id, seq, token, paths) VALUES (?, ?, ?, ?)",
-        (request_id, seq, token, json.dumps([list(p) for p in paths])),
-    )
+def _paths_json(paths: Sequence[Path]) -> str:
+    return json.dumps([list(p) for p in paths])
 
 
 def recent_requests(conn: sqlite3.Connection) -> list[tuple[int, bytes, tuple[Path, ...]]]:
