@@ -18,7 +18,6 @@ replicas), :mod:`crdt_state.durable` (storage, history, durability waits) and
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -32,6 +31,7 @@ from .durable import DurableMixin
 from .errors import ConflictError, CrdtStateError, WrongType
 from .paths import Path, parse_path
 from .replication import ReplicationMixin, join_updates
+from .requests import RequestMemory
 from .resolvers import PolicyTable, raise_conflict
 from .retry import Retry
 from .transact import arun_transaction, run_transaction
@@ -47,8 +47,6 @@ if TYPE_CHECKING:
     from .storage import Store
 
 __all__ = ["SharedState", "StateUpdate"]
-
-_KEEP_REQUESTS = 100_000  # applied request ids remembered (see SharedState.commit)
 
 T = TypeVar("T")
 
@@ -139,7 +137,7 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         # Set once the document has been handed to anyone else (updates out or in,
         # listeners): from then on it must keep its identity (see _reset_document).
         self._shared = False
-        self._requests: OrderedDict[int, tuple[VersionVector, tuple[Path, ...]]] = OrderedDict()
+        self._requests = RequestMemory()
         self.epoch = 0
         """How many times the document was rebuilt from its content (durable states)."""
         self._store: Store | None = None
@@ -228,15 +226,7 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         durable state) returns that merge's token and paths again and changes
         nothing, so a caller that lost the answer may safely send it again.
         """
-        ops = self._ops_from(changes)
-        with self._lock:
-            done = self._applied_request(request_id)
-            if done is not None:
-                return done
-            seq, entries = self._since_token(base)
-            result, ticket = self._merge_now(
-                ops, seq, agent, resolvers, default, entries=entries, request_id=request_id
-            )
+        result, ticket = self._commit_now(changes, base, agent, resolvers, default, request_id)
         self._settle(ticket)
         return result
 
@@ -251,34 +241,29 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         request_id: int | None = None,
     ) -> MergeResult:
         """:meth:`commit` for asyncio code: a durable state's disk wait does not block the loop."""
-        ops = self._ops_from(changes)
-        with self._lock:
-            done = self._applied_request(request_id)
-            if done is not None:
-                return done
-            seq, entries = self._since_token(base)
-            result, ticket = self._merge_now(
-                ops, seq, agent, resolvers, default, entries=entries, request_id=request_id
-            )
+        result, ticket = self._commit_now(changes, base, agent, resolvers, default, request_id)
         await self._asettle(ticket)
         return result
 
-    def _applied_request(self, request_id: int | None) -> MergeResult | None:
-        """The remembered result of an applied request id, if any (under the lock)."""
-        if request_id is None:
-            return None
-        known = self._requests.get(request_id)
-        if known is None:
-            return None
-        token, paths = known
-        return MergeResult(token=token, applied=paths, fast_forward=False)
-
-    def _remember_request(
-        self, request_id: int, token: VersionVector, paths: tuple[Path, ...]
-    ) -> None:
-        self._requests[request_id] = (token, paths)
-        if len(self._requests) > _KEEP_REQUESTS:
-            self._requests.popitem(last=False)
+    def _commit_now(
+        self,
+        changes: Mapping[Any, Any] | Iterable[Change],
+        base: VersionVector,
+        agent: str,
+        resolvers: Mapping[Any, object] | None,
+        default: object | None,
+        request_id: int | None,
+    ) -> tuple[MergeResult, int | None]:
+        """The shared part of :meth:`commit` and :meth:`acommit` (no durability wait)."""
+        ops = self._ops_from(changes)
+        with self._lock:
+            done = self._requests.result(request_id)
+            if done is not None:
+                return done, None
+            seq, entries = self._since_token(base)
+            return self._merge_now(
+                ops, seq, agent, resolvers, default, entries=entries, request_id=request_id
+            )
 
     def _since_token(self, base: VersionVector) -> tuple[int, list[Entry]]:
         seq = self._log.seq_of(base)
@@ -423,7 +408,7 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
                 return empty, None
             entry, change = self._apply_local(plan, agent, tuple(conflicts), request_id)
             if request_id is not None:
-                self._remember_request(request_id, entry.token, tuple(entry.writes))
+                self._requests.remember(request_id, entry.token, tuple(entry.writes))
             if self._journal is not None and change is not None:
                 ticket = self._journal.record(change)
         result = MergeResult(

@@ -714,7 +714,7 @@ def _reopen(
             details={"file": file, "head": str(head), "restored": str(state.token)},
         )
     for request_id, token, paths in sql.recent_requests(conn):
-        state._remember_request(request_id, VersionVector.from_state(token), paths)
+        state._requests.remember(request_id, VersionVector.from_state(token), paths)
     store = Store(
         conn,
         file,

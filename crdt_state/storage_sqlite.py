@@ -43,6 +43,7 @@ from typing import Any, Final, Literal
 from .conflicts import UNRESOLVED, Conflict
 from .errors import StorageError
 from .paths import Path
+from .requests import KEEP_REQUESTS
 from .values import MISSING
 
 __all__ = [
@@ -69,8 +70,6 @@ _REQUESTS_TABLE: Final = (
     "CREATE TABLE IF NOT EXISTS requests (id INTEGER PRIMARY KEY, seq INTEGER NOT NULL,"
     " token BLOB NOT NULL, paths TEXT NOT NULL)"
 )
-KEEP_REQUESTS: Final = 100_000
-"""How many applied request ids (idempotency keys) a file remembers."""
 
 _SCHEMA: Final = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
