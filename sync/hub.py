@@ -318,7 +318,7 @@ class Hub:
                 if message.update == EMPTY_UPDATE:
                     return  # a read-only peer answering sync step 1 with nothing
                 raise _Close(CloseCode.POLICY_VIOLATION, "read-only token: writes are refused")
-            if room.size + len(message.update) > self.limits.max_document:
+            if room.would_exceed(len(message.update), self.limits.max_document):
                 raise _Close(CloseCode.MESSAGE_TOO_BIG, "document size limit reached")
             try:
                 await state.aapply_update(message.update, origin=session.label)
@@ -342,7 +342,8 @@ class Hub:
         try:
             base = VersionVector.from_state(request.base)
             ops = core_changes(request.changes)
-            if room.size + sum(len(repr(op.value)) for op in ops) > self.limits.max_document:
+            extra = sum(len(repr(op.value)) for op in ops)
+            if room.would_exceed(extra, self.limits.max_document):
                 return _error_result(
                     request, state, "document_too_large", "document size limit reached"
                 )

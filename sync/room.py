@@ -123,12 +123,24 @@ class Room:
         self.sessions: dict[int, Session] = {}
         self.awareness: dict[int, bytes] = {}
         self.size = len(state.get_update())
+        """Encoded size of the document, kept as an upper bound (see would_exceed)."""
         self._loop = loop
         self._loop_thread = threading.get_ident()
         self._unsubscribe = state.subscribe(self._on_change)
         self._updates: list[bytes] = []  # changes not yet sent, oldest first
         self._replies: list[tuple[Session, bytes]] = []  # to send after them
         self._flush_scheduled = False
+
+    def would_exceed(self, extra: int, limit: int) -> bool:
+        """True when adding about ``extra`` bytes would take the document past ``limit``.
+
+        ``size`` only grows with each change (an upper bound, cheap to keep); it
+        is measured again from the document before a change is refused.
+        """
+        if self.size + extra <= limit:
+            return False
+        self.size = len(self.state.get_update())
+        return self.size + extra > limit
 
     def join(self, session: Session) -> None:
         self.sessions[session.id] = session

@@ -460,3 +460,15 @@ async def test_a_resent_merge_request_is_applied_once(tmp_path: Path) -> None:
         third = await send_and_wait(restarted.url("dedup"))
         assert third.status is p.MergeStatus.OK
         assert restarted.rooms["dedup"].state.get("log") == ["once"]
+
+
+async def test_document_limit_counts_the_document_not_its_history() -> None:
+    """Many overwrites of one small key must not exhaust the document size limit."""
+    async with (
+        Hub(port=0, limits=Limits(max_document=6_000)) as hub,
+        connect(hub.url("churn"), agent="a") as a,
+    ):
+        for n in range(300):  # ~30 KB of updates in all, a document well under 6 KB
+            result = await a.acommit({"n": n}, a.token)
+            assert result.applied == (("n",),)
+        assert hub.rooms["churn"].state.get("n") == 299
