@@ -1,9 +1,10 @@
 """The websocket sync hub: rooms of shared state over the y-websocket protocol.
 
 A thin asyncio layer over ``websockets``: it authenticates the handshake,
-decodes each binary message with :mod:`sync.protocol`, hands it to the room's
-:class:`~crdt_state.SharedState`, and pumps the frames queued for each
-session. Stock Yjs clients join a room with the standard sync protocol; our
+passes each message through the connection's sans-I/O :class:`~sync.peer.HubPeer`
+(which decodes it and checks what the connection may send), carries out the
+resulting event against the room's :class:`~crdt_state.SharedState`, and
+pumps the frames queued for each session. Stock Yjs clients join a room with the standard sync protocol; our
 clients also send branch merges (message type 100), judged by the very same
 ``SharedState.commit`` as in-process merges.
 
@@ -34,7 +35,6 @@ from websockets.http11 import Request, Response
 from crdt_state import (
     ConflictError,
     CrdtStateError,
-    InvalidUpdate,
     MergeResult,
     SharedState,
     VersionVector,
@@ -46,6 +46,15 @@ from .auth import AuthError, Grant, verify_token
 from .changes import ErrorRecord
 from .errors import CloseCode, ProtocolError
 from .limits import Limits
+from .peer import (
+    AwarenessQueried,
+    AwarenessReceived,
+    HubPeer,
+    PeerEvent,
+    PeerRefused,
+    SyncRequested,
+    UpdateReceived,
+)
 from .room import Room, Session
 from .wire import conflict_to_record, core_changes
 
@@ -53,18 +62,8 @@ __all__ = ["Hub"]
 
 log = logging.getLogger("crdt_state.hub")
 
-EMPTY_UPDATE = b"\x00\x00"
-"""A Yjs update with no structs and no deletions."""
-
 _ROOM_NAME = re.compile(r"^[A-Za-z0-9._~\-]+(/[A-Za-z0-9._~\-]+)*$")
 _TRY_AGAIN_LATER = 1013
-
-
-class _Close(Exception):
-    def __init__(self, code: int, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
-        self.reason = reason[:120]
 
 
 def room_name(path: str) -> str | None:
@@ -273,20 +272,15 @@ class Hub:
             )
             room.join(session)
             writer = asyncio.create_task(_pump(ws, session))
-            session.enqueue(p.encode_sync_step1(room.state.token.to_state()))
-            for payload in room.awareness.values():
-                session.enqueue(p.encode_awareness(payload))
+            peer = HubPeer(can_write=session.can_write)
+            session.enqueue_many(HubPeer.greeting(room.state.token, list(room.awareness.values())))
             async for data in ws:
-                if isinstance(data, str):
-                    raise _Close(CloseCode.UNSUPPORTED_DATA, "text frames are not supported")
-                try:
-                    message = p.decode_message(data)
-                except ProtocolError as exc:
-                    raise _Close(exc.close_code, exc.close_reason) from exc
-                await self._dispatch(room, session, message)
-        except _Close as exc:
+                event = peer.receive(data)
+                if event is not None:
+                    await self._on_event(room, session, event)
+        except PeerRefused as exc:
             log.info("closing %s: %d %s", _peer(ws), exc.code, exc.reason)
-            if exc.code == CloseCode.POLICY_VIOLATION:
+            if exc.permission_denied:
                 with contextlib.suppress(ConnectionClosed):
                     await ws.send(p.encode_permission_denied(exc.reason))
             await ws.close(exc.code, exc.reason)
@@ -305,37 +299,29 @@ class Hub:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await writer
 
-    async def _dispatch(self, room: Room, session: Session, message: p.Message) -> None:
+    async def _on_event(self, room: Room, session: Session, event: PeerEvent) -> None:
+        """Carry out one event of a connection against its room."""
         state = room.state
-        if isinstance(message, p.SyncStep1):
+        if isinstance(event, SyncRequested):
+            session.enqueue(p.encode_sync_step2(state.get_update(event.since)))
+        elif isinstance(event, UpdateReceived):
+            if room.would_exceed(len(event.update), self.limits.max_document):
+                raise PeerRefused(CloseCode.MESSAGE_TOO_BIG, "document size limit reached")
             try:
-                since = VersionVector.from_state(message.state_vector)
-            except InvalidUpdate as exc:
-                raise _Close(CloseCode.PROTOCOL_ERROR, "bad state vector") from exc
-            session.enqueue(p.encode_sync_step2(state.get_update(since)))
-        elif isinstance(message, (p.SyncStep2, p.SyncUpdate)):
-            if not session.can_write:
-                if message.update == EMPTY_UPDATE:
-                    return  # a read-only peer answering sync step 1 with nothing
-                raise _Close(CloseCode.POLICY_VIOLATION, "read-only token: writes are refused")
-            if room.would_exceed(len(message.update), self.limits.max_document):
-                raise _Close(CloseCode.MESSAGE_TOO_BIG, "document size limit reached")
-            try:
-                await state.aapply_update(message.update, origin=session.label)
+                await state.aapply_update(event.update, origin=session.label)
             except CrdtStateError as exc:
-                raise _Close(CloseCode.UNSUPPORTED_DATA, f"update refused: {exc.code}") from exc
-        elif isinstance(message, p.Awareness):
-            room.awareness[session.id] = message.payload
-            room.broadcast(p.encode_awareness(message.payload), exclude=session.id)
-        elif isinstance(message, p.QueryAwareness):
+                raise PeerRefused(
+                    CloseCode.UNSUPPORTED_DATA, f"update refused: {exc.code}"
+                ) from exc
+        elif isinstance(event, AwarenessReceived):
+            room.awareness[session.id] = event.payload
+            room.broadcast(p.encode_awareness(event.payload), exclude=session.id)
+        elif isinstance(event, AwarenessQueried):
             for payload in room.awareness.values():
                 session.enqueue(p.encode_awareness(payload))
-        elif isinstance(message, p.MergeRequest):
-            if not session.can_write:
-                raise _Close(CloseCode.POLICY_VIOLATION, "read-only token: merges are refused")
-            done = await self._merge(room, session, message)
+        else:
+            done = await self._merge(room, session, event.request)
             room.reply(session, done)  # after the update frame carrying the merge
-        # results, permission-denied and unknown types from clients are ignored
 
     async def _merge(self, room: Room, session: Session, request: p.MergeRequest) -> bytes:
         state = room.state
