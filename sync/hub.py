@@ -4,9 +4,9 @@ A thin asyncio layer over ``websockets``: it authenticates the handshake,
 passes each message through the connection's sans-I/O :class:`~sync.peer.HubPeer`
 (which decodes it and checks what the connection may send), carries out the
 resulting event against the room's :class:`~crdt_state.SharedState`, and
-pumps the frames queued for each session. Stock Yjs clients join a room with the standard sync protocol; our
-clients also send branch merges (message type 100), judged by the very same
-``SharedState.commit`` as in-process merges.
+pumps the frames queued for each session. Stock Yjs clients join a room with
+the standard sync protocol; our clients also send branch merges (message type
+100), judged by the very same ``SharedState.commit`` as in-process merges.
 
 One bad client never takes the hub down: malformed frames close that
 connection (1002/1003), writes from a read-only token close it with 1008,
