@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from .errors import StaleBase, UnknownBase
 from .paths import Path, is_prefix
-from .values import descend, patch
+from .values import patch, tree_get
 from .version import VersionVector
 
 __all__ = ["ChangeLog", "Entry", "TruncateTo", "WriteKind"]
@@ -193,10 +193,11 @@ class ChangeLog:
             )
         return seq
 
-    def since_token(self, token: VersionVector) -> list[Entry]:
-        """Entries not covered by ``token`` (exact for tokens of other replicas)."""
+    def since_token(self, token: VersionVector) -> tuple[int, list[Entry]]:
+        """The base seq of ``token`` and the entries it has not seen (exact for tokens
+        of other replicas)."""
         seq = self.seq_of(token)
-        return [e for e in self.since(seq) if not e.covered_by(token)]
+        return seq, [e for e in self.since(seq) if not e.covered_by(token)]
 
     def entries(self) -> Iterator[Entry]:
         """The retained entries, oldest first."""
@@ -218,11 +219,11 @@ def read_at(current: Any, path: Path, entries: Iterable[Entry]) -> Any:
                     if written == path and isinstance(value, list):
                         value = value[: before.length]
                     continue
-                value = descend(before, path[len(written) :])
+                value = tree_get(before, path[len(written) :])
             elif is_prefix(path, written):
                 rest = written[len(path) :]
                 if isinstance(before, TruncateTo):
-                    old = descend(value, rest)
+                    old = tree_get(value, rest)
                     if not isinstance(old, list):
                         continue
                     before = old[: before.length]

@@ -23,6 +23,7 @@ __all__ = [
     "META_ROOT",
     "ROOT",
     "doc_delete",
+    "doc_from_content",
     "doc_extend",
     "doc_read",
     "doc_set",
@@ -48,10 +49,8 @@ def to_crdt(value: Any) -> Any:
 
 def from_crdt(value: Any) -> Any:
     """Plain data for a value read from the document, normalised like writes."""
-    if isinstance(value, Map):
-        return {k: from_crdt(v) for k, v in value.items()}
-    if isinstance(value, Array):
-        return [from_crdt(v) for v in value]
+    if isinstance(value, (Map, Array)):
+        return normalize_py(value.to_py())
     return normalize_number(value)
 
 
@@ -62,6 +61,23 @@ def normalize_py(value: Any) -> Any:
     if isinstance(value, list):
         return [normalize_py(v) for v in value]
     return normalize_number(value)
+
+
+def doc_from_content(content: dict[str, Any], meta: dict[str, Any] | None = None) -> Doc[Any]:
+    """A fresh document (new client id) holding ``content`` and nothing else.
+
+    ``meta`` entries go to the :data:`META_ROOT` map in the same transaction.
+    """
+    doc: Doc[Any] = Doc()
+    state = root(doc)
+    with doc.transaction(origin="crdt-state"):
+        for key, value in content.items():
+            doc_set(state, (key,), value)
+        if meta:
+            book = doc.get(META_ROOT, type=Map)
+            for key, value in meta.items():
+                book[key] = value
+    return doc
 
 
 def root(doc: Doc[Any]) -> Map[Any]:

@@ -181,13 +181,9 @@ class DurableMixin:
         with self._lock:
             if self._shared:
                 return False
-            doc: Doc[Any] = Doc()
+            doc = ydoc.doc_from_content(self._mirror, meta={"epoch": self.epoch + 1})
             root = doc.get(ydoc.ROOT, type=Map)
             meta = doc.get(ydoc.META_ROOT, type=Map)
-            with doc.transaction(origin="crdt-state"):
-                for key, value in self._mirror.items():
-                    ydoc.doc_set(root, (key,), value)
-                meta["epoch"] = self.epoch + 1
             if self._update_sub is not None:
                 self._doc.unobserve(self._update_sub)
                 self._update_sub = doc.observe(self._on_transaction)

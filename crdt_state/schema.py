@@ -49,7 +49,7 @@ from .conflicts import Change
 from .errors import InvalidUpdate, SchemaError, UnsupportedValue
 from .paths import Path, format_path, is_prefix, parse_path
 from .schema_slots import Slot, error_entry
-from .values import MISSING, descend, normalize, patch, tree_get
+from .values import MISSING, normalize, patch, tree_get
 
 __all__ = ["StateSchema"]
 
@@ -424,7 +424,7 @@ def _value_after(mirror: Mapping[str, Any], plan: Sequence[Change], at: Path) ->
         if not is_prefix(at, op.path):
             continue
         rest = op.path[len(at) :]
-        before = descend(current, rest) if rest else current
+        before = tree_get(current, rest) if rest else current
         if op.kind == "set":
             new = op.value
         elif op.kind == "delete":

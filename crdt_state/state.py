@@ -260,14 +260,10 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
             done = self._requests.result(request_id)
             if done is not None:
                 return done, None
-            seq, entries = self._since_token(base)
+            seq, entries = self._log.since_token(base)
             return self._merge_now(
                 ops, seq, agent, resolvers, default, entries=entries, request_id=request_id
             )
-
-    def _since_token(self, base: VersionVector) -> tuple[int, list[Entry]]:
-        seq = self._log.seq_of(base)
-        return seq, [e for e in self._log.since(seq) if not e.covered_by(base)]
 
     def _ops_from(self, changes: Mapping[Any, Any] | Iterable[Change]) -> list[Change]:
         items: Iterable[Change]

@@ -77,11 +77,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from pycrdt import Doc, Map
+from pycrdt import Doc
 
 from . import storage_sqlite as sql
 from .conflicts import Conflict
-from .document import ROOT, doc_read, doc_set, doc_snapshot
+from .document import doc_from_content, doc_read, doc_snapshot
 from .errors import StaleBase, StorageError, UnknownBase
 from .paths import Path, related
 from .values import MISSING
@@ -552,12 +552,7 @@ _TOMBSTONE_SLACK: Final = 64 * 1024
 
 def _fresh_size(content: dict[str, Any]) -> int:
     """The encoded size of a document holding ``content`` and nothing else."""
-    doc: Doc[Any] = Doc()
-    root = doc.get(ROOT, type=Map)
-    with doc.transaction():
-        for key, value in content.items():
-            doc_set(root, (key,), value)
-    return len(doc.get_update())
+    return len(doc_from_content(content).get_update())
 
 
 def _version(doc: Doc[Any]) -> VersionVector:

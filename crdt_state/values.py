@@ -138,8 +138,8 @@ def copy_value(value: Any) -> Any:
     return value
 
 
-def tree_get(root: dict[str, Any], path: Path) -> Any:
-    """The value at ``path`` in nested dicts, or :data:`MISSING` (no copy made)."""
+def tree_get(root: Any, path: Path) -> Any:
+    """The value at ``path`` inside ``root`` (nested dicts), or :data:`MISSING` (no copy made)."""
     node: Any = root
     for key in path:
         if not isinstance(node, dict):
@@ -180,17 +180,6 @@ def tree_delete(root: dict[str, Any], path: Path, *, missing_ok: bool = False) -
             return MISSING
         raise PathNotFound("nothing to delete", path=path)
     return parent.pop(path[-1])
-
-
-def descend(value: Any, rest: Path) -> Any:
-    """The value at relative path ``rest`` inside ``value``, or :data:`MISSING`."""
-    for key in rest:
-        if not isinstance(value, dict):
-            return MISSING
-        value = value.get(key, MISSING)
-        if value is MISSING:
-            return MISSING
-    return value
 
 
 def patch(value: Any, rest: Path, new: Any) -> Any:
