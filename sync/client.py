@@ -448,8 +448,8 @@ class RemoteState:
             await ws.send(p.encode_sync_step2(self.replica.get_update(since)))
         elif isinstance(message, (p.SyncStep2, p.SyncUpdate)):
             self.replica.apply_update(message.update, origin="hub")
-            if self._store is not None:
-                self._store.append_replica(message.update)
+            if self._store is not None and self._store.append_replica(message.update) > 1_000:
+                self._store.save_replica(self.replica.get_update())  # fold the rows into one
             if isinstance(message, p.SyncStep2) and not self._synced.is_set():
                 self._synced.set()
                 for pending in sorted(self._pending.values(), key=lambda m: m.order):

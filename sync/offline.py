@@ -7,14 +7,15 @@ Merges are written before they are sent, and removed once the hub answered.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from crdt_state import MISSING, Change, VersionVector
+from crdt_state import Change, VersionVector
+
+from .changes import decode_change_set, encode_change_set
+from .wire import core_changes, wire_changes
 
 __all__ = ["OfflineStore", "PendingMerge"]
 
@@ -25,7 +26,7 @@ CREATE TABLE IF NOT EXISTS pending (
     ord INTEGER NOT NULL,
     agent TEXT NOT NULL,
     base BLOB NOT NULL,
-    ops TEXT NOT NULL
+    ops BLOB NOT NULL
 );
 """
 
@@ -43,26 +44,14 @@ class PendingMerge:
     """Paths whose equal concurrent writes the client's policies combine."""
 
 
-def _dump_ops(pending: PendingMerge) -> str:
-    return json.dumps(
-        [
-            {"kind": op.kind, "path": list(op.path)}
-            | ({} if op.value is MISSING else {"value": op.value})
-            | ({"combine": True} if op.path in pending.combine else {})
-            for op in pending.ops
-        ]
-    )
+def _dump_ops(pending: PendingMerge) -> bytes:
+    """The change set as the merge message carries it (``combine`` flags included)."""
+    return encode_change_set(wire_changes(pending.ops, pending.combine.__contains__))
 
 
-def _load_ops(text: str) -> tuple[list[Change], frozenset[tuple[str, ...]]]:
-    out: list[Change] = []
-    combine: set[tuple[str, ...]] = set()
-    for item in json.loads(text):
-        value: Any = item.get("value", MISSING)
-        out.append(Change(item["kind"], tuple(item["path"]), value))
-        if item.get("combine"):
-            combine.add(tuple(item["path"]))
-    return out, frozenset(combine)
+def _load_ops(data: bytes) -> tuple[list[Change], frozenset[tuple[str, ...]]]:
+    records = decode_change_set(bytes(data))
+    return core_changes(records), frozenset(tuple(r.path) for r in records if r.combine)
 
 
 class OfflineStore:
@@ -73,8 +62,11 @@ class OfflineStore:
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._lock = threading.Lock()
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
+        # survives a crash of the process (what an offline agent needs) without an
+        # fsync per merge on the event loop; a power loss may drop the last writes
+        self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        self._replica_rows = self._db.execute("SELECT count(*) FROM replica").fetchone()[0]
 
     def load_replica(self) -> list[bytes]:
         with self._lock:
@@ -82,9 +74,12 @@ class OfflineStore:
                 bytes(r[0]) for r in self._db.execute("SELECT update_ FROM replica ORDER BY id")
             ]
 
-    def append_replica(self, update: bytes) -> None:
+    def append_replica(self, update: bytes) -> int:
+        """Store one update of the replica; returns how many are stored since the last save."""
         with self._lock:
             self._db.execute("INSERT INTO replica (update_) VALUES (?)", (update,))
+            self._replica_rows += 1
+            return int(self._replica_rows)
 
     def save_replica(self, full: bytes) -> None:
         """Replace the stored replica by one full update (never by nothing)."""
@@ -93,6 +88,7 @@ class OfflineStore:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             self._db.execute("DELETE FROM replica")
+            self._replica_rows = 1
             self._db.execute("INSERT INTO replica (update_) VALUES (?)", (full,))
             self._db.execute("COMMIT")
 
