@@ -18,18 +18,18 @@ the policy decides. The one exception: appends to one list from both sides
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .changelog import Entry, overlaps, read_at
 from .conflicts import Change, Conflict
-from .errors import ConflictError, WrongType
+from .errors import ConflictError, CrdtStateError, WrongType
 from .paths import Path
 from .resolvers import Escalation, PolicyTable
-from .values import MISSING, copy_value, same, tree_get
+from .values import MAX_DEPTH, MISSING, check_depth, copy_value, same, tree_get
 from .version import VersionVector
 
-__all__ = ["MergePlan", "plan_merge"]
+__all__ = ["MergePlan", "check_disjoint", "plan_merge", "writes_depth"]
 
 
 @dataclass(slots=True)
@@ -44,10 +44,10 @@ class MergePlan:
     ``fast_forward`` is true when nothing was merged since the base.
     """
 
-    writes: list[Change] = field(default_factory=list)
-    conflicts: list[Conflict] = field(default_factory=list)
-    escalations: list[Escalation] = field(default_factory=list)
-    fast_forward: bool = True
+    writes: list[Change]
+    conflicts: list[Conflict]
+    escalations: list[Escalation]
+    fast_forward: bool
 
     @property
     def refused(self) -> bool:
@@ -95,21 +95,23 @@ def plan_merge(
     current content (writing below a scalar, appending to a non-list) and
     any exception a user policy raises; the content is never modified.
     """
-    plan = MergePlan(fast_forward=not entries)
     # a fast-forward (nothing merged since the base) cannot overlap anything
-    found = overlaps([op.path for op in ops], list(entries)) if entries else {}
+    found = overlaps([op.path for op in ops], entries) if entries else None
+    plan = MergePlan([], [], [], not entries)
     forced: set[Path] = set()
+    writes: Sequence[Change]
     if not found:
-        writes = list(ops)
+        writes = ops
     else:
-        writes = []
+        chosen: list[Change] = []
+        writes = chosen
         base = base_token()
         for op in ops:
             overlap = found.get(op.path)
             if overlap is None or (
                 op.kind == "append" and overlap.exact and overlap.kinds == {"append"}
             ):
-                writes.append(op)
+                chosen.append(op)
                 continue
             current = tree_get(content, op.path)
             before = read_at(current, op.path, entries)
@@ -128,17 +130,17 @@ def plan_merge(
             if escalation is not None:
                 plan.escalations.append(escalation)
             elif resolved.resolution is MISSING:
-                writes.append(Change("delete", op.path))
+                chosen.append(Change("delete", op.path))
                 forced.add(op.path)
             elif not same(resolved.resolution, current):
-                writes.append(Change("set", op.path, resolved.resolution))
+                chosen.append(Change("set", op.path, resolved.resolution))
                 forced.add(op.path)
         if plan.escalations:
             return plan
     # deleting what is already absent writes nothing (and is not "applied")
-    plan.writes = [
-        op for op in writes if op.kind != "delete" or tree_get(content, op.path) is not MISSING
-    ]
+    for op in writes:
+        if op.kind != "delete" or tree_get(content, op.path) is not MISSING:
+            plan.writes.append(op)
     _check_shapes(plan.writes, forced, content)
     return plan
 
@@ -180,3 +182,29 @@ def _check_shapes(writes: list[Change], forced: set[Path], content: Mapping[str,
                     path=op.path,
                     details={"value": current},
                 )
+
+
+def check_disjoint(ops: Sequence[Change]) -> None:
+    """Refuse a change set that names one path twice (:class:`CrdtStateError`)."""
+    seen: set[Path] = set()
+    for op in ops:
+        if op.path in seen:
+            raise CrdtStateError("a change set names one path twice", path=op.path)
+        seen.add(op.path)
+
+
+def writes_depth(writes: Sequence[Change]) -> int:
+    """The depth of the deepest write (:func:`~crdt_state.values.depth_of`).
+
+    Raises :class:`~crdt_state.errors.UnsupportedValue` when one goes past
+    :data:`~crdt_state.values.MAX_DEPTH`. Scalars at short paths cost no walk.
+    """
+    depth = 0
+    for op in writes:
+        if isinstance(op.value, (dict, list)) or len(op.path) > MAX_DEPTH:
+            level = check_depth(op.path, op.value)
+        else:
+            level = len(op.path)
+        if level > depth:
+            depth = level
+    return depth

@@ -120,7 +120,9 @@ class ReplicationMixin:
             before = self._log.head_token
             changed: dict[Path, WriteKind] = {}
             if self._schema is not None and self._validate_updates:
-                self._schema.check_update(self._doc, data)
+                # structs Yjs keeps pending land with this update: validated with it
+                held = data if self._held is None else join_updates([self._held, data])
+                self._schema.check_update(self._doc, held)
             self._check_update_depth(data)
             sub = self._root.observe_deep(collect_writes(changed, self._mirror))
             self._updates.clear()
@@ -176,7 +178,7 @@ class ReplicationMixin:
             bound = MAX_DEPTH + 1  # unreadable here: let the exact check decide
         if bound <= MAX_DEPTH:
             return
-        depth = update_depth(self._doc, data)
+        depth = update_depth(self._doc, data, pending=self._held)
         if depth > MAX_DEPTH:
             raise UnsupportedValue(
                 f"update refused: it would store a value {depth} levels deep; "
@@ -191,11 +193,12 @@ class ReplicationMixin:
         self._held = None if rest[:1] == b"\x00" else rest
 
 
-def update_depth(doc: Doc[Any], data: bytes) -> int:
+def update_depth(doc: Doc[Any], data: bytes, *, pending: bytes | None = None) -> int:
     """How deep the values ``data`` writes into ``doc``'s state are, measured on a copy.
 
-    ``doc`` is not modified (its pending structs are copied too, and land if
-    ``data`` brings their dependencies). Raises :class:`InvalidUpdate` for
+    ``doc`` is not modified. ``pending`` are the structs ``doc`` keeps pending
+    (``doc.get_update()`` leaves them out): they are copied too, and land if
+    ``data`` brings their dependencies. Raises :class:`InvalidUpdate` for
     bytes pycrdt refuses. Costs a copy of the document.
     """
     touched: list[tuple[Any, ...]] = []
@@ -215,6 +218,8 @@ def update_depth(doc: Doc[Any], data: bytes) -> int:
         root = twin.get(ydoc.ROOT, type=Map)
         sub = root.observe_deep(on_events)
         try:
+            if pending is not None:
+                twin.apply_update(pending)
             twin.apply_update(data)
         finally:
             root.unobserve(sub)

@@ -16,14 +16,54 @@ from __future__ import annotations
 
 from typing import Any
 
-from pycrdt import Array, Map
+from pycrdt import Array, Doc, Map
 
 from . import document as ydoc
 from .changelog import TruncateTo
+from .errors import WriteFailed
 from .paths import Path
+from .replication import mirror_writes
 from .values import MISSING, copy_value, tree_delete, tree_get, tree_set
 
-__all__ = ["undo_writes"]
+__all__ = ["roll_back", "undo_record", "undo_writes", "write_failed"]
+
+
+def undo_record(mirror: dict[str, Any], path: Path) -> tuple[Path, Any]:
+    """How to undo a write at ``path``: the highest missing ancestor, or the old value.
+
+    An ancestor holding a non-map (which the write replaces by a map) is
+    recorded with that value.
+    """
+    node: Any = mirror
+    for i, key in enumerate(path):
+        child = node.get(key, MISSING) if isinstance(node, dict) else MISSING
+        if child is MISSING or (i < len(path) - 1 and not isinstance(child, dict)):
+            return path[: i + 1], child
+        node = child
+    return path, node
+
+
+def roll_back(doc: Doc[Any], mirror: dict[str, Any], undo: list[tuple[Path, Any]]) -> bool:
+    """Undo the writes of a failed transaction, inside it; False if that failed too.
+
+    When the rollback itself fails, the written paths are read back from the
+    document into the mirror (or, if even that fails, the whole mirror), so
+    the two still agree. ``KeyboardInterrupt`` and friends propagate.
+    """
+    try:
+        undo_writes(ydoc.root(doc), mirror, undo)
+        return True
+    except BaseException as exc:
+        if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+            raise
+    try:
+        mirror_writes(doc, mirror, [path for path, _ in undo])
+    except BaseException as exc:  # the document cannot even be read: rebuild the mirror
+        if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+            raise
+        mirror.clear()
+        mirror.update(ydoc.doc_snapshot(doc))
+    return False
 
 
 def undo_writes(root: Map[Any], mirror: dict[str, Any], undo: list[tuple[Path, Any]]) -> None:
@@ -59,3 +99,19 @@ def _truncate(root: Map[Any], path: Path, length: int) -> None:
         node = node[key]
     if isinstance(node, Array) and len(node) > length:
         del node[length:]
+
+
+def write_failed(
+    failure: BaseException, path: Path | None, agent: str | None, rolled_back: bool
+) -> WriteFailed:
+    """The :class:`WriteFailed` reporting ``failure`` at ``path`` (chain it with ``from``)."""
+    message = (
+        "writing the merge failed and was rolled back"
+        if rolled_back
+        else "writing the merge failed, and so did its rollback"
+    )
+    return WriteFailed(
+        f"{message}: {failure!r}",
+        path=path,
+        details={"cause": repr(failure), "agent": agent, "rolled_back": rolled_back},
+    )

@@ -28,17 +28,17 @@ from . import document as ydoc
 from .changelog import ChangeLog, Entry, TruncateTo, WriteKind, read_at
 from .conflicts import Change, Conflict, MergeResult
 from .durable import DurableMixin
-from .errors import CrdtStateError, WriteFailed, WrongType
+from .errors import CrdtStateError, WrongType
 from .paths import Path, parse_path
-from .planner import plan_merge
-from .replication import ReplicationMixin, join_updates, mirror_writes
+from .planner import check_disjoint, plan_merge, writes_depth
+from .replication import ReplicationMixin, join_updates
 from .requests import RequestMemory
 from .resolvers import PolicyTable, raise_conflict
 from .retry import Retry
-from .rollback import undo_writes
+from .rollback import roll_back, undo_record, write_failed
 from .transact import arun_transaction, run_transaction
 from .typed import TypedMixin
-from .values import MISSING, check_depth, copy_value, tree_delete, tree_get, tree_set
+from .values import MISSING, copy_value, tree_delete, tree_get, tree_set
 from .version import VersionVector
 
 if TYPE_CHECKING:
@@ -210,7 +210,8 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         if not isinstance(agent, str) or not agent:
             raise TypeError("agent must be a non-empty str")
         with self._lock:
-            self._check_open()
+            if self._closed:
+                self._check_open()
             return Branch(self, agent, self._log.head_seq, self._log.head_token)
 
     def commit(
@@ -263,7 +264,8 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         request_id: int | None,
     ) -> tuple[MergeResult, int | None]:
         """The shared part of :meth:`commit` and :meth:`acommit` (no durability wait)."""
-        self._check_open()
+        if self._closed:
+            self._check_open()
         ops = self._ops_from(changes)
         with self._lock:
             done = self._requests.result(request_id)
@@ -298,7 +300,7 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
                 ops.append(Change("append", path, self._prepare_items(path, list(op.value))))
             else:
                 raise CrdtStateError(f"unknown change kind {op.kind!r}", path=path)
-        _check_disjoint(ops)
+        check_disjoint(ops)
         return ops
 
     # -- merging --------------------------------------------------------------
@@ -338,7 +340,8 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         table = self._policies.overlay(resolvers, default)
         ticket: int | None = None
         with self._lock:
-            self._check_open()
+            if self._closed:
+                self._check_open()
             if entries is None:
                 entries = self._log.since(base_seq)
             head = self._log.head_token
@@ -349,7 +352,7 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
                 table,
                 agent=agent,
                 head=head,
-                base_token=lambda: self._token_at(base_seq),
+                base_token=lambda: self._log.token_at(base_seq),
             )
             if plan.refused:
                 if self._store is not None:  # the conflict audit log keeps refusals too
@@ -378,18 +381,6 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         )
         return result, ticket
 
-    def _token_at(self, seq: int) -> VersionVector:
-        if seq == self._log.head_seq:
-            return self._log.head_token
-        entries = self._log.since(seq)
-        if not entries:
-            return self._log.head_token
-        first = entries[0]
-        clocks = dict(first.token)
-        for client, (start, _) in first.delta.items():
-            clocks[client] = start
-        return VersionVector(clocks)
-
     def _apply_local(
         self,
         plan: list[Change],
@@ -409,9 +400,7 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         then :class:`WriteFailed` is raised (``KeyboardInterrupt`` and
         friends are re-raised as they are, after the rollback).
         """
-        depth = 0
-        for op in plan:  # validated before the document is touched
-            depth = max(depth, check_depth(op.path, op.value))
+        depth = writes_depth(plan)  # validated before the document is touched
         undo: list[tuple[Path, Any]] = []
         writes: dict[Path, WriteKind] = {}
         created = False
@@ -439,7 +428,7 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
                         current.extend(copy_value(op.value))
                         writes[op.path] = "append"
                     else:
-                        record = self._undo_record(op.path)
+                        record = undo_record(self._mirror, op.path)
                         undo.append(record)
                         if op.kind == "append":
                             ydoc.doc_extend(self._root, op.path, op.value)
@@ -456,46 +445,19 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
                     self._tick()
             except BaseException as exc:  # a pycrdt panic is a BaseException
                 failure = exc
-                rolled_back = self._roll_back(undo)
+                rolled_back = roll_back(self._doc, self._mirror, undo)
             # read inside the open transaction: no second transaction (saves ~1 us)
             state = self._doc.get_state()
         if failure is not None:
             self._record_failed_write(agent, undo, rolled_back, state)
             if isinstance(failure, (KeyboardInterrupt, SystemExit, GeneratorExit)):
                 raise failure
-            raise WriteFailed(
-                f"writing the merge failed and was rolled back: {failure!r}"
-                if rolled_back
-                else f"writing the merge failed, and so did its rollback: {failure!r}",
-                path=failed_at,
-                details={"cause": repr(failure), "agent": agent, "rolled_back": rolled_back},
-            ) from failure
+            raise write_failed(failure, failed_at, agent, rolled_back) from failure
         if depth > self._depth_mark:
             self._depth_mark = depth
         return self._record(
             agent, writes, undo, "local", conflicts, state=state, request_id=request_id
         )
-
-    def _roll_back(self, undo: list[tuple[Path, Any]]) -> bool:
-        """Undo the writes of a failed transaction (inside it); False if that failed too.
-
-        When the rollback fails, the written paths are read back from the
-        document into the mirror, so the two still agree.
-        """
-        try:
-            undo_writes(self._root, self._mirror, undo)
-            return True
-        except BaseException as exc:
-            if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
-                raise
-        try:
-            mirror_writes(self._doc, self._mirror, [path for path, _ in undo])
-        except BaseException as exc:  # the document cannot even be read: rebuild the mirror
-            if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
-                raise
-            self._mirror.clear()
-            self._mirror.update(ydoc.doc_snapshot(self._doc))
-        return False
 
     def _record_failed_write(
         self, agent: str | None, undo: list[tuple[Path, Any]], rolled_back: bool, state: bytes
@@ -521,16 +483,6 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         the versions before and after a deletion would be equal tokens.
         """
         self._meta["tick"] = self._log.head_seq + 1
-
-    def _undo_record(self, path: Path) -> tuple[Path, Any]:
-        """How to undo a write at ``path``: the highest missing ancestor, or the old value."""
-        node: Any = self._mirror
-        for i, key in enumerate(path):
-            child = node.get(key, MISSING) if isinstance(node, dict) else MISSING
-            if child is MISSING or (i < len(path) - 1 and not isinstance(child, dict)):
-                return path[: i + 1], child
-            node = child
-        return path, node
 
     def _record(
         self,
@@ -640,11 +592,3 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
 
     def __repr__(self) -> str:
         return f"<SharedState {self.token} keys={len(self._mirror)}>"
-
-
-def _check_disjoint(ops: list[Change]) -> None:
-    seen: set[Path] = set()
-    for op in ops:
-        if op.path in seen:
-            raise CrdtStateError("a change set names one path twice", path=op.path)
-        seen.add(op.path)

@@ -261,3 +261,16 @@ def test_merge_with_counter_from_many_branches_is_exact() -> None:
     for branch in branches:
         branch.merge()
     assert state.get("n") == 50
+
+
+def test_the_audit_log_records_same_value_conflicts(tmp_path: Any) -> None:
+    state = SharedState.open(tmp_path / "audit.db", resolvers={"n": resolvers.counter})
+    state.commit({"n": 0}, state.token, "init")
+    one, two = state.fork("a"), state.fork("b")
+    increment(one)
+    increment(two)
+    one.merge()
+    two.merge()
+    (record,) = state.conflicts("n")
+    assert record.same_value and record.resolution == 2 and record.applied
+    state.close()
