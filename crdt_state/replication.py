@@ -11,7 +11,7 @@ a durable state (:mod:`crdt_state.durable`) replays stored updates with them.
 Depth. An update that would store a value deeper than
 :data:`~crdt_state.values.MAX_DEPTH` is refused (:class:`UnsupportedValue`)
 before it is applied, in three steps from cheap to exact: an update of ``n``
-bytes nests at most ``n`` levels, so a small one under a shallow state is
+bytes nests at most ``n / 2`` levels, so a small one under a shallow state is
 accepted at once; otherwise :func:`crdt_state.update_scan.depth_bound` reads a
 bound from its bytes (items hanging from the existing document count at the
 state's depth mark, an upper bound of the depth of its values); only when that
@@ -169,11 +169,14 @@ class ReplicationMixin:
         on a copy of the document only when those cannot rule it out. Called
         under the lock, before the update is applied.
         """
-        if self._held is None and self._depth_mark + len(data) <= MAX_DEPTH:
-            return  # every level of nesting takes at least one byte
+        if self._held is None and max(self._depth_mark, 1) + len(data) // 2 <= MAX_DEPTH:
+            # an item sits at most at the mark (level 1 under the root), and every level
+            # of nesting below it takes at least two bytes: a nested type's child names its
+            # parent, a plain list or map has a tag and a length, JSON text two brackets
+            return
         scanned = data if self._held is None else join_updates([self._held, data])
         try:
-            bound = depth_bound(scanned, root=ydoc.ROOT, unknown=self._depth_mark)
+            bound = depth_bound(scanned, root=ydoc.ROOT, unknown=self._depth_mark, limit=MAX_DEPTH)
         except (ValueError, IndexError):
             bound = MAX_DEPTH + 1  # unreadable here: let the exact check decide
         if bound <= MAX_DEPTH:

@@ -59,23 +59,32 @@ class _Reader:
         self.pos = 0
 
     def byte(self) -> int:
-        if self.pos >= len(self.data):
+        pos = self.pos
+        if pos >= len(self.data):
             raise ValueError("truncated update")
-        value = self.data[self.pos]
-        self.pos += 1
-        return value
+        self.pos = pos + 1
+        return self.data[pos]
 
     def uint(self) -> int:
-        value = 0
-        shift = 0
+        data, pos = self.data, self.pos
+        if pos >= len(data):
+            raise ValueError("truncated update")
+        byte = data[pos]
+        if byte < 0x80:  # most varuints are one byte
+            self.pos = pos + 1
+            return byte
+        value = byte & 0x7F
+        shift = 7
         while True:
-            byte = self.byte()
+            pos += 1
+            if pos >= len(data) or shift > 70:
+                raise ValueError("truncated or over-long varuint")
+            byte = data[pos]
             value |= (byte & 0x7F) << shift
             if byte < 0x80:
+                self.pos = pos + 1
                 return value
             shift += 7
-            if shift > 70:
-                raise ValueError("varuint too long")
 
     def skip(self, count: int) -> None:
         if self.pos + count > len(self.data):
@@ -85,23 +94,32 @@ class _Reader:
     def raw(self) -> bytes:
         count = self.uint()
         start = self.pos
-        self.skip(count)
-        return self.data[start : self.pos]
+        end = start + count
+        if end > len(self.data):
+            raise ValueError("truncated update")
+        self.pos = end
+        return self.data[start:end]
 
     def skip_varint(self) -> None:
         while self.byte() >= 0x80:
             pass
 
 
-def depth_bound(update: bytes, *, root: str, unknown: int) -> int:
+def depth_bound(update: bytes, *, root: str, unknown: int, limit: int | None = None) -> int:
     """An upper bound of the depth of every value ``update`` writes under the root map ``root``.
 
     ``unknown`` bounds the depth of every value already in the document (what
-    items hanging from it can reach). Raises :class:`ValueError` for bytes
-    that cannot be read as a Yjs v1 update. 0 when the update writes nothing
-    under ``root``.
+    items hanging from it can reach). With ``limit``, a cheaper, looser bound
+    is returned when it is already within ``limit`` (each nested type in the
+    update can add at most one level); otherwise, and without ``limit``, each
+    item's place is followed through its parents and neighbours. Raises
+    :class:`ValueError` for bytes that cannot be read as a Yjs v1 update. 0
+    when the update writes nothing under ``root``.
     """
-    items = _read_structs(_Reader(update))
+    items, types, plain = _read_structs(_Reader(update))
+    base = max(unknown, 1)
+    if limit is not None and base + types + plain <= limit:
+        return base + types + plain
     index: dict[int, tuple[list[int], list[_Item]]] = {}
     for client, found in items.items():
         found.sort(key=lambda item: item.start)
@@ -112,7 +130,7 @@ def depth_bound(update: bytes, *, root: str, unknown: int) -> int:
         for item in found:
             if not item.placed:
                 continue
-            level = _level(item, index, levels, root, max(unknown, 1))
+            level = _level(item, index, levels, root, base)
             if level is not None and level + item.opens > deepest:
                 deepest = level + item.opens
     return deepest
@@ -190,8 +208,10 @@ def _level(
     return levels[id(item)]
 
 
-def _read_structs(reader: _Reader) -> dict[int, list[_Item]]:
+def _read_structs(reader: _Reader) -> tuple[dict[int, list[_Item]], int, int]:
+    """The structs by client, how many nested types they hold, and the deepest plain value."""
     items: dict[int, list[_Item]] = {}
+    types = plain = 0
     for _ in range(reader.uint()):
         count = reader.uint()
         client = reader.uint()
@@ -222,10 +242,14 @@ def _read_structs(reader: _Reader) -> dict[int, list[_Item]]:
             length = _content(reader, ref, item)
             if length < 1:
                 raise ValueError("an empty struct")
+            if item.is_type:
+                types += 1
+            elif item.opens > plain:
+                plain = item.opens
             item.end = clock + length
             clock = item.end
             found.append(item)
-    return items
+    return items, types, plain
 
 
 def _content(reader: _Reader, ref: int, item: _Item) -> int:
@@ -267,8 +291,22 @@ def _content(reader: _Reader, ref: int, item: _Item) -> int:
     raise ValueError(f"unknown content kind {ref}")
 
 
+_FIXED = {120: 0, 121: 0, 126: 0, 127: 0, 124: 4, 123: 8, 122: 8}  # tag -> bytes that follow
+
+
 def _any_nesting(reader: _Reader, count: int) -> int:
     """Read ``count`` lib0 ``any`` values; their deepest nesting of maps and lists."""
+    if count == 1:  # one scalar: the common case of a map entry
+        data, pos = reader.data, reader.pos
+        tag = data[pos] if pos < len(data) else -1
+        if tag in _FIXED:
+            reader.pos = pos + 1
+            reader.skip(_FIXED[tag])
+            return 0
+        if tag == 119:
+            reader.pos = pos + 1
+            reader.raw()
+            return 0
     deepest = 0
     stack: list[list[int]] = [[count, 0, 0]]  # [values left, is a map, level]
     while stack:

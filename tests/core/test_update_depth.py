@@ -26,18 +26,18 @@ from crdt_state.values import nesting
 KEYS = ("a", "b", "c")
 
 
-def build(shape: list[str], leaf: Any) -> Any:
+def build(shape: list[str], leaf: Any, inner: str = "k") -> Any:
     """A chain of containers, outermost first: "map"/"array" are Yjs types, "dict"/"list"
     plain JSON (pycrdt stores those as one opaque value); plain ones only below plain ones."""
     value = leaf
     plain = True
     for kind in reversed(shape):
         if kind == "dict" and plain:
-            value = {"k": value}
+            value = {inner: value}
         elif kind == "list" and plain:
             value = [value]
         elif kind in ("map", "dict"):
-            value, plain = Map({"k": value}), False
+            value, plain = Map({inner: value}), False
         else:
             value, plain = Array([value]), False
     return value
@@ -96,6 +96,9 @@ def test_depth_bound_is_never_below_the_real_depth(steps: list[Any]) -> None:
         bound = depth_bound(update, root="state", unknown=mark)
         after = content_depth(doc)
         assert max(mark, bound) >= after
+        quick = depth_bound(update, root="state", unknown=mark, limit=MAX_DEPTH)
+        assert quick >= bound
+        assert after <= max(mark, 1) + len(update) // 2  # the size check's claim
         if i == 0:  # a first update holds everything it writes: the bound is exact
             assert bound == after
         mark = max(mark, after)
@@ -119,6 +122,14 @@ def test_depth_bound_refuses_unreadable_bytes(garbage: bytes) -> None:
         depth_bound(garbage, root="state", unknown=0)
 
 
+@pytest.mark.parametrize("kinds", [("list",), ("dict",), ("map",), ("array",), ("map", "list")])
+def test_each_level_of_nesting_costs_an_update_at_least_two_bytes(kinds: tuple[str, ...]) -> None:
+    """What the cheapest check relies on: depth <= 1 + size / 2 (here with empty keys too)."""
+    for levels in (2, 10, 100):
+        update = chain_update(levels, kinds=kinds, key="", inner="")
+        assert levels <= 1 + len(update) // 2, (levels, len(update))
+
+
 def test_update_depth_measures_what_an_update_writes() -> None:
     source: Doc[Any] = Doc()
     root = source.get("state", type=Map)
@@ -132,7 +143,9 @@ def test_update_depth_measures_what_an_update_writes() -> None:
 
 
 # -- end to end: a replica refuses exactly the updates that go too deep -------------------
-def chain_update(levels: int, *, kinds: tuple[str, ...] = ("map",), key: str = "x") -> bytes:
+def chain_update(
+    levels: int, *, kinds: tuple[str, ...] = ("map",), key: str = "x", inner: str = "k"
+) -> bytes:
     """An update storing at ``key`` a value whose depth is exactly ``levels``.
 
     Yjs types are created one level at a time (pycrdt writes a nested preliminary
@@ -153,8 +166,8 @@ def chain_update(levels: int, *, kinds: tuple[str, ...] = ("map",), key: str = "
             else:
                 node.append(child)
                 node = node[0]
-            slot = "k"
-        value = build(shape[typed:], 1)  # plain JSON below the typed part
+            slot = inner
+        value = build(shape[typed:], 1, inner)  # plain JSON below the typed part
         if isinstance(node, Map):
             node[slot] = value
         else:
