@@ -7,9 +7,10 @@ concurrently. Every merge is written into the document by the state's own
 Yjs client, so refused merges never leave gaps in anyone's clocks; which
 agent made a change is kept in the change log.
 
-This module owns the core: reading, forking, committing, the merge itself
-(conflict detection, policies, one document transaction per merge), the change
-log entries and listeners. ``SharedState`` takes the rest from mixins, each in
+This module owns the core: reading, forking, committing, applying a merge
+(judged by :func:`crdt_state.planner.plan_merge`, written in one document
+transaction, all or nothing: see :mod:`crdt_state.rollback`), the change log
+entries and listeners. ``SharedState`` takes the rest from mixins, each in
 its own module: :mod:`crdt_state.replication` (Yjs updates to and from other
 replicas), :mod:`crdt_state.durable` (storage, history, durability waits) and
 :mod:`crdt_state.typed` (schema accessors and the write hooks).
