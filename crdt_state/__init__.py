@@ -2,8 +2,9 @@
 
 Agents fork a :class:`Branch` from a :class:`SharedState`, edit it while they
 wait on slow work, and merge it back. Disjoint writes merge without conflict;
-writes to the same path since the fork base are reported as :class:`Conflict`
-and settled by per-path policies (:mod:`crdt_state.resolvers`) or a retry.
+any two writes to overlapping paths since the fork base, whatever the values,
+are reported as :class:`Conflict` and settled by per-path policies
+(:mod:`crdt_state.resolvers`) or a retry.
 The state is a Yjs document (root ``Y.Map`` named ``state``), so any Yjs peer
 can replicate it.
 """
@@ -23,9 +24,11 @@ from .errors import (
     RetryExhausted,
     SchemaError,
     StaleBase,
+    StateClosed,
     StorageError,
     UnknownBase,
     UnsupportedValue,
+    WriteFailed,
     WrongType,
 )
 from .paths import Path, Pattern, format_path, parse_path
@@ -33,10 +36,11 @@ from .retry import Retry
 from .schema import StateSchema
 from .state import SharedState, StateUpdate
 from .storage import BlameEntry, ConflictRecord, HistoryEntry
-from .values import MISSING
+from .values import MAX_DEPTH, MISSING
 from .version import VersionVector
 
 __all__ = [
+    "MAX_DEPTH",
     "MISSING",
     "UNRESOLVED",
     "BlameEntry",
@@ -60,11 +64,13 @@ __all__ = [
     "SharedState",
     "StaleBase",
     "StateSchema",
+    "StateClosed",
     "StateUpdate",
     "StorageError",
     "UnknownBase",
     "UnsupportedValue",
     "VersionVector",
+    "WriteFailed",
     "WrongType",
     "format_path",
     "parse_path",

@@ -127,6 +127,8 @@ class Branch:
                 f"branch of {self._agent!r} is {self._status}",
                 details={"agent": self._agent, "status": self._status},
             )
+        if self._state._closed:
+            self._state._check_open()  # StateClosed: the state takes no more writes
 
     def _record(self, path: Path, kind: Literal["set", "delete", "append"]) -> None:
         for i in range(1, len(path)):
@@ -260,9 +262,12 @@ class Branch:
         """Merge the branch's changes into its state; returns a :class:`MergeResult`.
 
         Changes to paths nobody else touched since the fork are applied as
-        they are. A path the state also changed since the fork base, to a
-        different value, is a conflict, settled by the policy for that path
-        (``resolvers`` given here first, then the state's, then ``default``).
+        they are. A path the state also wrote since the fork base (the same
+        path, an ancestor or a descendant), whatever the values, is a
+        conflict (``same_value`` when both wrote the same value), settled by
+        the policy for that path (``resolvers`` given here first, then the
+        state's, then ``default``); concurrent appends to one list are both
+        kept, no conflict.
         If any conflict stays unresolved, :class:`ConflictError` is raised,
         nothing is applied, and the branch stays open and intact: resolve with
         ``merge(resolvers={path: value})``, merge with a policy, or

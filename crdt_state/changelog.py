@@ -11,7 +11,7 @@ size of the state.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -149,6 +149,19 @@ class ChangeLog:
         if start < self._first_seq - 1 and self._token_seq.get(initial) == start:
             del self._token_seq[initial]
 
+    def token_at(self, seq: int) -> VersionVector:
+        """The token the state had at log position ``seq`` (a retained position)."""
+        if seq == self._head_seq:
+            return self._head_token
+        entries = self.since(seq)
+        if not entries:
+            return self._head_token
+        first = entries[0]
+        clocks = dict(first.token)
+        for client, (start, _) in first.delta.items():
+            clocks[client] = start
+        return VersionVector(clocks)
+
     def since(self, base_seq: int) -> list[Entry]:
         """Entries after ``base_seq``; :class:`StaleBase` if some were dropped."""
         if base_seq < self._first_seq - 1:
@@ -240,7 +253,7 @@ class Overlap:
     agent: str | None
 
 
-def overlaps(writes: Iterable[Path], entries: list[Entry]) -> dict[Path, Overlap]:
+def overlaps(writes: Iterable[Path], entries: Sequence[Entry]) -> dict[Path, Overlap]:
     """For each branch path, the state writes since the base that overlap it.
 
     Two paths overlap when they are equal or one is an ancestor of the other.

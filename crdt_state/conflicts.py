@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from .paths import Path, format_path
-from .values import MISSING, Missing
+from .values import MISSING, Missing, same
 from .version import VersionVector
 
 __all__ = ["UNRESOLVED", "Change", "Conflict", "MergeResult", "Unresolved"]
@@ -63,7 +63,14 @@ def _jsonable(value: Any) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Conflict:
-    """A path the branch and the state both changed since the fork base, differently.
+    """A path the branch and the state both wrote since the fork base, whatever the values.
+
+    Two writes to overlapping paths (equal, or one below the other) since the
+    fork base always conflict, even when they wrote the same value: a 3-way
+    merge cannot tell "both decided 1" from "both incremented 0". Such a
+    conflict has :attr:`same_value` set, and the policy decides
+    (:func:`~crdt_state.resolvers.accept_equal` keeps the value,
+    :func:`~crdt_state.resolvers.counter` adds both increments).
 
     ``base`` is the value at the fork, ``current`` the state's value at merge
     time, ``incoming`` the branch's value; :data:`MISSING` stands for "absent".
@@ -83,6 +90,12 @@ class Conflict:
     current_token: VersionVector | None = field(default=None, compare=False)
 
     @property
+    def same_value(self) -> bool:
+        """True when the branch wrote exactly the value the state holds (strict equality:
+        ``True`` is not ``1``; two deletes are the same value)."""
+        return same(self.incoming, self.current)
+
+    @property
     def resolved(self) -> bool:
         """True when a policy settled the conflict with a value (or a delete)."""
         return self.resolution is not UNRESOLVED
@@ -98,6 +111,7 @@ class Conflict:
             "base": _jsonable(self.base),
             "current": _jsonable(self.current),
             "incoming": _jsonable(self.incoming),
+            "same_value": self.same_value,
             "current_agent": self.current_agent,
             "incoming_agent": self.incoming_agent,
             "resolution": _jsonable(self.resolution),
@@ -105,8 +119,9 @@ class Conflict:
         }
 
     def __str__(self) -> str:
+        same_value = " (same value)" if self.same_value else ""
         return (
-            f"conflict at {format_path(self.path)}: base={self.base!r} "
+            f"conflict at {format_path(self.path)}{same_value}: base={self.base!r} "
             f"current={self.current!r} ({self.current_agent}) incoming={self.incoming!r} "
             f"({self.incoming_agent}) -> {self.resolution!r}"
         )

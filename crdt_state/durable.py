@@ -23,8 +23,10 @@ from pycrdt import Doc, Map
 
 from . import document as ydoc
 from .changelog import ChangeLog, WriteKind
+from .errors import StateClosed
 from .paths import Path, parse_path
 from .replication import collect_writes, mirror_writes, root_most
+from .values import nesting
 from .version import VersionVector
 
 if TYPE_CHECKING:
@@ -51,6 +53,8 @@ class DurableMixin:
     _store: Store | None
     _update_sub: Any
     _shared: bool
+    _closed: bool
+    _depth_mark: int
     epoch: int
     _on_transaction: Callable[[Any], None]
 
@@ -68,7 +72,17 @@ class DurableMixin:
     def _require_store(self) -> Store:
         if self._store is None:
             raise TypeError("history needs a state opened with SharedState.open(path)")
+        self._check_open()
         return self._store
+
+    def _check_open(self) -> None:
+        """Raise :class:`StateClosed` once a durable state is closed (callers hold no lock
+        or the state lock; nothing has changed yet)."""
+        if self._closed:
+            raise StateClosed(
+                "the durable state is closed; nothing was changed (reopen the file)",
+                details={"file": self._store.file if self._store is not None else None},
+            )
 
     def history(self, **filters: Any) -> list[HistoryEntry]:
         """The recorded changes, oldest first (token, agent, paths, time)."""
@@ -89,9 +103,22 @@ class DurableMixin:
         )
 
     def close(self) -> None:
-        """Flush and close the storage of a durable state (no-op in memory)."""
-        if self._store is not None:
-            self._store.close()
+        """Flush and close the storage of a durable state (no-op in memory). Idempotent.
+
+        Merges already acknowledged stay durable. From then on every write
+        raises :class:`StateClosed` and changes nothing, in memory or on disk:
+        ``fork`` (and so ``transact``/``atransact``), merging or writing a
+        branch forked earlier, ``commit``/``acommit``, ``apply_update``/
+        ``aapply_update``; so do the readers that need the file (``history``,
+        ``at``, ``blame``, ``conflicts``). Reads of the content kept in memory
+        (``snapshot``, ``read``, ``get``, ``token``, ``get_update``) still work.
+        """
+        store = self._store
+        if store is None:
+            return
+        with self._lock:  # a merge in progress finishes (and is journaled) first
+            self._closed = True
+        store.close()
 
     def __enter__(self) -> Self:
         return self
@@ -162,6 +189,7 @@ class DurableMixin:
                 token = VersionVector.from_state(self._doc.get_state())
                 self._log.append(agent, token, writes, undo, origin=origin).time = when
                 tokens.append(token)
+            self._depth_mark = nesting(self._mirror)
             return tokens
 
     def _reset_document(self) -> bool:
@@ -179,7 +207,7 @@ class DurableMixin:
         from .state import StateUpdate
 
         with self._lock:
-            if self._shared:
+            if self._shared or self._closed:
                 return False
             doc = ydoc.doc_from_content(self._mirror, meta={"epoch": self.epoch + 1})
             root = doc.get(ydoc.ROOT, type=Map)

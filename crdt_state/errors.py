@@ -13,7 +13,9 @@ so ``except KeyError`` or ``except TypeError`` keeps working::
     ├── InvalidUpdate(ValueError)        code "invalid_update"
     ├── SchemaError(ValueError)          code "schema"
     ├── BranchClosed(RuntimeError)       code "branch_closed"
+    ├── WriteFailed(RuntimeError)        code "write_failed"
     ├── StorageError(OSError)            code "storage"
+    │   └── StateClosed                  code "state_closed"
     ├── UnknownBase(LookupError)         code "unknown_base"
     │   └── StaleBase                    code "stale_base"
     └── ConflictError                    code "conflict"
@@ -38,9 +40,11 @@ __all__ = [
     "RetryExhausted",
     "SchemaError",
     "StaleBase",
+    "StateClosed",
     "StorageError",
     "UnknownBase",
     "UnsupportedValue",
+    "WriteFailed",
     "WrongType",
 ]
 
@@ -162,6 +166,30 @@ class StorageError(CrdtStateError, OSError):
     """
 
     code = "storage"
+
+
+class StateClosed(StorageError):
+    """The durable state was closed: it takes no more writes (reopen the file).
+
+    Raised before anything changes, in memory or on disk. ``details`` names the
+    file (``"file"``).
+    """
+
+    code = "state_closed"
+
+
+class WriteFailed(CrdtStateError, RuntimeError):
+    """Writing a merge into the Yjs document failed half-way, and was rolled back.
+
+    Nothing of the merge stays: every path it had written is back to its
+    value before the merge, in the document, the mirror, the log, the file and
+    every replica. ``path`` is the write that failed; ``details`` holds the
+    ``cause`` (the underlying exception, also chained as ``__cause__``), the
+    ``agent`` and ``rolled_back`` (False only if even the rollback failed; the
+    state then holds what the document holds, and still agrees everywhere).
+    """
+
+    code = "write_failed"
 
 
 class UnknownBase(CrdtStateError, LookupError):

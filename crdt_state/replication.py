@@ -7,6 +7,18 @@ received from any Yjs peer (``apply_update``), logged as a change with origin
 The plain functions below find which paths an update wrote (from pycrdt's
 deep events) and copy those paths from the document into the mirror; restoring
 a durable state (:mod:`crdt_state.durable`) replays stored updates with them.
+
+Depth. An update that would store a value deeper than
+:data:`~crdt_state.values.MAX_DEPTH` is refused (:class:`UnsupportedValue`)
+before it is applied, in three steps from cheap to exact: an update of ``n``
+bytes nests at most ``n / 2`` levels, so a small one under a shallow state is
+accepted at once; otherwise :func:`crdt_state.update_scan.depth_bound` reads a
+bound from its bytes (items hanging from the existing document count at the
+state's depth mark, an upper bound of the depth of its values); only when that
+bound is too high is the update tried on a copy of the document and the
+values it writes measured. Structs Yjs keeps pending (their dependencies have
+not arrived) are kept aside and scanned again with every later update, since
+they land when it brings their dependencies.
 """
 
 from __future__ import annotations
@@ -15,14 +27,15 @@ import threading
 from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
-from pycrdt import Array, Doc, Map, merge_updates
+from pycrdt import Array, Doc, Map, get_update, merge_updates
 
 from . import document as ydoc
 from .changelog import ChangeLog, Entry, WriteKind
 from .conflicts import MergeResult
-from .errors import InvalidUpdate
+from .errors import InvalidUpdate, UnsupportedValue
 from .paths import Path
-from .values import MISSING, tree_delete, tree_get, tree_set
+from .update_scan import depth_bound
+from .values import MAX_DEPTH, MISSING, depth_of, tree_delete, tree_get, tree_set
 from .version import VersionVector
 
 if TYPE_CHECKING:
@@ -36,6 +49,7 @@ __all__ = [
     "join_updates",
     "mirror_writes",
     "root_most",
+    "written_depth",
 ]
 
 
@@ -57,7 +71,10 @@ class ReplicationMixin:
     _shared: bool
     _tick_remote: bool
     _validate_updates: bool
+    _depth_mark: int
+    _held: bytes | None
     _tick: Callable[[], None]
+    _check_open: Callable[[], None]
     _record: Callable[..., tuple[Entry, StateUpdate | None]]
     _settle: Callable[[int | None], None]
     _asettle: Callable[[int | None], Coroutine[Any, Any, None]]
@@ -75,8 +92,10 @@ class ReplicationMixin:
 
         Updates are idempotent and commutative: applying one twice, or several
         in any order, gives the same state. Malformed bytes raise
-        :class:`InvalidUpdate` and change nothing. Writes from updates are
-        logged, so branches forked earlier see them as concurrent changes.
+        :class:`InvalidUpdate`, and an update that would store a value deeper
+        than :data:`~crdt_state.values.MAX_DEPTH` raises
+        :class:`UnsupportedValue`; either changes nothing. Writes from updates
+        are logged, so branches forked earlier see them as concurrent changes.
         """
         result, ticket = self._apply_update_now(update, origin)
         self._settle(ticket)
@@ -96,11 +115,15 @@ class ReplicationMixin:
             raise InvalidUpdate("an update is bytes", details={"type": type(update).__name__})
         data = bytes(update)
         with self._lock:
+            self._check_open()
             self._shared = True
             before = self._log.head_token
             changed: dict[Path, WriteKind] = {}
             if self._schema is not None and self._validate_updates:
-                self._schema.check_update(self._doc, data)
+                # structs Yjs keeps pending land with this update: validated with it
+                held = data if self._held is None else join_updates([self._held, data])
+                self._schema.check_update(self._doc, held)
+            self._check_update_depth(data)
             sub = self._root.observe_deep(collect_writes(changed, self._mirror))
             self._updates.clear()
             try:
@@ -113,11 +136,14 @@ class ReplicationMixin:
                 raise InvalidUpdate(f"update refused: {exc}", details={"size": len(data)}) from exc
             finally:
                 self._root.unobserve(sub)
-            after = VersionVector.from_state(self._doc.get_state())
+            state = self._doc.get_state()
+            self._hold_pending(data, state)
+            after = VersionVector.from_state(state)
             writes = root_most(changed)
             if after == before and not writes:
                 return MergeResult(token=before, agent=origin), None
             undo = mirror_writes(self._doc, self._mirror, writes)
+            self._depth_mark = max(self._depth_mark, written_depth(self._mirror, writes))
             self._updates.clear()
             tick_update = b""
             if after == before and self._tick_remote:
@@ -135,6 +161,114 @@ class ReplicationMixin:
             token=entry.token, applied=tuple(writes), fast_forward=True, agent=origin
         )
         return result, ticket
+
+    def _check_update_depth(self, data: bytes) -> None:
+        """Refuse (:class:`UnsupportedValue`) an update storing values deeper than the limit.
+
+        Cheap first (the size of the update, then a scan of its bytes), exact
+        on a copy of the document only when those cannot rule it out. Called
+        under the lock, before the update is applied.
+        """
+        if self._held is None and max(self._depth_mark, 1) + len(data) // 2 <= MAX_DEPTH:
+            # an item sits at most at the mark (level 1 under the root), and every level
+            # of nesting below it takes at least two bytes: a nested type's child names its
+            # parent, a plain list or map has a tag and a length, JSON text two brackets
+            return
+        scanned = data if self._held is None else join_updates([self._held, data])
+        try:
+            bound = depth_bound(scanned, root=ydoc.ROOT, unknown=self._depth_mark, limit=MAX_DEPTH)
+        except (ValueError, IndexError):
+            bound = MAX_DEPTH + 1  # unreadable here: let the exact check decide
+        if bound <= MAX_DEPTH:
+            return
+        depth = update_depth(self._doc, data, pending=self._held)
+        if depth > MAX_DEPTH:
+            raise UnsupportedValue(
+                f"update refused: it would store a value {depth} levels deep; "
+                f"at most {MAX_DEPTH} are allowed",
+                details={"depth": depth, "limit": MAX_DEPTH, "size": len(data)},
+            )
+
+    def _hold_pending(self, data: bytes, state: bytes) -> None:
+        """Keep the structs of ``data`` (and of earlier updates) the document left pending."""
+        held = data if self._held is None else join_updates([self._held, data])
+        rest = bytes(get_update(held, state))
+        self._held = None if rest[:1] == b"\x00" else rest
+
+
+def update_depth(doc: Doc[Any], data: bytes, *, pending: bytes | None = None) -> int:
+    """How deep the values ``data`` writes into ``doc``'s state are, measured on a copy.
+
+    ``doc`` is not modified. ``pending`` are the structs ``doc`` keeps pending
+    (``doc.get_update()`` leaves them out): they are copied too, and land if
+    ``data`` brings their dependencies. Raises :class:`InvalidUpdate` for
+    bytes pycrdt refuses. Costs a copy of the document.
+    """
+    touched: list[tuple[Any, ...]] = []
+
+    def on_events(events: list[Any]) -> None:
+        for event in events:
+            where = tuple(event.path)
+            keys = getattr(event, "keys", None)
+            if isinstance(keys, dict):
+                touched.extend((*where, key) for key in keys)
+            else:
+                touched.append(where)
+
+    twin: Doc[Any] = Doc()
+    try:
+        twin.apply_update(doc.get_update())
+        root = twin.get(ydoc.ROOT, type=Map)
+        sub = root.observe_deep(on_events)
+        try:
+            if pending is not None:
+                twin.apply_update(pending)
+            twin.apply_update(data)
+        finally:
+            root.unobserve(sub)
+    except Exception as exc:
+        raise InvalidUpdate(f"update refused: {exc}", details={"size": len(data)}) from exc
+    except BaseException as exc:  # PanicException from the Rust core
+        if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+            raise
+        raise InvalidUpdate(f"update refused: {exc}", details={"size": len(data)}) from exc
+    deepest = 0
+    for where in touched:
+        node: Any = root
+        for key in where:
+            try:
+                node = node[key]
+            except (KeyError, IndexError, TypeError):
+                node = MISSING
+                break
+        if node is not MISSING:
+            deepest = max(deepest, len(where) + _crdt_nesting(node))
+    return deepest
+
+
+def _crdt_nesting(value: Any) -> int:
+    """:func:`crdt_state.values.nesting` for pycrdt values (no recursion)."""
+    containers = (Map, Array, dict, list)
+    if not isinstance(value, containers):
+        return 0
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        deepest = max(deepest, level)
+        children = node.values() if isinstance(node, (Map, dict)) else node
+        for child in children:
+            if isinstance(child, containers):
+                stack.append((child, level + 1))
+    return deepest
+
+
+def written_depth(mirror: dict[str, Any], writes: Iterable[Path]) -> int:
+    """The depth (:func:`crdt_state.values.depth_of`) of the deepest value at ``writes``."""
+    deepest = 0
+    for path in writes:
+        deepest = max(deepest, depth_of(path, tree_get(mirror, path)))
+    return deepest
 
 
 def collect_writes(

@@ -1,26 +1,39 @@
 """Conflict policies: what to do when a branch and the state wrote one path.
 
+The conflict rule: any two writes to overlapping paths since the fork base
+conflict, whatever the values. Two agents that both wrote ``1`` may have
+agreed, or may both have incremented ``0``; only the policy of the path can
+tell, so such a conflict reaches the policy too, flagged
+:attr:`Conflict.same_value <crdt_state.conflicts.Conflict.same_value>`.
+
 A policy is any callable ``(Conflict) -> value``; the value returned becomes
-the path's value (return :data:`MISSING` to delete the path). Built-ins:
+the path's value (return :data:`MISSING` to delete the path; a value equal to
+the current one writes nothing). Built-ins:
 
 - :func:`last_writer_wins`: the merging branch's value wins.
 - :func:`first_writer_wins`: the value already in the state stays.
 - :func:`maximum` / :func:`minimum`: the larger / smaller of the two.
-- :func:`counter`: ``base + (current - base) + (incoming - base)``, so
-  concurrent increments add up.
+- :func:`counter`: ``current + incoming - base``, so concurrent increments
+  add up (two agents that each wrote ``base + 1`` give ``base + 2``).
 - :func:`union`: the current list followed by the incoming items it lacks,
   order kept, no duplicates.
+- :func:`accept_equal`: the same value on both sides is kept; different
+  values refuse the merge.
 - :func:`retry`: re-run the agent step on fresh state (see ``transact``).
-- :func:`raise_conflict`: refuse the merge with :class:`ConflictError`.
+- :func:`raise_conflict`: refuse the merge with :class:`ConflictError` (the default).
+
+On a same-value conflict the built-ins do what their names say: the winner
+policies, ``maximum``, ``minimum``, ``union`` and ``accept_equal`` keep that
+value, ``counter`` adds both deltas, ``retry`` re-runs and ``raise_conflict``
+refuses. For read-modify-write (``n = n + 1``) use ``counter`` or ``retry``;
+``accept_equal`` is for writes that state a fact, where two agents finding
+the same answer agree.
 
 A policy that cannot handle the values it is given (``counter`` on strings,
-say) leaves the conflict unresolved, which refuses the merge.
-
-Equal concurrent writes are not conflicts, except for policies that set the
-attribute ``sees_equal_writes`` (``counter`` does): for them, two branches
-that both changed a path to the same value are still two changes to combine.
-Policies are attached to path patterns (see :mod:`crdt_state.paths`) in a
-:class:`PolicyTable`; a non-callable value in place of a policy means
+say) leaves the conflict unresolved, which refuses the merge. Appends to one
+list from both sides are not conflicts (both are kept) and never reach a
+policy. Policies are attached to path patterns (see :mod:`crdt_state.paths`)
+in a :class:`PolicyTable`; a non-callable value in place of a policy means
 "resolve to exactly this value".
 """
 
@@ -38,6 +51,7 @@ __all__ = [
     "Escalation",
     "Policy",
     "PolicyTable",
+    "accept_equal",
     "constant",
     "counter",
     "first_writer_wins",
@@ -46,7 +60,6 @@ __all__ = [
     "minimum",
     "policy_name",
     "raise_conflict",
-    "report_equal_writes",
     "retry",
     "union",
 ]
@@ -96,7 +109,8 @@ def minimum(conflict: Conflict) -> Any:
 def counter(conflict: Conflict) -> Any:
     """Both sides' deltas from the base, added: ``current + incoming - base``.
 
-    An absent value counts as 0.
+    Two agents that each wrote ``base + 1`` give ``base + 2``. An absent
+    value counts as 0.
     """
     parts = []
     for v in (conflict.base, conflict.current, conflict.incoming):
@@ -114,7 +128,12 @@ def _key(item: Any) -> str:
 
 
 def union(conflict: Conflict) -> Any:
-    """The current list, then the incoming items it lacks; no duplicates, order kept."""
+    """The current list, then the incoming items it lacks; no duplicates, order kept.
+
+    Two equal lists give that list unchanged.
+    """
+    if conflict.same_value and isinstance(conflict.current, list):
+        return conflict.current
     seen: set[str] = set()
     out = []
     for side in (conflict.current, conflict.incoming):
@@ -130,20 +149,17 @@ def union(conflict: Conflict) -> Any:
     return out
 
 
-counter.sees_equal_writes = True  # type: ignore[attr-defined]
-"""Two agents adding 1 to the same base both wrote ``base + 1``: that is two increments."""
+def accept_equal(conflict: Conflict) -> Any:
+    """The same value written on both sides is kept; different values stay unresolved.
 
-
-def report_equal_writes(conflict: Conflict) -> NoReturn:
-    """Refuse, and also see equal concurrent writes (so another party can combine them).
-
-    A hub uses it for paths whose remote client holds a policy with
-    ``sees_equal_writes`` (such as :func:`counter`) that the hub itself lacks.
+    For writes that state a fact ("the ticket is a refund"), where two agents
+    finding the same answer agree. Not for read-modify-write: two agents that
+    both incremented ``0`` also agree on ``1`` (use :func:`counter` or
+    :func:`retry` there).
     """
-    raise Escalation(False, "reported to the merging client")
-
-
-report_equal_writes.sees_equal_writes = True  # type: ignore[attr-defined]
+    if conflict.same_value:
+        return conflict.current
+    raise Escalation(False, "accept_equal refuses different values")
 
 
 def retry(conflict: Conflict) -> NoReturn:

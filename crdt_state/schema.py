@@ -129,8 +129,9 @@ class StateSchema:
         Errors carry ``loc = path + (index in items,)``.
         """
         slot = self.slot(path)
+        level = len(path) + 1  # items sit one level below their list
         if slot.kind == "any":
-            return [normalize(v, path) for v in items]
+            return [normalize(v, path, level=level) for v in items]
         if slot.kind != "list":
             raise SchemaError(
                 f"{format_path(path)}: cannot append to a field of type {_show(slot.core)}",
@@ -142,10 +143,10 @@ class StateSchema:
         errors: list[dict[str, Any]] = []
         for i, value in enumerate(items):
             if item.kind == "any":
-                out.append(normalize(value, path))
+                out.append(normalize(value, path, level=level))
                 continue
             try:
-                out.append(_dump(item, _validate_input(item, value, path, (i,)), path))
+                out.append(_dump(item, _validate_input(item, value, path, (i,)), path, level))
             except SchemaError as exc:
                 errors.extend(exc.errors)
         if errors:
@@ -360,9 +361,9 @@ def _validate_input(slot: Slot, value: Any, path: Path, loc: tuple[Any, ...] = (
     raise _error(_errors(first, (*path, *loc)), path) from None
 
 
-def _dump(slot: Slot, validated: Any, path: Path) -> Any:
+def _dump(slot: Slot, validated: Any, path: Path, level: int | None = None) -> Any:
     data = slot.adapter.dump_python(validated, mode="json", by_alias=False, warnings=False)
-    return normalize(data, path)
+    return normalize(data, path, level=level)
 
 
 def _errors(exc: ValidationError, prefix: tuple[Any, ...]) -> list[dict[str, Any]]:

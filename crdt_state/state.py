@@ -7,9 +7,10 @@ concurrently. Every merge is written into the document by the state's own
 Yjs client, so refused merges never leave gaps in anyone's clocks; which
 agent made a change is kept in the change log.
 
-This module owns the core: reading, forking, committing, the merge itself
-(conflict detection, policies, one document transaction per merge), the change
-log entries and listeners. ``SharedState`` takes the rest from mixins, each in
+This module owns the core: reading, forking, committing, applying a merge
+(judged by :func:`crdt_state.planner.plan_merge`, written in one document
+transaction, all or nothing: see :mod:`crdt_state.rollback`), the change log
+entries and listeners. ``SharedState`` takes the rest from mixins, each in
 its own module: :mod:`crdt_state.replication` (Yjs updates to and from other
 replicas), :mod:`crdt_state.durable` (storage, history, durability waits) and
 :mod:`crdt_state.typed` (schema accessors and the write hooks).
@@ -25,18 +26,20 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from pycrdt import Doc, Map
 
 from . import document as ydoc
-from .changelog import ChangeLog, Entry, TruncateTo, WriteKind, overlaps, read_at
+from .changelog import ChangeLog, Entry, TruncateTo, WriteKind, read_at
 from .conflicts import Change, Conflict, MergeResult
 from .durable import DurableMixin
-from .errors import ConflictError, CrdtStateError, WrongType
+from .errors import CrdtStateError, WrongType
 from .paths import Path, parse_path
+from .planner import check_disjoint, plan_merge, writes_depth
 from .replication import ReplicationMixin, join_updates
 from .requests import RequestMemory
 from .resolvers import PolicyTable, raise_conflict
 from .retry import Retry
+from .rollback import roll_back, undo_record, write_failed
 from .transact import arun_transaction, run_transaction
 from .typed import TypedMixin
-from .values import MISSING, copy_value, same, tree_delete, tree_get, tree_set
+from .values import MISSING, copy_value, tree_delete, tree_get, tree_set
 from .version import VersionVector
 
 if TYPE_CHECKING:
@@ -138,6 +141,11 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         # listeners): from then on it must keep its identity (see _reset_document).
         self._shared = False
         self._requests = RequestMemory()
+        self._closed = False  # a closed durable state takes no writes (see close())
+        # at least as deep as any value in the state (see ``values.MAX_DEPTH``): bounds the
+        # depth of values received from other replicas without reading the document
+        self._depth_mark = 0
+        self._held: bytes | None = None  # received structs Yjs keeps pending (replication)
         self.epoch = 0
         """How many times the document was rebuilt from its content (durable states)."""
         self._store: Store | None = None
@@ -203,6 +211,8 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         if not isinstance(agent, str) or not agent:
             raise TypeError("agent must be a non-empty str")
         with self._lock:
+            if self._closed:
+                self._check_open()
             return Branch(self, agent, self._log.head_seq, self._log.head_token)
 
     def commit(
@@ -255,6 +265,8 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         request_id: int | None,
     ) -> tuple[MergeResult, int | None]:
         """The shared part of :meth:`commit` and :meth:`acommit` (no durability wait)."""
+        if self._closed:
+            self._check_open()
         ops = self._ops_from(changes)
         with self._lock:
             done = self._requests.result(request_id)
@@ -289,7 +301,7 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
                 ops.append(Change("append", path, self._prepare_items(path, list(op.value))))
             else:
                 raise CrdtStateError(f"unknown change kind {op.kind!r}", path=path)
-        _check_disjoint(ops)
+        check_disjoint(ops)
         return ops
 
     # -- merging --------------------------------------------------------------
@@ -322,136 +334,53 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
     ) -> tuple[MergeResult, int | None]:
         """Judge and apply a merge under the lock; returns the result and its journal ticket.
 
-        A ``request_id`` is remembered with the change (and journaled with it).
+        The judging is :func:`crdt_state.planner.plan_merge`; a refused plan
+        raises :class:`ConflictError` and changes nothing. A ``request_id`` is
+        remembered with the change (and journaled with it).
         """
         table = self._policies.overlay(resolvers, default)
         ticket: int | None = None
         with self._lock:
+            if self._closed:
+                self._check_open()
             if entries is None:
                 entries = self._log.since(base_seq)
             head = self._log.head_token
-            # a fast-forward (nothing merged since the base) cannot overlap anything
-            found = overlaps([op.path for op in ops], entries) if entries else {}
-            base_token = self._token_at(base_seq) if found else head  # only conflicts use it
-            plan: list[Change] = []
-            conflicts: list[Conflict] = []
-            escalations = []
-            forced: set[Path] = set()
-            for op in ops:
-                overlap = found.get(op.path)
-                if overlap is None or (
-                    op.kind == "append" and overlap.exact and overlap.kinds == {"append"}
-                ):
-                    plan.append(op)
-                    continue
-                current = tree_get(self._mirror, op.path)
-                base = read_at(current, op.path, entries)
-                incoming = _incoming(op, base)
-                if same(incoming, current) and not (
-                    getattr(table.policy_for(op.path), "sees_equal_writes", False)
-                    and not same(incoming, base)
-                ):
-                    continue
-                conflict = Conflict(
-                    path=op.path,
-                    base=copy_value(base),
-                    current=copy_value(current),
-                    incoming=copy_value(incoming),
-                    current_agent=overlap.agent,
-                    incoming_agent=agent,
-                    base_token=base_token,
-                    current_token=head,
-                )
-                resolved, escalation = table.resolve(conflict)
-                conflicts.append(resolved)
-                if escalation is not None:
-                    escalations.append(escalation)
-                elif resolved.resolution is MISSING:
-                    plan.append(Change("delete", op.path))
-                    forced.add(op.path)
-                elif not same(resolved.resolution, current):
-                    plan.append(Change("set", op.path, resolved.resolution))
-                    forced.add(op.path)
-            if escalations:
-                retry = all(e.retry for e in escalations)
-                unresolved = [c for c in conflicts if not c.resolved]
+            plan = plan_merge(
+                ops,
+                entries,
+                self._mirror,
+                table,
+                agent=agent,
+                head=head,
+                base_token=lambda: self._log.token_at(base_seq),
+            )
+            if plan.refused:
                 if self._store is not None:  # the conflict audit log keeps refusals too
-                    self._store.audit(conflicts, head)
-                raise ConflictError(
-                    f"{len(unresolved)} conflicting write(s) not resolved by policy"
-                    + (" (retry requested)" if retry else ""),
-                    conflicts=conflicts,
-                    retry=retry,
-                    path=unresolved[0].path if unresolved else None,
-                )
-            # deleting what is already absent writes nothing (and is not "applied")
-            plan = [
-                op
-                for op in plan
-                if op.kind != "delete" or tree_get(self._mirror, op.path) is not MISSING
-            ]
-            self._check_shapes(plan, forced)
-            self._check_plan(plan)
-            if not plan:
+                    self._store.audit(plan.conflicts, head)
+                raise plan.error()
+            conflicts = tuple(plan.conflicts)
+            self._check_plan(plan.writes)
+            if not plan.writes:
                 if conflicts and self._store is not None:
                     self._store.audit(conflicts, head)
                 empty = MergeResult(
-                    token=head,
-                    conflicts=tuple(conflicts),
-                    fast_forward=not entries,
-                    agent=agent,
+                    token=head, conflicts=conflicts, fast_forward=plan.fast_forward, agent=agent
                 )
                 return empty, None
-            entry, change = self._apply_local(plan, agent, tuple(conflicts), request_id)
+            entry, change = self._apply_local(plan.writes, agent, conflicts, request_id)
             if request_id is not None:
                 self._requests.remember(request_id, entry.token, tuple(entry.writes))
             if self._journal is not None and change is not None:
                 ticket = self._journal.record(change)
         result = MergeResult(
             token=entry.token,
-            applied=tuple([op.path for op in plan]),
-            conflicts=tuple(conflicts),
-            fast_forward=not entries,
+            applied=tuple([op.path for op in plan.writes]),
+            conflicts=conflicts,
+            fast_forward=plan.fast_forward,
             agent=agent,
         )
         return result, ticket
-
-    def _token_at(self, seq: int) -> VersionVector:
-        if seq == self._log.head_seq:
-            return self._log.head_token
-        entries = self._log.since(seq)
-        if not entries:
-            return self._log.head_token
-        first = entries[0]
-        clocks = dict(first.token)
-        for client, (start, _) in first.delta.items():
-            clocks[client] = start
-        return VersionVector(clocks)
-
-    def _check_shapes(self, plan: list[Change], forced: set[Path]) -> None:
-        """Refuse ops that cannot apply to the current state (nothing applied yet)."""
-        for op in plan:
-            if op.path in forced:
-                continue
-            node: Any = self._mirror
-            for i, key in enumerate(op.path[:-1]):
-                node = node.get(key, MISSING) if isinstance(node, dict) else MISSING
-                if node is MISSING:
-                    break
-                if not isinstance(node, dict):
-                    raise WrongType(
-                        f"cannot write below a {type(node).__name__} value",
-                        path=op.path[: i + 1],
-                        details={"write_path": list(op.path)},
-                    )
-            if op.kind == "append":
-                current = tree_get(self._mirror, op.path)
-                if current is not MISSING and not isinstance(current, list):
-                    raise WrongType(
-                        f"cannot append to a {type(current).__name__} value",
-                        path=op.path,
-                        details={"value": current},
-                    )
 
     def _apply_local(
         self,
@@ -460,48 +389,93 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         conflicts: tuple[Conflict, ...],
         request_id: int | None = None,
     ) -> tuple[Entry, StateUpdate | None]:
-        """Write ``plan`` into the document and the mirror in one transaction."""
+        """Write ``plan`` into the document and the mirror in one transaction, all or nothing.
+
+        Every write is checked against :data:`~crdt_state.values.MAX_DEPTH`
+        first (:class:`UnsupportedValue`, nothing touched). If a write still
+        fails half-way, every path written so far is restored in the same
+        transaction (see :mod:`crdt_state.rollback`); that transaction's update
+        (the partial operations and their compensation, no net change) is
+        logged as an entry that writes nothing, sent to listeners and
+        journaled, so replicas and the file stay identical to this document;
+        then :class:`WriteFailed` is raised (``KeyboardInterrupt`` and
+        friends are re-raised as they are, after the rollback).
+        """
+        depth = writes_depth(plan)  # validated before the document is touched
         undo: list[tuple[Path, Any]] = []
         writes: dict[Path, WriteKind] = {}
         created = False
+        failure: BaseException | None = None
+        failed_at: Path | None = None
+        rolled_back = True
         self._updates.clear()
         with self._doc.transaction(origin=agent):
-            for op in plan:
-                if op.kind == "delete":
-                    before = tree_get(self._mirror, op.path)
-                    if before is MISSING:
+            try:
+                for op in plan:
+                    failed_at = op.path
+                    if op.kind == "delete":
+                        before = tree_get(self._mirror, op.path)
+                        if before is MISSING:
+                            continue
+                        undo.append((op.path, before))
+                        ydoc.doc_delete(self._root, op.path)
+                        tree_delete(self._mirror, op.path)
+                        writes[op.path] = "delete"
                         continue
-                    ydoc.doc_delete(self._root, op.path)
-                    tree_delete(self._mirror, op.path)
-                    undo.append((op.path, before))
-                    writes[op.path] = "delete"
-                    continue
-                current = tree_get(self._mirror, op.path) if op.kind == "append" else MISSING
-                if isinstance(current, list):
-                    undo.append((op.path, TruncateTo(len(current))))
-                    ydoc.doc_extend(self._root, op.path, op.value)
-                    current.extend(copy_value(op.value))
-                    writes[op.path] = "append"
-                else:
-                    record = self._undo_record(op.path)
-                    undo.append(record)
-                    if op.kind == "append":
+                    current = tree_get(self._mirror, op.path) if op.kind == "append" else MISSING
+                    if isinstance(current, list):
+                        undo.append((op.path, TruncateTo(len(current))))
                         ydoc.doc_extend(self._root, op.path, op.value)
+                        current.extend(copy_value(op.value))
+                        writes[op.path] = "append"
                     else:
-                        ydoc.doc_set(self._root, op.path, op.value)
-                    tree_set(self._mirror, op.path, copy_value(op.value), force=True)
-                    # a list written where there was none is an append to an empty list:
-                    # recorded so, it reads the same as when replayed or received elsewhere
-                    created_list = isinstance(op.value, list) and record[1] is MISSING
-                    writes[op.path] = "append" if created_list else op.kind
-                created = True
-            if writes and not created:
-                self._tick()
+                        record = undo_record(self._mirror, op.path)
+                        undo.append(record)
+                        if op.kind == "append":
+                            ydoc.doc_extend(self._root, op.path, op.value)
+                        else:
+                            ydoc.doc_set(self._root, op.path, op.value)
+                        tree_set(self._mirror, op.path, copy_value(op.value), force=True)
+                        # a list written where there was none is an append to an empty list:
+                        # recorded so, it reads the same as when replayed or received elsewhere
+                        created_list = isinstance(op.value, list) and record[1] is MISSING
+                        writes[op.path] = "append" if created_list else op.kind
+                    created = True
+                failed_at = None
+                if writes and not created:
+                    self._tick()
+            except BaseException as exc:  # a pycrdt panic is a BaseException
+                failure = exc
+                rolled_back = roll_back(self._doc, self._mirror, undo)
             # read inside the open transaction: no second transaction (saves ~1 us)
             state = self._doc.get_state()
+        if failure is not None:
+            self._record_failed_write(agent, undo, rolled_back, state)
+            if isinstance(failure, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+                raise failure
+            raise write_failed(failure, failed_at, agent, rolled_back) from failure
+        if depth > self._depth_mark:
+            self._depth_mark = depth
         return self._record(
             agent, writes, undo, "local", conflicts, state=state, request_id=request_id
         )
+
+    def _record_failed_write(
+        self, agent: str | None, undo: list[tuple[Path, Any]], rolled_back: bool, state: bytes
+    ) -> None:
+        """Log (and journal) the transaction of a failed write if it reached the document.
+
+        Rolled back, it writes nothing: an entry with no writes keeps the log's
+        token equal to the document's. Otherwise the paths it touched are
+        logged as written, with their values before.
+        """
+        if VersionVector.from_state(state) == self._log.head_token:
+            self._updates.clear()  # nothing reached the document
+            return
+        writes: dict[Path, WriteKind] = {} if rolled_back else {p: "set" for p, _ in undo}
+        _, change = self._record(agent, writes, [] if rolled_back else undo, "local", state=state)
+        if self._journal is not None and change is not None:
+            self._journal.record(change)
 
     def _tick(self) -> None:
         """Advance this replica's clock (a write to the meta root).
@@ -510,16 +484,6 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         the versions before and after a deletion would be equal tokens.
         """
         self._meta["tick"] = self._log.head_seq + 1
-
-    def _undo_record(self, path: Path) -> tuple[Path, Any]:
-        """How to undo a write at ``path``: the highest missing ancestor, or the old value."""
-        node: Any = self._mirror
-        for i, key in enumerate(path):
-            child = node.get(key, MISSING) if isinstance(node, dict) else MISSING
-            if child is MISSING or (i < len(path) - 1 and not isinstance(child, dict)):
-                return path[: i + 1], child
-            node = child
-        return path, node
 
     def _record(
         self,
@@ -629,20 +593,3 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
 
     def __repr__(self) -> str:
         return f"<SharedState {self.token} keys={len(self._mirror)}>"
-
-
-def _incoming(op: Change, base: Any) -> Any:
-    if op.kind == "set":
-        return op.value
-    if op.kind == "delete":
-        return MISSING
-    prefix = base if isinstance(base, list) else []
-    return [*prefix, *op.value]
-
-
-def _check_disjoint(ops: list[Change]) -> None:
-    seen: set[Path] = set()
-    for op in ops:
-        if op.path in seen:
-            raise CrdtStateError("a change set names one path twice", path=op.path)
-        seen.add(op.path)

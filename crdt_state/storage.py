@@ -84,7 +84,7 @@ from .conflicts import Conflict
 from .document import doc_from_content, doc_read, doc_snapshot
 from .errors import StaleBase, StorageError, UnknownBase
 from .paths import Path, related
-from .values import MISSING
+from .values import MISSING, same
 from .version import VersionVector
 
 if TYPE_CHECKING:
@@ -147,6 +147,11 @@ class ConflictRecord:
     applied: bool
     token: VersionVector
     time: float
+
+    @property
+    def same_value(self) -> bool:
+        """True when both sides wrote the same value (see :attr:`Conflict.same_value`)."""
+        return same(self.incoming, self.current)
 
     @property
     def agents(self) -> tuple[str | None, str | None]:

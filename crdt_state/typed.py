@@ -65,7 +65,7 @@ class TypedMixin:
         """Validate and normalise items about to be appended at ``path``."""
         if self._schema is not None:
             return self._schema.prepare_items(path, items)
-        return [normalize(v, path) for v in items]
+        return [normalize(v, path, level=len(path) + 1) for v in items]
 
     def _check_plan(self, plan: list[Change]) -> None:
         """Refuse a merge plan that would make the state invalid (under the lock)."""

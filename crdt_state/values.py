@@ -10,6 +10,14 @@ integral value below 2**63 in magnitude is read back as an ``int`` (Yjs
 stores numbers as doubles), so ``2.0`` comes back as ``2`` on every replica.
 Integers must lie in ``[-2**63, 2**63 - 2]``: pycrdt rounds ``2**63 - 1``.
 
+Depth. A value is stored at most :data:`MAX_DEPTH` levels deep: the number of
+keys of its path plus the maps and lists nested in it (a scalar adds 0,
+``{"x": 1}`` and ``[1]`` add 1, ``[[1]]`` adds 2; see :func:`depth_of`).
+pycrdt writes and reads nested values recursively and fails half-way through
+a value a few hundred levels deep; the limit keeps every write, read and copy
+well inside Python's recursion limit, and a deeper value is refused with
+:class:`UnsupportedValue` before anything is written.
+
 The helpers ``tree_get``/``tree_set``/``tree_delete`` work on nested plain
 dicts and are used for the in-memory mirror of the document and for branch
 views.
@@ -24,9 +32,13 @@ from .errors import PathNotFound, UnsupportedValue, WrongType
 from .paths import Path
 
 __all__ = [
+    "MAX_DEPTH",
     "MISSING",
     "Missing",
+    "check_depth",
     "copy_value",
+    "depth_of",
+    "nesting",
     "normalize",
     "same",
     "tree_delete",
@@ -37,6 +49,9 @@ __all__ = [
 INT_MIN: Final = -(2**63)
 INT_MAX: Final = 2**63 - 2  # pycrdt stores 2**63 - 1 as a (rounded) double
 _INTEGRAL_LIMIT: Final = 2.0**63
+
+MAX_DEPTH: Final = 64
+"""How deep a value may be stored: path keys plus nested maps and lists (see :func:`depth_of`)."""
 
 
 class Missing:
@@ -63,14 +78,31 @@ MISSING: Final = Missing()
 """Stands for "no value here": an absent key in conflicts, a deletion in changes."""
 
 
-def normalize(value: object, path: Path = ()) -> Any:
+def normalize(value: object, path: Path = (), *, level: int | None = None) -> Any:
     """Validate ``value`` and return a fresh, canonical deep copy of it.
 
     Tuples become lists, integral floats below 2**53 become ints. Raises
     :class:`UnsupportedValue` (with the offending sub-path) for anything that
-    is not storable.
+    is not storable, including a value that would sit deeper than
+    :data:`MAX_DEPTH` (``details``: ``depth`` and ``limit``). ``level`` is how
+    deep the value itself sits (default ``len(path)``; an item appended to
+    the list at ``path`` sits at ``len(path) + 1``).
     """
+    start = len(path) if level is None else level
+    try:
+        return _normalize(value, path, start)
+    except _TooDeep:
+        raise _too_deep(path, start + nesting(value)) from None
+
+
+class _TooDeep(Exception):
+    """Internal: a value goes deeper than :data:`MAX_DEPTH` (measured, then reported)."""
+
+
+def _normalize(value: object, path: Path, level: int) -> Any:
     if value is None or isinstance(value, (bool, str)):
+        if level > MAX_DEPTH:
+            raise _TooDeep
         return value
     if isinstance(value, int):
         if not INT_MIN <= value <= INT_MAX:
@@ -79,6 +111,8 @@ def normalize(value: object, path: Path = ()) -> Any:
                 path=path or None,
                 details={"value": str(value)},
             )
+        if level > MAX_DEPTH:
+            raise _TooDeep
         return int(value)
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -87,7 +121,11 @@ def normalize(value: object, path: Path = ()) -> Any:
                 path=path or None,
                 details={"value": repr(value)},
             )
+        if level > MAX_DEPTH:
+            raise _TooDeep
         return normalize_number(value)
+    if isinstance(value, (dict, list, tuple)) and level >= MAX_DEPTH:
+        raise _TooDeep  # a map or list opens one more level
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, item in value.items():
@@ -97,14 +135,59 @@ def normalize(value: object, path: Path = ()) -> Any:
                     path=path or None,
                     details={"key": repr(key)},
                 )
-            out[key] = normalize(item, (*path, key))
+            out[key] = _normalize(item, (*path, key), level + 1)
         return out
     if isinstance(value, (list, tuple)):
-        return [normalize(item, path) for item in value]
+        return [_normalize(item, path, level + 1) for item in value]
     raise UnsupportedValue(
         f"{type(value).__name__} is not JSON data (use dict, list, str, int, float, bool, None)",
         path=path or None,
         details={"type": type(value).__name__, "value": _short_repr(value)},
+    )
+
+
+def nesting(value: Any, *, budget: int = 1_000_000) -> int:
+    """How many levels of maps and lists ``value`` holds (0 for a scalar); no recursion.
+
+    Walks at most ``budget`` containers (a self-referencing list is endless)
+    and then answers with the deepest level seen so far.
+    """
+    if not isinstance(value, (dict, list, tuple)):
+        return 0
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack and budget > 0:
+        budget -= 1
+        node, level = stack.pop()
+        if level > deepest:
+            deepest = level
+        for child in node.values() if isinstance(node, dict) else node:
+            if isinstance(child, (dict, list, tuple)):
+                stack.append((child, level + 1))
+    return deepest
+
+
+def depth_of(path: Path, value: Any = MISSING) -> int:
+    """How deep ``value`` stored at ``path`` goes: ``len(path)`` plus :func:`nesting`."""
+    if value is MISSING or not isinstance(value, (dict, list, tuple)):
+        return len(path)
+    return len(path) + nesting(value)
+
+
+def check_depth(path: Path, value: Any = MISSING) -> int:
+    """:func:`depth_of`, or :class:`UnsupportedValue` when it exceeds :data:`MAX_DEPTH`."""
+    depth = depth_of(path, value)
+    if depth > MAX_DEPTH:
+        raise _too_deep(path, depth)
+    return depth
+
+
+def _too_deep(path: Path, depth: int) -> UnsupportedValue:
+    return UnsupportedValue(
+        f"the value would be stored {depth} levels deep; at most {MAX_DEPTH} are allowed "
+        "(path keys plus nested maps and lists)",
+        path=path or None,
+        details={"depth": depth, "limit": MAX_DEPTH},
     )
 
 

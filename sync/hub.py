@@ -377,7 +377,7 @@ def _equal_write_reports(state: SharedState, request: p.MergeRequest) -> dict[An
     }
     if not paths:
         return None
-    return {tuple(path): resolvers.report_equal_writes for path in paths}
+    return {tuple(path): resolvers.raise_conflict for path in paths}
 
 
 _closing: set[asyncio.Task[None]] = set()

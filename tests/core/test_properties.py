@@ -4,8 +4,8 @@ Random branches are forked from a random state at random moments, edited with
 random set/delete/append operations on a small universe of nested paths, and
 merged in random orders. The model in this file recomputes, without using
 crdt_state's helpers, which paths the state wrote since each branch's fork,
-which branch changes overlap them, which of those are real conflicts, and what
-the state must contain afterwards.
+which branch changes overlap them (every overlap is a conflict, whatever the
+values), and what the state must contain afterwards.
 """
 
 from __future__ import annotations
@@ -235,8 +235,14 @@ def expected_merge(world: World, bm: BranchModel) -> Expected:
                 m_set(model, path, value)
             writes.append((path, "append"))
         else:
+            # a list written where there was none is recorded as an append to an empty list
+            created = (
+                isinstance(value, list)
+                and m_get(model, path) is ABSENT
+                and not m_blocked(model, path)
+            )
             m_set(model, path, value)
-            writes.append((path, "set"))
+            writes.append((path, "append" if created else "set"))
 
     for path, kind in bm.writes.items():
         incoming = m_get(bm.view, path)
@@ -246,10 +252,11 @@ def expected_merge(world: World, bm: BranchModel) -> Expected:
         elif kind == "append" and all(w == path and k == "append" for w, k in overlapping):
             write(path, "append", bm.appends[path])  # both appends survive
         else:
+            # any overlapping write since the base conflicts, whatever the values
             current = m_get(world.model, path)
+            conflicts[path] = (m_get(bm.base_snap, path), current, incoming)
             if canon(current) != canon(incoming):
-                conflicts[path] = (m_get(bm.base_snap, path), current, incoming)
-                write(path, "set", incoming)  # last writer wins
+                write(path, "set", incoming)  # last writer wins; an equal value writes nothing
     return Expected(conflicts, writes, model)
 
 
@@ -260,6 +267,7 @@ def check_conflicts(found: tuple[Any, ...], expected: Expected) -> None:
         assert canon(_absent(conflict.base)) == canon(base), conflict
         assert canon(_absent(conflict.current)) == canon(current), conflict
         assert canon(_absent(conflict.incoming)) == canon(incoming), conflict
+        assert conflict.same_value == (canon(current) == canon(incoming)), conflict
 
 
 def _absent(value: Any) -> Any:

@@ -55,16 +55,24 @@ def test_state_write_kept_when_branch_did_not_touch() -> None:
     assert result.conflicts == ()
 
 
-# -- row 3: both wrote p, same value -> that value, no conflict ---------------------
-def test_same_value_is_not_a_conflict() -> None:
+# -- row 3: both wrote p, same value -> conflict (same_value) -> resolver -----------
+def test_same_value_is_a_conflict_flagged_same_value() -> None:
     state = make({"a": 1})
     one, two = state.fork("x"), state.fork("y")
     one.set("a", 5)
     two.set("a", 5)
     one.merge()
-    result = two.merge()
-    assert result.conflicts == ()
-    assert state.snapshot() == {"a": 5}
+    before = state.read()
+    with pytest.raises(ConflictError) as info:
+        two.merge()
+    (conflict,) = info.value.conflicts
+    assert (conflict.base, conflict.current, conflict.incoming) == (1, 5, 5)
+    assert conflict.same_value
+    assert state.read() == before
+    result = two.merge(resolvers={"a": resolvers.accept_equal})
+    assert [c.same_value for c in result.conflicts] == [True]
+    assert result.applied == ()  # the resolution equals the current value: nothing written
+    assert state.read() == before
 
 
 def test_same_value_is_strict_about_bool_and_int() -> None:
@@ -73,8 +81,9 @@ def test_same_value_is_strict_about_bool_and_int() -> None:
     one.set("a", 1)
     two.set("a", True)
     one.merge()
-    with pytest.raises(ConflictError):
-        two.merge()
+    with pytest.raises(ConflictError) as info:
+        two.merge(resolvers={"a": resolvers.accept_equal})
+    assert not info.value.conflicts[0].same_value
 
 
 # -- row 4: both wrote p, different values -> conflict -> resolver / retry / error ---
@@ -341,14 +350,19 @@ def test_merging_twice_changes_nothing() -> None:
     assert state.token == token
 
 
-def test_commit_twice_with_same_base_is_idempotent() -> None:
+def test_commit_twice_with_same_base_conflicts_unless_it_has_a_request_id() -> None:
     state = make({"a": 1})
     base = state.token
     state.commit({"a": 2}, base, "x")
     token = state.token
-    result = state.commit({"a": 2}, base, "x")
-    assert result.conflicts == ()
+    with pytest.raises(ConflictError) as info:  # two writes since the base, however equal
+        state.commit({"a": 2}, base, "x")
+    assert info.value.conflicts[0].same_value
     assert state.token == token
+    first = state.commit({"b": 1}, token, "x", request_id=7)
+    again = state.commit({"b": 1}, token, "x", request_id=7)  # a resend: idempotent
+    assert again.token == first.token == state.token
+    assert state.get("b") == 1
 
 
 def test_context_manager_merges_or_discards() -> None:
