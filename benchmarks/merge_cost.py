@@ -11,21 +11,32 @@ and, on a 100-key state, the rate of whole fork-edit-merge cycles, next to a
 plain dict updated under a ``threading.Lock`` and to a raw pycrdt cycle
 (copy the document, edit, send the update back).
 
+Then list writes of 1,000, 10,000 and 100,000 items, of two shapes (plain
+values only; plain values with one small dict in eight): raw pycrdt
+``Array(list)`` (super-linear: run in a subprocess and given up after 20 s),
+``SharedState.commit`` of the list, a branch appending n items to an existing
+n-item list, a typed state's commit, a replica's ``apply_update`` of the
+list, and raw pycrdt applying a Yjs update carrying the same items (the floor).
+
 Machines are noisy, so every figure is a median over repeated runs and the
 goals are checked as ratios measured in the same run. Run it with
-``python benchmarks/merge_cost.py`` (``--quick`` for a shorter run).
+``python benchmarks/merge_cost.py`` (``--quick`` for a shorter run,
+``--lists`` for the list table alone).
 """
 
 from __future__ import annotations
 
 import gc
 import statistics
+import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
-from pycrdt import Doc, Map
+from pycrdt import Array, Doc, Map
+from pydantic import BaseModel
 
 from crdt_state import SharedState
 
@@ -38,6 +49,9 @@ GOAL_CYCLES = 10_000  # fork-edit-merge cycles per second on a 100-key state
 
 QUICK = "--quick" in sys.argv
 ROUNDS = 3 if QUICK else 5
+LIST_SIZES = (1_000, 10_000, 100_000)
+LIST_GOAL_S = 1.0  # writing or appending 100,000 items, in seconds
+RAW_CAP_S = 20.0  # raw pycrdt is not run where it is expected to take longer
 
 
 def median_us(samples: list[float]) -> float:
@@ -188,7 +202,164 @@ def raw_cycles_per_s(count: int) -> float:
     return count / (clock() - start)
 
 
+# -- list writes ------------------------------------------------------------------------
+class Record(BaseModel):
+    i: int
+    tag: str
+
+
+class Listed(BaseModel):
+    items: list[int | float | str | bool | Record | None] = []
+
+
+SHAPES = ("plain", "dicts")
+
+
+def list_items(shape: str, n: int) -> list[Any]:
+    """``n`` plain values (ints, floats, strings, bools, None); for ``"dicts"``, one
+    value in eight is a small dict instead."""
+    kinds: tuple[Callable[[int], Any], ...] = (
+        lambda i: i,
+        lambda i: f"item-{i}",
+        lambda i: i / 3,
+        (lambda i: {"i": i, "tag": "t"}) if shape == "dicts" else (lambda i: 2**40 + i),
+        lambda i: i % 2 == 0,
+        lambda i: None,
+        lambda i: -i,
+        lambda i: f"é-{i}",
+    )
+    return [kinds[i % len(kinds)](i) for i in range(n)]
+
+
+def once(fn: Callable[[], object]) -> float:
+    gc.collect()
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def best_of(fn: Callable[[], float], runs: int) -> float:
+    """The median of ``runs`` measurements (each sets up its own fresh state)."""
+    return statistics.median(fn() for _ in range(runs))
+
+
+def raw_array_s(items: list[Any]) -> float:
+    doc = Doc()
+    root = doc.get("state", type=Map)
+    prelim = Array([Map(v) if isinstance(v, dict) else v for v in items])
+
+    def write() -> None:
+        with doc.transaction():
+            root["l"] = prelim
+
+    return once(write)
+
+
+def raw_array_capped_s(shape: str, n: int) -> float | None:
+    """``raw_array_s`` in a subprocess (this script with ``--raw``); None past the cap."""
+    try:
+        done = subprocess.run(
+            [sys.executable, __file__, "--raw", shape, str(n)],
+            capture_output=True,
+            text=True,
+            timeout=RAW_CAP_S,
+            check=True,
+        )
+    except subprocess.TimeoutExpired:
+        return None
+    return float(done.stdout)
+
+
+def commit_s(items: list[Any]) -> float:
+    state = SharedState()
+    return once(lambda: state.commit({"l": items}, state.token, "w"))
+
+
+def append_s(items: list[Any]) -> float:
+    state = SharedState()
+    state.commit({"l": items}, state.token, "w")
+
+    def append() -> None:
+        with state.fork("w") as branch:
+            branch.extend("l", items)
+
+    return once(append)
+
+
+def typed_commit_s(items: list[Any]) -> float:
+    state = SharedState(schema=Listed)
+    return once(lambda: state.commit({"items": items}, state.token, "w"))
+
+
+def replica_s(update: bytes) -> float:
+    replica = SharedState()
+    return once(lambda: replica.apply_update(update))
+
+
+def raw_update_s(update: bytes) -> float:
+    return once(lambda: Doc().apply_update(update))
+
+
+def fmt_s(seconds: float | None) -> str:
+    return f"n/a (>{RAW_CAP_S:.0f} s)" if seconds is None else f"{seconds:.3f}"
+
+
+def list_table() -> list[tuple[str, bool]]:
+    """Print the list-write table; return its verdicts."""
+    runs = 3 if QUICK else 5
+    print(f"writing an n-item list (seconds, median of {runs}; raw pycrdt run once)")
+    header = (
+        f"{'shape':>6} | {'items':>8} | {'raw Array(list)':>15} | {'commit':>7} | "
+        f"{'append n':>8} | {'typed':>7} | {'replica':>7} | {'raw update':>10} | "
+        f"{'raw/commit':>10} | {'commit/update':>13}"
+    )
+    print(header)
+    print("-" * len(header))
+    verdicts: list[tuple[str, bool]] = []
+    for shape in SHAPES:
+        raw: float | None = 0.0
+        for n in LIST_SIZES:
+            items = list_items(shape, n)
+            # quadratic at least: 10x the items, 100x the time; skip what cannot finish
+            run_raw = raw is not None and raw * 100 <= 5 * RAW_CAP_S
+            raw = raw_array_capped_s(shape, n) if run_raw else None
+            commit = best_of(lambda: commit_s(items), runs)  # noqa: B023
+            append = best_of(lambda: append_s(items), runs)  # noqa: B023
+            typed = best_of(lambda: typed_commit_s(items), runs)  # noqa: B023
+            source = SharedState()
+            source.commit({"l": items}, source.token, "w")
+            update = source.get_update()
+            replica = best_of(lambda: replica_s(update), runs)  # noqa: B023
+            floor = best_of(lambda: raw_update_s(update), runs)  # noqa: B023
+            speedup = "n/a" if raw is None else f"{raw / commit:.0f}x"
+            print(
+                f"{shape:>6} | {n:>8,} | {fmt_s(raw):>15} | {commit:>7.3f} | "
+                f"{append:>8.3f} | {typed:>7.3f} | {replica:>7.3f} | {floor:>10.4f} | "
+                f"{speedup:>10} | {commit / floor:>12.1f}x"
+            )
+            if n == LIST_SIZES[-1]:
+                for label, seconds in (("commit", commit), ("append", append), ("typed", typed)):
+                    verdicts.append(
+                        (
+                            f"{label} of {n:,} {shape} items under {LIST_GOAL_S:.0f} s"
+                            f" ({seconds:.2f} s)",
+                            seconds < LIST_GOAL_S,
+                        )
+                    )
+    return verdicts
+
+
 def main() -> int:
+    if "--raw" in sys.argv:  # the capped raw measurement, in its own process
+        shape, n = sys.argv[sys.argv.index("--raw") + 1 :][:2]
+        print(raw_array_s(list_items(shape, int(n))))
+        return 0
+    if "--lists" in sys.argv:
+        list_verdicts = list_table()
+        print()
+        for text, ok in list_verdicts:
+            print(f"{'PASS' if ok else 'FAIL'}  {text}")
+        return 0 if all(ok for _, ok in list_verdicts) else 1
     print("fork + 1-key edit + merge, crdt_state vs raw pycrdt (medians, microseconds)")
     header = (
         f"{'keys':>8} | {'raw fork':>9} | {'fork':>7} | {'ratio':>6} | "
@@ -255,6 +426,9 @@ def main() -> int:
     verdicts.append(
         (f"at least {GOAL_CYCLES:,} cycles/s (measured {ours:,.0f})", ours >= GOAL_CYCLES)
     )
+
+    print()
+    verdicts += list_table()
 
     print()
     for text, ok in verdicts:
