@@ -15,6 +15,7 @@ from .branch import Branch
 from .conflicts import UNRESOLVED, Change, Conflict, MergeResult
 from .errors import (
     BranchClosed,
+    BrokenChain,
     ConflictError,
     CrdtStateError,
     InvalidPath,
@@ -42,6 +43,7 @@ __all__ = [
     "BlameEntry",
     "Branch",
     "BranchClosed",
+    "BrokenChain",
     "Change",
     "Conflict",
     "ConflictError",

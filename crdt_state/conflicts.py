@@ -79,6 +79,7 @@ class Conflict:
     incoming_agent: str
     resolution: Any = UNRESOLVED
     policy: str | None = None
+    same_value: bool = False
     base_token: VersionVector | None = field(default=None, compare=False)
     current_token: VersionVector | None = field(default=None, compare=False)
 

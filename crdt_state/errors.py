@@ -16,6 +16,7 @@ so ``except KeyError`` or ``except TypeError`` keeps working::
     ├── StorageError(OSError)            code "storage"
     ├── UnknownBase(LookupError)         code "unknown_base"
     │   └── StaleBase                    code "stale_base"
+    │       └── BrokenChain              code "broken_chain"
     └── ConflictError                    code "conflict"
         └── RetryExhausted               code "retry_exhausted"
 """
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BranchClosed",
+    "BrokenChain",
     "ConflictError",
     "CrdtStateError",
     "InvalidPath",
@@ -174,6 +176,18 @@ class StaleBase(UnknownBase):
     """A base token is older than the retained change history."""
 
     code = "stale_base"
+
+
+class BrokenChain(StaleBase):
+    """A merge builds on earlier merges of its writer that were not applied as sent.
+
+    See ``SharedState.commit(builds_on=...)``: every request of the chain must
+    have been applied without conflict. ``details`` names the ``writer`` and the
+    ``request_ids`` at fault. Nothing was applied; like :class:`StaleBase`, the
+    agent step can be re-run on fresh state (``transact`` does).
+    """
+
+    code = "broken_chain"
 
 
 class ConflictError(CrdtStateError):
