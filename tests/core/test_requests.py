@@ -134,14 +134,13 @@ def test_a_format_1_file_is_migrated(tmp_path: Path) -> None:
     state = SharedState.open(file)
     state.commit({"n": 1}, state.token, "agent-a", request_id=42)
     state.close()
-    with closing(sqlite3.connect(file)) as conn, conn:  # rewrite the requests table as format 1 kept it
+    # rewrite the requests table as format 1 kept it
+    with closing(sqlite3.connect(file)) as conn, conn:
         conn.execute(
             "CREATE TABLE requests (id INTEGER PRIMARY KEY, seq INTEGER NOT NULL,"
             " token BLOB NOT NULL, paths TEXT NOT NULL)"
         )
-        conn.execute(
-            "INSERT INTO requests SELECT id, seq, token, paths FROM writer_requests"
-        )
+        conn.execute("INSERT INTO requests SELECT id, seq, token, paths FROM writer_requests")
         conn.execute("DROP TABLE writer_requests")
         conn.execute("PRAGMA user_version=1")
     reopened = SharedState.open(file)
