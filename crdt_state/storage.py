@@ -240,9 +240,7 @@ class Store:
         """Queue conflicts of a merge that wrote nothing (refused, or kept the current value)."""
         self._enqueue(_Audit(tuple(conflicts), token, time.time()))
 
-    def remember_request(
-        self, key: RequestKey, token: VersionVector, seq: int, clean: bool
-    ) -> int:
+    def remember_request(self, key: RequestKey, token: VersionVector, seq: int, clean: bool) -> int:
         """Queue an applied request that wrote nothing (``seq``: the head then); a ticket."""
         return self._enqueue(_Request(key, token, seq, clean))
 
