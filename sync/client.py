@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
+from pycrdt import merge_updates
 from pydantic import BaseModel
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
@@ -115,6 +116,8 @@ class RemoteState:
         self._task: asyncio.Task[None] | None = None
         self._later: set[asyncio.Task[None]] = set()
         self._waiting: dict[int, tuple[asyncio.Future[MergeResult], PendingMerge]] = {}
+        self._in_flight: set[int] = set()  # request ids sent on this connection, unanswered
+        self._held: list[bytes] = []  # hub updates received while merges are in flight
         self._fatal: BaseException | None = None
         self.failed: list[CrdtStateError] = []
         """Merges that failed after their caller stopped waiting (queued offline, or in
@@ -135,7 +138,7 @@ class RemoteState:
         if self._store is not None:
             for update in self._store.load_replica():
                 self.replica.apply_update(update, origin="local-file")
-            self._outbox.load(self._store.load_pending())
+            self._outbox.load(self._store.load_pending(), self._store.load_confirmed())
         self._task = asyncio.create_task(self._run())
         try:
             await asyncio.wait_for(self._wait_synced(), timeout)
@@ -316,7 +319,7 @@ class RemoteState:
         )
         wire_changes(ops)  # refuse what the wire cannot carry before queueing it
         self._outbox.submit(merge, table)
-        if not self.connected:
+        if self._ws is None:
             return _pending_result(merge)
         future: asyncio.Future[MergeResult] = asyncio.get_running_loop().create_future()
         self._waiting[merge.order] = (future, merge)
@@ -353,8 +356,9 @@ class RemoteState:
 
     async def _send(self, merge: PendingMerge) -> None:
         ws = self._ws
-        if ws is None:
-            return
+        if ws is None or merge.request_id in self._in_flight:
+            return  # offline, or already sent on this connection
+        self._in_flight.add(merge.request_id)
         frame = p.encode_merge_request(
             merge.request_id,
             merge.agent,
@@ -423,7 +427,14 @@ class RemoteState:
                     self._ws = ws
                     attempt = 0
                     self.connects += 1
-                    await ws.send(p.encode_sync_step1(self.replica.token.to_state()))
+                    self._in_flight.clear()
+                    self._held.clear()  # what the hub sent before is in its sync step 2
+                    async with self._send_lock:
+                        # queued merges first: their answers come before the sync step 2
+                        # (a merge applied before a disconnect comes back deduplicated)
+                        for merge in self._outbox.to_send():
+                            await self._send(merge)
+                        await ws.send(p.encode_sync_step1(self.replica.token.to_state()))
                     async for data in ws:
                         if isinstance(data, bytes):
                             await self._receive(ws, data)
@@ -460,16 +471,34 @@ class RemoteState:
             since = VersionVector.from_state(message.state_vector)
             await ws.send(p.encode_sync_step2(self.replica.get_update(since)))
         elif isinstance(message, (p.SyncStep2, p.SyncUpdate)):
-            self.replica.apply_update(message.update, origin="hub")
-            if self._store is not None and self._store.append_replica(message.update) > 1_000:
-                self._store.save_replica(self.replica.get_update())  # fold the rows into one
-            if isinstance(message, p.SyncStep2) and not self._synced.is_set():
+            if self._in_flight:  # it may carry a merge whose answer has not come yet
+                self._held.append(message.update)
+                if len(self._held) > 64:
+                    self._held = [bytes(merge_updates(*self._held))]
+            else:
+                await self._apply([message.update])
+            if isinstance(message, p.SyncStep2):
                 self._synced.set()
-                async with self._send_lock:  # in order, before anything submitted from now on
-                    for merge in self._outbox.to_send():
-                        await self._send(merge)
         elif isinstance(message, p.MergeResult):
+            self._in_flight.discard(message.request_id)
             await self._carry_out(self._outbox.on_result(message))
+            if self._held and not self._in_flight:
+                held, self._held = self._held, []
+                await self._apply(held)
+
+    async def _apply(self, updates: list[bytes]) -> None:
+        """Take the hub's updates into the replica (and the local file).
+
+        Updates that arrive while merges are in flight are held until their
+        answers came: the hub sends a merge's update before its answer, and
+        until the answer the merge is still shown from the overlay, so taking
+        the update earlier would show it twice (appends) or hide later writes.
+        """
+        for update in updates:
+            self.replica.apply_update(update, origin="hub")
+            if self._store is not None and self._store.append_replica(update) > 1_000:
+                self._store.save_replica(self.replica.get_update())  # fold the rows into one
+        await self._carry_out(self._outbox.on_replica_update())
 
 
 def _pending_result(merge: PendingMerge) -> MergeResult:

@@ -40,6 +40,7 @@ CREATE TABLE IF NOT EXISTS pending (
 _PENDING_COLUMNS = {
     "chain": "ALTER TABLE pending ADD COLUMN chain TEXT NOT NULL DEFAULT '[]'",
     "seen": "ALTER TABLE pending ADD COLUMN seen BLOB",
+    "confirmed": "ALTER TABLE pending ADD COLUMN confirmed BLOB",
 }
 
 
@@ -146,25 +147,43 @@ class OfflineStore:
         Change sets written by earlier versions may carry their ``combine``
         flags; they are read and ignored.
         """
+        return [merge for merge, token in self._load() if token is None]
+
+    def load_confirmed(self) -> list[tuple[VersionVector, PendingMerge]]:
+        """Merges the hub applied whose update the replica may not hold yet, with their token."""
+        return [(token, merge) for merge, token in self._load() if token is not None]
+
+    def _load(self) -> list[tuple[PendingMerge, VersionVector | None]]:
         with self._lock:
             rows = list(
                 self._db.execute(
-                    "SELECT request_id, ord, agent, base, ops, chain, seen FROM pending"
-                    " ORDER BY ord, rowid"
+                    "SELECT request_id, ord, agent, base, ops, chain, seen, confirmed"
+                    " FROM pending ORDER BY ord, rowid"
                 )
             )
         return [
-            PendingMerge(
-                rid,
-                order,
-                agent,
-                VersionVector.from_state(bytes(base)),
-                core_changes(decode_change_set(bytes(ops))),
-                tuple(json.loads(chain)),
-                _load_seen(seen),
+            (
+                PendingMerge(
+                    rid,
+                    order,
+                    agent,
+                    VersionVector.from_state(bytes(base)),
+                    core_changes(decode_change_set(bytes(ops))),
+                    tuple(json.loads(chain)),
+                    _load_seen(seen),
+                ),
+                None if confirmed is None else VersionVector.from_state(bytes(confirmed)),
             )
-            for rid, order, agent, base, ops, chain, seen in rows
+            for rid, order, agent, base, ops, chain, seen, confirmed in rows
         ]
+
+    def confirm_pending(self, request_id: int, token: VersionVector) -> None:
+        """Mark a merge applied by the hub at ``token``; kept until the replica holds it."""
+        with self._lock:
+            self._db.execute(
+                "UPDATE pending SET confirmed = ? WHERE request_id = ?",
+                (token.to_state(), request_id),
+            )
 
     def add_pending(self, pending: PendingMerge) -> None:
         with self._lock:

@@ -84,6 +84,10 @@ class Finished:
 Event: TypeAlias = Send | Finished
 
 
+def _entry(merge: PendingMerge) -> OverlayEntry:
+    return OverlayEntry(merge.order, merge.request_id, tuple(merge.ops))
+
+
 @dataclass
 class _Live:
     """One submitted merge until it ends; ``merge`` is the request standing for it now."""
@@ -130,13 +134,21 @@ class Outbox:
             self._next_order += 1
             return order
 
-    def load(self, merges: list[PendingMerge]) -> None:
-        """Take up the merges queued in the local file (at start)."""
+    def load(
+        self,
+        merges: list[PendingMerge],
+        confirmed: list[tuple[VersionVector, PendingMerge]] | None = None,
+    ) -> None:
+        """Take up what the local file kept (at start): the queued merges, and the
+        applied ones whose update the replica may not hold yet (``(token, merge)``)."""
         with self._lock:
             for merge in merges:
                 self._add(merge, self._replica.policies)
-            last = max((m.order for m in merges), default=0)
-            self._next_order = max(self._next_order, last + 1)
+            for token, merge in confirmed or ():
+                self._confirmed.append((token, _entry(merge)))
+            orders = [m.order for m in merges] + [m.order for _, m in confirmed or ()]
+            self._next_order = max(self._next_order, max(orders, default=0) + 1)
+            self._entries = None
 
     def submit(self, merge: PendingMerge, table: PolicyTable) -> None:
         """Queue ``merge`` (and write it to the local file) before it is sent.
@@ -167,20 +179,32 @@ class Outbox:
     def entries(self) -> tuple[OverlayEntry, ...]:
         """The overlay: live merges, and applied ones the replica does not hold yet, in order."""
         with self._lock:
-            if self._confirmed:
-                token = self._replica.token
-                held = [c for c in self._confirmed if c[0] <= token]
-                if held:
-                    self._confirmed = [c for c in self._confirmed if not c[0] <= token]
-                    self._entries = None
             if self._entries is None:
-                live = [
-                    OverlayEntry(m.order, m.request_id, tuple(m.ops))
-                    for m in (x.merge for x in self._live.values())
-                ]
+                live = [_entry(x.merge) for x in self._live.values()]
                 confirmed = [entry for _, entry in self._confirmed]
                 self._entries = tuple(sorted(live + confirmed, key=lambda e: e.order))
-            return self._entries
+            if not self._confirmed:
+                return self._entries
+            held = self._held()
+            return tuple(e for e in self._entries if e.order not in held)
+
+    def _held(self) -> set[int]:
+        """The orders of applied merges whose update the replica now holds."""
+        token = self._replica.token
+        return {entry.order for t, entry in self._confirmed if t <= token}
+
+    def on_replica_update(self) -> list[Event]:
+        """The replica took updates from the hub: forget the applied merges it now
+        holds, and judge again the waiting merges that this unblocks."""
+        with self._lock:
+            held = self._held()
+            if held:
+                for _, entry in self._confirmed:
+                    if entry.order in held and self._store is not None:
+                        self._store.remove_pending(entry.request_id)
+                self._confirmed = [c for c in self._confirmed if c[1].order not in held]
+                self._entries = None
+            return self._unblock()
 
     def to_send(self) -> list[PendingMerge]:
         """What to send after (re)connecting, in order: every live merge but the waiting ones."""
@@ -226,11 +250,13 @@ class Outbox:
             return events + self._unblock()
 
     def _finish(self, live: _Live, result: MergeResult) -> list[Event]:
-        merge = self._remove(live)
-        if not result.token <= self._replica.token:  # keep showing it until the replica has it
-            self._confirmed.append(
-                (result.token, OverlayEntry(merge.order, merge.request_id, tuple(merge.ops)))
-            )
+        merge = live.merge
+        held = result.token <= self._replica.token
+        self._remove(live, keep_row=not held)
+        if not held:  # keep showing it until the replica has the update that carries it
+            self._confirmed.append((result.token, _entry(merge)))
+            if self._store is not None:
+                self._store.confirm_pending(merge.request_id, result.token)
         return [Finished(merge.order, result=result)]
 
     def _fail(self, live: _Live, error: CrdtStateError) -> list[Event]:
@@ -251,12 +277,12 @@ class Outbox:
                 )
         return events
 
-    def _remove(self, live: _Live) -> PendingMerge:
+    def _remove(self, live: _Live, keep_row: bool = False) -> PendingMerge:
         merge = live.merge
         self._live.pop(merge.order, None)
         self._order_of.pop(merge.request_id, None)
         self._entries = None
-        if self._store is not None:
+        if self._store is not None and not keep_row:
             self._store.remove_pending(merge.request_id)
         return merge
 
@@ -294,9 +320,14 @@ class Outbox:
         return events
 
     def _ready(self, order: int, live: _Live) -> bool:
+        """True once every earlier merge it depends on ended and the replica holds it."""
         ops = live.merge.ops
+        if any(o < order and depends_on(x.merge.ops, ops) for o, x in self._live.items()):
+            return False
+        token = self._replica.token
         return not any(
-            o < order and depends_on(other.merge.ops, ops) for o, other in self._live.items()
+            e.order < order and depends_on(e.ops, ops) and not t <= token
+            for t, e in self._confirmed
         )
 
     def _rejudge(self, live: _Live) -> list[Event]:

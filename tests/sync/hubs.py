@@ -53,7 +53,7 @@ class RestartableHub:
             await self.hub.stop()
             self.hub = None
 
-    def state(self, room: str) -> dict[str, Any]:
-        """The room as the running hub holds it."""
+    async def state(self, room: str) -> dict[str, Any]:
+        """The room as the running hub holds it (loaded from its file if no one joined yet)."""
         assert self.hub is not None
-        return self.hub.rooms[room].state.snapshot()
+        return (await self.hub.room(room)).state.snapshot()

@@ -52,7 +52,7 @@ async def test_offline_increments_read_each_other_and_all_land(
         assert remote.pending == 3
         await hub.start()
         await remote.wait_idle()
-        assert hub.state("rmw/offline") == {"n": 3}
+        assert await hub.state("rmw/offline") == {"n": 3}
         assert remote.get("n") == 3 and remote.failed == [] and remote.conflicted == []
 
 
@@ -70,7 +70,7 @@ async def test_offline_status_changes_do_not_conflict_with_each_other(
             assert remote.get("status") == status
         await hub.start()
         await remote.wait_idle()
-        assert hub.state("rmw/status") == {"status": "resolved"}
+        assert await hub.state("rmw/status") == {"status": "resolved"}
         assert remote.get("status") == "resolved" and remote.failed == []
 
 
@@ -91,7 +91,7 @@ async def test_queued_merges_survive_a_client_restart_with_their_chain(
         assert await increment(remote) == 2
         await hub.start()
         await remote.wait_idle()
-        assert hub.state("rmw/restart")["n"] == 3 and remote.failed == []
+        assert (await hub.state("rmw/restart"))["n"] == 3 and remote.failed == []
 
 
 async def test_in_flight_merges_are_read_at_once_and_never_flicker(tmp_path: Path) -> None:
@@ -120,7 +120,7 @@ async def test_in_flight_merges_are_read_at_once_and_never_flicker(tmp_path: Pat
             results = await asyncio.gather(*tasks)
             sampling = False
             await sampler
-            assert hub.state("rmw/flight") == {"n": 20}
+            assert await hub.state("rmw/flight") == {"n": 20}
             assert all(not r.pending and r.conflicts == () for r in results)
             assert seen == sorted(seen) and seen[-1] == 20  # never back to an older value
     finally:
@@ -144,7 +144,7 @@ async def test_a_concurrent_writer_is_combined_by_the_agents_policy(
             await increment(b)
     async with connect(url, agent="a", local=local, reconnect=FAST, resolvers=counting) as a:
         await a.wait_idle()
-        assert hub.state("rmw/counter") == {"n": 5}
+        assert await hub.state("rmw/counter") == {"n": 5}
         assert a.failed == []
         assert [c.path for c in a.conflicted] == [("n",)] * 3  # each step met b's writes
         await eventually(lambda: a.get("n") == 5)
@@ -168,7 +168,7 @@ async def test_a_refused_merge_takes_the_merges_built_on_it_along(
         await b.acommit({"status": "closed"}, b.token)
     async with connect(url, agent="a", local=local, reconnect=FAST) as a:
         await a.wait_idle()
-        assert hub.state("rmw/refused") == {"status": "closed", "other": 1}
+        assert await hub.state("rmw/refused") == {"status": "closed", "other": 1}
         first, second = a.failed
         assert isinstance(first, ConflictError) and first.conflicts[0].path == ("status",)
         assert isinstance(second, BrokenChain) and second.code == "broken_chain"
@@ -189,7 +189,7 @@ async def test_read_and_acommit_chain_like_forks(hub: RestartableHub, tmp_path: 
         await remote.acommit({"n": 100}, remote.token)
         await hub.start()
         await remote.wait_idle()
-        assert hub.state("rmw/occ") == {"n": 3}
+        assert await hub.state("rmw/occ") == {"n": 3}
         (refused,) = remote.failed
         assert isinstance(refused, ConflictError)
 
@@ -216,4 +216,4 @@ async def test_a_waiting_caller_gets_the_chain_failure(hub: RestartableHub) -> N
         second_fork_base.set("t", 1)
         await second_fork_base.amerge()
         assert a.failed == []  # the callers were told; nothing is left for `failed`
-        assert hub.state("rmw/online") == {"s": "from-b", "t": 1}
+        assert await hub.state("rmw/online") == {"s": "from-b", "t": 1}
