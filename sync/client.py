@@ -66,7 +66,7 @@ from . import protocol as p
 from .errors import RemoteError
 from .offline import OfflineStore, PendingMerge
 from .outbox import Event, Finished, Outbox, Send
-from .overlay import chain_of, overlay_keys, view_of_key, view_snapshot
+from .overlay import chain_of, view_of_key, view_snapshot
 from .view import RemoteBranch, RemoteToken
 from .wire import wire_changes
 
@@ -228,7 +228,7 @@ class RemoteState:
         key = parse_path(path)
         with self.replica._lock:
             entries = self._outbox.entries()
-            if not entries or key[0] not in overlay_keys(entries):
+            if not entries or key[0] not in self._outbox.written_keys():
                 return self.replica.get(key, default)
             value = view_of_key(self.replica.get(key[:1], MISSING), key[0], entries)
         found = MISSING if value is MISSING else tree_get({key[0]: value}, key)

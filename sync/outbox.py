@@ -6,6 +6,10 @@ typed error). While it lives, it is part of the agent's overlay (see
 :mod:`sync.overlay`), and it is sent to the hub, and sent again after
 reconnecting, in submission ``order``.
 
+An applied merge stays in the overlay (and in the local file) until the
+replica holds the update that carries it (:meth:`Outbox.on_replica_update`):
+no read loses it for a moment.
+
 Answers from the hub come in through :meth:`Outbox.on_result`, which returns
 what to do next as events: :class:`Send` (a merge to send, possibly after a
 delay) and :class:`Finished` (a merge ended). The asyncio client
@@ -52,7 +56,7 @@ from crdt_state.resolvers import PolicyTable
 from . import protocol as p
 from .errors import RemoteError
 from .offline import OfflineStore, PendingMerge
-from .overlay import OverlayEntry, depends_on
+from .overlay import OverlayEntry, depends_on, overlay_keys
 from .settle import rejudge, settle_refusal
 from .wire import conflict_from_record
 
@@ -124,7 +128,8 @@ class Outbox:
         self._confirmed: list[tuple[VersionVector, OverlayEntry]] = []
         self._failed: OrderedDict[int, None] = OrderedDict()  # request ids of failed merges
         self._next_order = 1
-        self._entries: tuple[OverlayEntry, ...] | None = None
+        self._entries: tuple[OverlayEntry, ...] | None = None  # cached, until a change
+        self._keys: frozenset[str] | None = None
 
     # -- submitting ----------------------------------------------------------------------
     def new_order(self) -> int:
@@ -179,14 +184,27 @@ class Outbox:
     def entries(self) -> tuple[OverlayEntry, ...]:
         """The overlay: live merges, and applied ones the replica does not hold yet, in order."""
         with self._lock:
-            if self._entries is None:
-                live = [_entry(x.merge) for x in self._live.values()]
-                confirmed = [entry for _, entry in self._confirmed]
-                self._entries = tuple(sorted(live + confirmed, key=lambda e: e.order))
+            entries = self._build_entries()
             if not self._confirmed:
-                return self._entries
+                return entries
             held = self._held()
-            return tuple(e for e in self._entries if e.order not in held)
+            return tuple(e for e in entries if e.order not in held)
+
+    def _build_entries(self) -> tuple[OverlayEntry, ...]:
+        if self._entries is None:
+            live = [_entry(x.merge) for x in self._live.values()]
+            confirmed = [entry for _, entry in self._confirmed]
+            self._entries = tuple(sorted(live + confirmed, key=lambda e: e.order))
+            self._keys = None
+        return self._entries
+
+    def written_keys(self) -> frozenset[str]:
+        """The top-level keys the overlay may write (a superset, cached)."""
+        with self._lock:
+            entries = self._build_entries()  # forgets the keys when it rebuilds
+            if self._keys is None:
+                self._keys = overlay_keys(entries)
+            return self._keys
 
     def _held(self) -> set[int]:
         """The orders of applied merges whose update the replica now holds."""

@@ -217,3 +217,26 @@ async def test_a_waiting_caller_gets_the_chain_failure(hub: RestartableHub) -> N
         await second_fork_base.amerge()
         assert a.failed == []  # the callers were told; nothing is left for `failed`
         assert await hub.state("rmw/online") == {"s": "from-b", "t": 1}
+
+
+async def test_rebase_moves_a_branch_over_the_agents_newer_merges(
+    hub: RestartableHub, tmp_path: Path
+) -> None:
+    url = hub.url("rmw/rebase")
+    async with connect(url, agent="a", local=tmp_path / "a.sqlite", reconnect=FAST) as remote:
+        await remote.acommit({"n": 0, "log": []}, remote.token)
+        await hub.stop()
+        await eventually(lambda: not remote.connected)
+        slow = remote.fork()
+        slow.append("log", "slow")
+        assert slow.get("n") == 0
+        await increment(remote)  # merged while `slow` was open
+        slow.rebase()
+        assert slow.get("n") == 1 and slow.get("log") == ["slow"]
+        slow.set("n", slow.get("n") + 1)
+        await slow.amerge()
+        assert remote.snapshot() == {"n": 2, "log": ["slow"]}
+        await hub.start()
+        await remote.wait_idle()
+        assert await hub.state("rmw/rebase") == {"n": 2, "log": ["slow"]}
+        assert remote.failed == []
