@@ -289,8 +289,8 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         chain = tuple(builds_on)
         with self._lock:
             done = self._requests.result(key)
-            if done is not None:
-                return done, None
+            if done is not None:  # answered once the original is durable too
+                return done, self._store.last_ticket() if self._store is not None else None
             seq, entries = self._log.since_token(base)
             if chain:  # the chain's own changes are part of the base
                 mine = self._requests.chain_keys(scope, chain)

@@ -310,6 +310,11 @@ class Store:
             "the change could not be stored", details={"file": self.file, "cause": cause}
         )
 
+    def last_ticket(self) -> int:
+        """The ticket of the newest change queued so far (0 when none)."""
+        with self._lock:
+            return self._issued
+
     def flush(self) -> None:
         """Wait until everything recorded so far is committed, whatever the durability.
 

@@ -151,3 +151,22 @@ def test_a_format_1_file_is_migrated(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
         assert "requests" not in tables and "writer_requests" in tables
+
+
+def test_a_repeated_request_is_answered_once_the_original_is_durable(tmp_path: Path) -> None:
+    state = SharedState.open(tmp_path / "state.db", durability="full")
+    base = state.token
+    store = state._store
+    assert store is not None
+    state.commit({"n": 1}, base, "a", request_id=1, writer="w")
+    waited: list[int] = []
+    wait = store.wait
+
+    def recording_wait(ticket: int) -> None:
+        waited.append(ticket)
+        wait(ticket)
+
+    store.wait = recording_wait  # type: ignore[method-assign]
+    state.commit({"n": 1}, base, "a", request_id=1, writer="w")  # deduplicated
+    assert waited == [store.last_ticket()] and waited[0] >= 1
+    state.close()
