@@ -49,6 +49,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from crdt_state import (
     MISSING,
     Branch,
+    BrokenChain,
     Change,
     Conflict,
     CrdtStateError,
@@ -60,13 +61,13 @@ from crdt_state import (
     resolvers,
 )
 from crdt_state.transact import arun_transaction
-from crdt_state.values import copy_value, tree_get
+from crdt_state.values import tree_get
 
 from . import protocol as p
 from .errors import RemoteError
 from .offline import OfflineStore, PendingMerge
 from .outbox import Event, Finished, Outbox, Send
-from .overlay import chain_of, view_of_key, view_snapshot
+from .overlay import chain_of, view_snapshot
 from .view import RemoteBranch, RemoteToken
 from .wire import wire_changes
 
@@ -204,9 +205,9 @@ class RemoteState:
     def snapshot(self) -> dict[str, Any]:
         """The room as this agent sees it: confirmed state plus its own unconfirmed merges."""
         with self.replica._lock:
-            entries = self._outbox.entries()
+            overlay = self._outbox.snapshot()
             snapshot = self.replica.snapshot()
-        return view_snapshot(snapshot, entries)
+        return view_snapshot(snapshot, overlay.entries)
 
     def read(self) -> tuple[dict[str, Any], RemoteToken]:
         """``(snapshot, token)`` taken atomically; the snapshot is the one of :meth:`snapshot`.
@@ -218,21 +219,21 @@ class RemoteState:
         judges the changes against the token plus those merges.
         """
         with self.replica._lock:
-            entries = self._outbox.entries()
+            overlay = self._outbox.snapshot()
             snapshot, token = self.replica.read()
             seq = self.replica._log.head_seq
-        return view_snapshot(snapshot, entries), RemoteToken(token, seq, entries)
+        return view_snapshot(snapshot, overlay.entries), RemoteToken(token, seq, overlay)
 
     def get(self, path: Any, default: Any = None) -> Any:
         """The value at ``path`` as this agent sees it (a copy), or ``default`` when absent."""
         key = parse_path(path)
         with self.replica._lock:
-            entries = self._outbox.entries()
-            if not entries or key[0] not in self._outbox.written_keys():
+            overlay = self._outbox.snapshot()
+            if key[0] not in overlay.keys:
                 return self.replica.get(key, default)
-            value = view_of_key(self.replica.get(key[:1], MISSING), key[0], entries)
+            value = self._outbox.view_of(key[0], self.replica._log.head_seq, overlay)
         found = MISSING if value is MISSING else tree_get({key[0]: value}, key)
-        return default if found is MISSING else copy_value(found)
+        return default if found is MISSING else found
 
     def get_update(self, since: VersionVector | None = None) -> bytes:
         """A Yjs update of the confirmed state (see :meth:`SharedState.get_update`)."""
@@ -248,9 +249,9 @@ class RemoteState:
     def fork(self, agent: str | None = None) -> RemoteBranch:
         """A branch at the replica's version, with this agent's unconfirmed merges (O(1))."""
         with self.replica._lock:
-            entries = self._outbox.entries()
+            overlay = self._outbox.snapshot()
             log_ = self.replica._log
-            return RemoteBranch(self, agent or self.agent, log_.head_seq, log_.head_token, entries)
+            return RemoteBranch(self, agent or self.agent, log_.head_seq, log_.head_token, overlay)
 
     async def acommit(
         self,
@@ -333,13 +334,20 @@ class RemoteState:
         """The ids of the unconfirmed merges ``ops`` build on, and what the agent saw.
 
         ``seen`` holds the value the agent's view had, before its own changes,
-        at each path ``ops`` set or delete (``None`` without a chain).
+        at each path ``ops`` set or delete (``None`` without a chain). Raises
+        :class:`BrokenChain` when one it depends on already failed.
         """
-        if not isinstance(base, RemoteToken) or not base.entries:
+        if not isinstance(base, RemoteToken) or not base.overlay.entries:
             return (), None
-        chained = chain_of(base.entries, ops)
+        chained = chain_of(base.overlay.entries, ops)
         if not chained:
             return (), None
+        gone = sorted(e.request_id for e in chained if self._outbox.is_failed(e.request_id))
+        if gone:  # computed on top of a change that will never be applied
+            raise BrokenChain(
+                "this merge builds on an earlier merge of the agent that failed",
+                details={"request_ids": gone},
+            )
         views: dict[str, Any] = {}
         seen: dict[tuple[str, ...], Any] = {}
         for op in ops:
@@ -347,12 +355,15 @@ class RemoteState:
                 continue
             key = op.path[0]
             if key not in views:
-                at_base = self.replica._read_at((key,), base.seq)
-                views[key] = view_of_key(at_base, key, base.entries)
+                views[key] = self._outbox.view_of(key, base.seq, base.overlay)
             value = views[key]
-            found = MISSING if value is MISSING else tree_get({key: value}, op.path)
-            seen[op.path] = copy_value(found)
-        return tuple(entry.request_id for entry in chained), seen
+            seen[op.path] = MISSING if value is MISSING else tree_get({key: value}, op.path)
+        # the chain names every merge the view held (a superset of those it builds on,
+        # mostly one run of consecutive ids); only those it depends on can fail it
+        ids = sorted(
+            e.request_id for e in base.overlay.entries if not self._outbox.is_failed(e.request_id)
+        )
+        return tuple(ids), seen
 
     async def _send(self, merge: PendingMerge) -> None:
         ws = self._ws

@@ -21,6 +21,7 @@ from crdt_state import MISSING, Change, VersionVector
 
 from .changes import Change as WireChange
 from .changes import ChangeKind, decode_change_set, encode_change_set
+from .overlay import from_runs, to_runs
 from .wire import core_changes, wire_changes
 
 __all__ = ["OfflineStore", "PendingMerge"]
@@ -50,8 +51,9 @@ class PendingMerge:
 
     ``order`` is the place of the merge among this agent's merges (a merge sent
     again after its conflicts were settled keeps the place of the one it
-    replaces). ``chain`` lists the request ids of earlier merges of this writer
-    that the changes were computed on top of; ``seen`` then holds, for every
+    replaces). ``chain`` lists, in increasing order, the request ids of earlier
+    merges of this writer that the agent's view held when the changes were
+    computed (its unconfirmed merges then); ``seen`` then holds, for every
     path the merge sets or deletes, the value the agent saw there before its
     own write (:data:`~crdt_state.MISSING` when absent), so the client can judge
     the merge itself if the hub cannot take the chain.
@@ -106,6 +108,12 @@ class OfflineStore:
             if name not in columns:
                 self._db.execute(statement)
         self._replica_rows = self._db.execute("SELECT count(*) FROM replica").fetchone()[0]
+
+    def next_request_id(self) -> int:
+        """The lowest request id never written to this file (1 for a new file)."""
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'next_request'").fetchone()
+            return int(row[0]) if row is not None else 1
 
     def writer(self) -> str:
         """This file's writer identity: 128 random bits (hex), created on first use."""
@@ -169,7 +177,7 @@ class OfflineStore:
                     agent,
                     VersionVector.from_state(bytes(base)),
                     core_changes(decode_change_set(bytes(ops))),
-                    tuple(json.loads(chain)),
+                    from_runs(json.loads(chain)),
                     _load_seen(seen),
                 ),
                 None if confirmed is None else VersionVector.from_state(bytes(confirmed)),
@@ -187,7 +195,13 @@ class OfflineStore:
 
     def add_pending(self, pending: PendingMerge) -> None:
         with self._lock:
-            self._insert(pending)
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._insert(pending)
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
     def replace_pending(self, old_request_id: int, pending: PendingMerge) -> None:
         """Put ``pending`` in the place of the merge ``old_request_id`` (one transaction)."""
@@ -202,6 +216,12 @@ class OfflineStore:
             self._db.execute("COMMIT")
 
     def _insert(self, pending: PendingMerge) -> None:
+        # request ids are drawn in order; the next one is never reused, even after a crash
+        self._db.execute(
+            "INSERT INTO meta (key, value) VALUES ('next_request', ?) ON CONFLICT (key)"
+            " DO UPDATE SET value = max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))",
+            (str(pending.request_id + 1),),
+        )
         self._db.execute(
             "INSERT OR REPLACE INTO pending (request_id, ord, agent, base, ops, chain, seen)"
             " VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -211,7 +231,7 @@ class OfflineStore:
                 pending.agent,
                 pending.base.to_state(),
                 encode_change_set(wire_changes(pending.ops)),
-                json.dumps(list(pending.chain)),
+                json.dumps(to_runs(pending.chain)),
                 _dump_seen(pending.seen),
             ),
         )

@@ -33,11 +33,11 @@ nothing is dropped silently.
 
 from __future__ import annotations
 
-import secrets
+from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from crdt_state import (
     MISSING,
@@ -52,11 +52,12 @@ from crdt_state import (
     VersionVector,
 )
 from crdt_state.resolvers import PolicyTable
+from crdt_state.values import copy_value
 
 from . import protocol as p
 from .errors import RemoteError
 from .offline import OfflineStore, PendingMerge
-from .overlay import OverlayEntry, depends_on, overlay_keys
+from .overlay import Overlay, OverlayEntry, depends_on, overlay_keys, view_of_key
 from .settle import rejudge, settle_refusal
 from .wire import conflict_from_record
 
@@ -88,6 +89,12 @@ class Finished:
 Event: TypeAlias = Send | Finished
 
 
+def _names(chain: tuple[int, ...], request_id: int) -> bool:
+    """True when the increasing ``chain`` holds ``request_id``."""
+    at = bisect_left(chain, request_id)
+    return at < len(chain) and chain[at] == request_id
+
+
 def _entry(merge: PendingMerge) -> OverlayEntry:
     return OverlayEntry(merge.order, merge.request_id, tuple(merge.ops))
 
@@ -107,31 +114,43 @@ class _Live:
 class Outbox:
     """The live merges of one remote agent, in order (thread-safe with the replica's lock).
 
+    Request ids are drawn in increasing order, from 1 for a new writer (the
+    local file keeps the next one): so the ids a chain names are mostly runs
+    of consecutive ids, which travel compactly.
+
     Args:
         replica: the agent's replica (its confirmed values judge re-sent merges).
         store: the agent's local file, or ``None``.
-        new_id: makes request ids (random 52-bit integers by default).
     """
 
-    def __init__(
-        self,
-        replica: SharedState,
-        store: OfflineStore | None = None,
-        new_id: Callable[[], int] = lambda: secrets.randbits(52),
-    ) -> None:
+    def __init__(self, replica: SharedState, store: OfflineStore | None = None) -> None:
         self._replica = replica
         self._lock = replica._lock
         self._store = store
-        self.new_id = new_id
+        self._next_id = store.next_request_id() if store is not None else 1
+        self.new_id: Callable[[], int] = self._draw_id
+        """Draws the next request id (replaceable, for tests)."""
         self._live: dict[int, _Live] = {}  # by order
         self._order_of: dict[int, int] = {}  # request id now standing for a merge -> order
         self._confirmed: list[tuple[VersionVector, OverlayEntry]] = []
         self._failed: OrderedDict[int, None] = OrderedDict()  # request ids of failed merges
         self._next_order = 1
-        self._entries: tuple[OverlayEntry, ...] | None = None  # cached, until a change
-        self._keys: frozenset[str] | None = None
+        self._overlay = Overlay()  # live and confirmed entries, kept up to date
+        self._forget: list[int] = []  # request ids of confirmed merges the replica now holds
+        self._views: dict[str, tuple[int, int, int, Any]] = {}  # see view_of
 
     # -- submitting ----------------------------------------------------------------------
+    def _draw_id(self) -> int:
+        with self._lock:
+            request_id = self._next_id
+            self._next_id += 1
+            return request_id
+
+    def is_failed(self, request_id: int) -> bool:
+        """True when ``request_id`` stood for a merge that failed."""
+        with self._lock:
+            return request_id in self._failed
+
     def new_order(self) -> int:
         """The place of the next merge."""
         with self._lock:
@@ -153,21 +172,13 @@ class Outbox:
                 self._confirmed.append((token, _entry(merge)))
             orders = [m.order for m in merges] + [m.order for _, m in confirmed or ()]
             self._next_order = max(self._next_order, max(orders, default=0) + 1)
-            self._entries = None
+            ids = [m.request_id for m in merges] + [m.request_id for _, m in confirmed or ()]
+            self._next_id = max(self._next_id, max(ids, default=0) + 1)
+            self._rebuild()
 
     def submit(self, merge: PendingMerge, table: PolicyTable) -> None:
-        """Queue ``merge`` (and write it to the local file) before it is sent.
-
-        Raises :class:`BrokenChain` when its chain names a merge that failed:
-        it was computed on top of a change that will never be applied.
-        """
+        """Queue ``merge`` (and write it to the local file) before it is sent."""
         with self._lock:
-            gone = sorted(i for i in merge.chain if i in self._failed)
-            if gone:
-                raise BrokenChain(
-                    "this merge builds on an earlier merge of the agent that failed",
-                    details={"request_ids": gone},
-                )
             self._add(merge, table)
             if self._store is not None:
                 self._store.add_pending(merge)
@@ -175,53 +186,75 @@ class Outbox:
     def _add(self, merge: PendingMerge, table: PolicyTable) -> None:
         self._live[merge.order] = _Live(merge, table, ids={merge.request_id})
         self._order_of[merge.request_id] = merge.order
-        self._entries = None
+        entry, overlay = _entry(merge), self._overlay
+        if not overlay.entries or overlay.entries[-1].order < entry.order:  # the common case
+            self._overlay = Overlay(
+                (*overlay.entries, entry), overlay.keys | entry.keys, overlay.generation
+            )
+        else:
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        """Make the overlay again from the live and confirmed merges (a new generation)."""
+        entries = sorted(
+            [_entry(x.merge) for x in self._live.values()] + [e for _, e in self._confirmed],
+            key=lambda e: e.order,
+        )
+        self._overlay = Overlay(tuple(entries), overlay_keys(entries), self._overlay.generation + 1)
+        self._views.clear()
 
     # -- reading ---------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self._live)
 
-    def entries(self) -> tuple[OverlayEntry, ...]:
-        """The overlay: live merges, and applied ones the replica does not hold yet, in order."""
+    def snapshot(self) -> Overlay:
+        """The overlay now: live merges, and applied ones the replica does not hold yet."""
         with self._lock:
-            entries = self._build_entries()
-            if not self._confirmed:
-                return entries
-            held = self._held()
-            return tuple(e for e in entries if e.order not in held)
+            self._prune()
+            return self._overlay
 
-    def _build_entries(self) -> tuple[OverlayEntry, ...]:
-        if self._entries is None:
-            live = [_entry(x.merge) for x in self._live.values()]
-            confirmed = [entry for _, entry in self._confirmed]
-            self._entries = tuple(sorted(live + confirmed, key=lambda e: e.order))
-            self._keys = None
-        return self._entries
-
-    def written_keys(self) -> frozenset[str]:
-        """The top-level keys the overlay may write (a superset, cached)."""
-        with self._lock:
-            entries = self._build_entries()  # forgets the keys when it rebuilds
-            if self._keys is None:
-                self._keys = overlay_keys(entries)
-            return self._keys
-
-    def _held(self) -> set[int]:
-        """The orders of applied merges whose update the replica now holds."""
+    def _prune(self) -> None:
+        """Drop applied merges the replica now holds (their file rows go later)."""
+        if not self._confirmed:
+            return
         token = self._replica.token
-        return {entry.order for t, entry in self._confirmed if t <= token}
+        held = [entry for t, entry in self._confirmed if t <= token]
+        if held:
+            self._forget += [entry.request_id for entry in held]
+            self._confirmed = [c for c in self._confirmed if not c[0] <= token]
+            self._rebuild()
+
+    def view_of(self, key: str, base_seq: int, overlay: Overlay) -> Any:
+        """The value of top-level ``key`` at replica position ``base_seq`` with ``overlay``
+        applied (a fresh copy; :data:`MISSING` when absent).
+
+        The last value computed for each key is kept: a later overlay of the same
+        generation and base only applies the entries appended since.
+        """
+        with self._lock:
+            cached = self._views.get(key)
+            if (
+                cached is not None
+                and cached[:2] == (overlay.generation, base_seq)
+                and cached[2] <= len(overlay.entries)
+            ):
+                value, start = cached[3], cached[2]
+            else:
+                value, start = self._replica._read_at((key,), base_seq), 0
+            value = view_of_key(value, key, overlay.entries[start:])
+            if overlay.generation == self._overlay.generation:
+                self._views[key] = (overlay.generation, base_seq, len(overlay.entries), value)
+            return copy_value(value)
 
     def on_replica_update(self) -> list[Event]:
         """The replica took updates from the hub: forget the applied merges it now
         holds, and judge again the waiting merges that this unblocks."""
         with self._lock:
-            held = self._held()
-            if held:
-                for _, entry in self._confirmed:
-                    if entry.order in held and self._store is not None:
-                        self._store.remove_pending(entry.request_id)
-                self._confirmed = [c for c in self._confirmed if c[1].order not in held]
-                self._entries = None
+            self._prune()
+            forget, self._forget = self._forget, []
+            if self._store is not None:
+                for request_id in forget:
+                    self._store.remove_pending(request_id)
             return self._unblock()
 
     def to_send(self) -> list[PendingMerge]:
@@ -269,9 +302,11 @@ class Outbox:
 
     def _finish(self, live: _Live, result: MergeResult) -> list[Event]:
         merge = live.merge
-        held = result.token <= self._replica.token
-        self._remove(live, keep_row=not held)
-        if not held:  # keep showing it until the replica has the update that carries it
+        if result.token <= self._replica.token:
+            self._remove(live)
+        else:  # keep showing it, as it is, until the replica has the update that carries it
+            self._live.pop(merge.order, None)
+            self._order_of.pop(merge.request_id, None)
             self._confirmed.append((result.token, _entry(merge)))
             if self._store is not None:
                 self._store.confirm_pending(merge.request_id, result.token)
@@ -285,22 +320,25 @@ class Outbox:
             self._failed.popitem(last=False)
         events: list[Event] = [Finished(merge.order, error=error)]
         for order, other in sorted(self._live.items()):
-            if order > merge.order and order in self._live and live.ids & set(other.merge.chain):
+            if order <= merge.order or order not in self._live:
+                continue
+            named = sorted(i for i in live.ids if _names(other.merge.chain, i))
+            if named and depends_on(merge.ops, other.merge.ops):
                 events += self._fail(
                     other,
                     BrokenChain(
                         "an earlier merge of the agent that this one builds on failed",
-                        details={"request_ids": sorted(live.ids & set(other.merge.chain))},
+                        details={"request_ids": named},
                     ),
                 )
         return events
 
-    def _remove(self, live: _Live, keep_row: bool = False) -> PendingMerge:
+    def _remove(self, live: _Live) -> PendingMerge:
         merge = live.merge
         self._live.pop(merge.order, None)
         self._order_of.pop(merge.request_id, None)
-        self._entries = None
-        if self._store is not None and not keep_row:
+        self._rebuild()
+        if self._store is not None:
             self._store.remove_pending(merge.request_id)
         return merge
 
@@ -317,7 +355,7 @@ class Outbox:
         self._order_of[new.request_id] = new.order
         live.merge, live.blocked = new, False
         live.ids.add(new.request_id)
-        self._entries = None
+        self._rebuild()
         if self._store is not None:
             self._store.replace_pending(old.request_id, new)
         live.rounds += 1

@@ -13,17 +13,20 @@ Nothing here touches the replica's Yjs document: the overlay is plain data.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from crdt_state import MISSING, Change
 from crdt_state.values import copy_value, tree_delete, tree_get, tree_set
 
 __all__ = [
+    "Overlay",
     "OverlayEntry",
     "apply_changes",
     "chain_of",
     "depends_on",
+    "from_runs",
+    "to_runs",
     "overlay_keys",
     "view_of_key",
     "view_snapshot",
@@ -41,6 +44,24 @@ class OverlayEntry:
     order: int
     request_id: int
     ops: tuple[Change, ...]
+    keys: frozenset[str] = field(init=False, compare=False, repr=False)
+    """The top-level keys the changes write."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "keys", frozenset(op.path[0] for op in self.ops))
+
+
+@dataclass(frozen=True, slots=True)
+class Overlay:
+    """The overlay at one moment: its entries in order and the top-level keys they write.
+
+    ``generation`` names the outbox's list of entries it was taken from: two
+    overlays of one generation differ only by entries appended at the end.
+    """
+
+    entries: tuple[OverlayEntry, ...] = ()
+    keys: frozenset[str] = frozenset()
+    generation: int = 0
 
 
 def apply_changes(tree: dict[str, Any], ops: Iterable[Change]) -> None:
@@ -78,7 +99,7 @@ def _try_set(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
 
 def overlay_keys(entries: Iterable[OverlayEntry]) -> frozenset[str]:
     """The top-level keys the entries write."""
-    return frozenset(op.path[0] for entry in entries for op in entry.ops)
+    return frozenset().union(*(entry.keys for entry in entries))
 
 
 def view_of_key(value: Any, key: str, entries: Iterable[OverlayEntry]) -> Any:
@@ -88,7 +109,8 @@ def view_of_key(value: Any, key: str, entries: Iterable[OverlayEntry]) -> Any:
     """
     tree: dict[str, Any] = {} if value is MISSING else {key: copy_value(value)}
     for entry in entries:
-        apply_changes(tree, (op for op in entry.ops if op.path[0] == key))
+        if key in entry.keys:
+            apply_changes(tree, [op for op in entry.ops if op.path[0] == key])
     return tree.get(key, MISSING)
 
 
@@ -116,7 +138,11 @@ def _overlap(earlier: Change, later: Change) -> bool:
 
 def depends_on(earlier: Sequence[Change], later: Sequence[Change]) -> bool:
     """True when a change of ``later`` overlaps a change of ``earlier`` (see :func:`chain_of`)."""
-    return any(_overlap(a, b) for a in earlier for b in later)
+    for a in earlier:
+        for b in later:
+            if _overlap(a, b):
+                return True
+    return False
 
 
 def chain_of(entries: Iterable[OverlayEntry], ops: Sequence[Change]) -> list[OverlayEntry]:
@@ -126,4 +152,34 @@ def chain_of(entries: Iterable[OverlayEntry], ops: Sequence[Change]) -> list[Ove
     descendant), except pairs of appends to the same list. Only they can
     conflict with the merge, and only their failure can invalidate it.
     """
-    return [entry for entry in entries if depends_on(entry.ops, ops)]
+    kinds = {op.path: op.kind for op in ops}
+    above = {op.path[:i] for op in ops for i in range(1, len(op.path))}  # strict ancestors
+    keys = frozenset(path[0] for path in kinds)
+
+    def builds_on(entry: OverlayEntry) -> bool:
+        for earlier in entry.ops:
+            path = earlier.path
+            kind = kinds.get(path)
+            if kind is not None and not (kind == earlier.kind == "append"):
+                return True
+            if path in above or any(path[:i] in kinds for i in range(1, len(path))):
+                return True
+        return False
+
+    return [entry for entry in entries if not entry.keys.isdisjoint(keys) and builds_on(entry)]
+
+
+def to_runs(ids: Iterable[int]) -> list[tuple[int, int]]:
+    """Increasing ids as ``(first, length)`` runs of consecutive ids (compact to store)."""
+    runs: list[tuple[int, int]] = []
+    for i in ids:
+        if runs and runs[-1][0] + runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((i, 1))
+    return runs
+
+
+def from_runs(runs: Iterable[Sequence[int]]) -> tuple[int, ...]:
+    """The inverse of :func:`to_runs`."""
+    return tuple(i for first, length in runs for i in range(first, first + length))

@@ -31,6 +31,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Final, TypeAlias
 
 from sync.changes import (
@@ -44,7 +45,13 @@ from sync.changes import (
     encode_result_body,
 )
 from sync.errors import ErrorCode, ProtocolError
-from sync.lib0 import Reader, encode_var_bytes, encode_var_string, encode_var_uint
+from sync.lib0 import (
+    MAX_VAR_UINT,
+    Reader,
+    encode_var_bytes,
+    encode_var_string,
+    encode_var_uint,
+)
 from sync.state_vector import validate_state_vector
 
 __all__ = [
@@ -94,8 +101,8 @@ MERGE_MESSAGE_TYPE: Final = MessageType.MERGE
 MAX_WRITER_BYTES: Final = 64
 """Longest writer identity a merge request may carry (UTF-8 bytes)."""
 
-MAX_CHAIN: Final = 65_536
-"""Most earlier requests a merge request may build on."""
+MAX_CHAIN: Final = 100_000
+"""Most earlier requests a merge request may build on (as many as a hub remembers)."""
 
 
 class SyncStep(enum.IntEnum):
@@ -188,10 +195,11 @@ class MergeRequest:
     encode and decode); ``changes`` are applied in order. ``writer`` is the stable
     identity of the sending client (``""``: none; the hub then scopes the request to
     the connection): requests are deduplicated by ``(writer, request_id)``.
-    ``chain`` lists the ids of earlier requests of the same writer that the changes
-    were computed on top of (see ``docs/protocol.md``). Construction checks the
-    writer's length and that the chain has no repeated id (:class:`ProtocolError`,
-    ``invalid_merge_request``).
+    ``chain`` lists, in increasing order, the ids of earlier requests of the same
+    writer that the changes were computed on top of (see ``docs/protocol.md``); it
+    travels as runs of consecutive ids. Construction checks the writer's length and
+    that the chain is strictly increasing and at most :data:`MAX_CHAIN` long
+    (:class:`ProtocolError`, ``invalid_merge_request``).
     """
 
     request_id: int
@@ -207,10 +215,10 @@ class MergeRequest:
             raise ProtocolError(bad, f"writer longer than {MAX_WRITER_BYTES} bytes")
         if len(self.chain) > MAX_CHAIN:
             raise ProtocolError(bad, f"chain longer than {MAX_CHAIN} requests")
-        if len(set(self.chain)) != len(self.chain):
-            raise ProtocolError(bad, "chain names a request twice")
         if any(not isinstance(i, int) or i < 0 for i in self.chain):
             raise ProtocolError(bad, "chain ids must be unsigned integers")
+        if any(a >= b for a, b in pairwise(self.chain)):
+            raise ProtocolError(bad, "chain ids must be strictly increasing")
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,9 +334,45 @@ def encode_merge_request(
     ]
     if full:
         parts.append(encode_var_string(writer))
-        parts.append(encode_var_uint(len(chain)))
-        parts.extend(encode_var_uint(i) for i in chain)
+        parts.append(_encode_runs(chain))
     return b"".join(parts)
+
+
+def _encode_runs(ids: Sequence[int]) -> bytes:
+    """Strictly increasing ids as runs: ``varuint n``, then per run ``varuint gap,
+    varuint length``; a run starts ``gap`` after the end of the one before (after
+    0 for the first) and holds ``length`` (at least 1) consecutive ids."""
+    runs: list[tuple[int, int]] = []
+    for i in ids:
+        if runs and runs[-1][0] + runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((i, 1))
+    out = [encode_var_uint(len(runs))]
+    end = 0
+    for start, length in runs:
+        out.append(encode_var_uint(start - end))
+        out.append(encode_var_uint(length))
+        end = start + length
+    return b"".join(out)
+
+
+def _decode_runs(reader: Reader) -> tuple[int, ...]:
+    bad = ErrorCode.INVALID_MERGE_REQUEST
+    ids: list[int] = []
+    end = 0
+    for index in range(reader.read_var_uint()):
+        gap, length = reader.read_var_uint(), reader.read_var_uint()
+        if length == 0 or (index > 0 and gap == 0):
+            raise ProtocolError(bad, "chain runs must be non-empty and apart")
+        if len(ids) + length > MAX_CHAIN:
+            raise ProtocolError(bad, f"chain longer than {MAX_CHAIN} requests")
+        start = end + gap
+        end = start + length
+        if end - 1 > MAX_VAR_UINT:
+            raise ProtocolError(bad, "chain id exceeds 2**53 - 1")
+        ids.extend(range(start, end))
+    return tuple(ids)
 
 
 def encode_merge_result(
@@ -446,12 +490,7 @@ def _decode_merge(reader: Reader) -> Message:
         if step == MergeStep.REQUEST:
             return MergeRequest(request_id, agent, base, changes)
         writer = reader.read_var_string()
-        count = reader.read_var_uint()
-        if count > MAX_CHAIN:
-            raise ProtocolError(
-                ErrorCode.INVALID_MERGE_REQUEST, f"chain longer than {MAX_CHAIN} requests"
-            )
-        chain = tuple(reader.read_var_uint() for _ in range(count))
+        chain = _decode_runs(reader)
         return MergeRequest(request_id, agent, base, changes, writer, chain)
     if step == MergeStep.RESULT:
         request_id = reader.read_var_uint()

@@ -2,7 +2,7 @@
 
 :class:`RemoteBranch` is a branch of the replica that also sees the agent's
 merges that were queued or in flight when it was forked (the overlay, frozen
-at fork time); merging it sends those merges' request ids as its chain.
+at fork time); merging it sends the request ids of those it builds on as its chain.
 :class:`RemoteToken` is the token :meth:`RemoteState.read` returns: the hub's
 confirmed token, which also remembers the overlay that the snapshot showed.
 """
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from crdt_state import MISSING, Branch, MergeResult, VersionVector
 
-from .overlay import OverlayEntry, overlay_keys, view_of_key
+from .overlay import Overlay
 
 if TYPE_CHECKING:
     from .client import RemoteState
@@ -27,19 +27,17 @@ class RemoteToken(VersionVector):
 
     It compares, hashes and encodes exactly as the :class:`VersionVector` it
     extends (the overlay is not part of the token's value and never goes on the
-    wire as such). ``RemoteState.acommit(changes, token)`` uses ``entries`` to
+    wire as such). ``RemoteState.acommit(changes, token)`` uses ``overlay`` to
     name, as the merge's chain, the agent's own merges the snapshot included.
     """
 
-    __slots__ = ("entries", "seq")
+    __slots__ = ("overlay", "seq")
 
-    def __init__(
-        self, token: VersionVector, seq: int, entries: tuple[OverlayEntry, ...] = ()
-    ) -> None:
+    def __init__(self, token: VersionVector, seq: int, overlay: Overlay | None = None) -> None:
         super().__init__(dict(token))
         self.seq = seq
         """The replica's change-log position of the token."""
-        self.entries = entries
+        self.overlay = overlay or Overlay()
         """The agent's own merges that the snapshot showed on top of the token."""
 
 
@@ -57,37 +55,37 @@ class RemoteBranch(Branch):
         agent: str,
         base_seq: int,
         base: VersionVector,
-        entries: tuple[OverlayEntry, ...] = (),
+        overlay: Overlay | None = None,
     ) -> None:
         super().__init__(remote.replica, agent, base_seq, base)
         self._remote = remote
-        self._entries = entries
-        self._entry_keys = overlay_keys(entries)
+        self._overlay = overlay or Overlay()
 
     @property
-    def entries(self) -> tuple[OverlayEntry, ...]:
+    def overlay(self) -> Overlay:
         """The agent's unconfirmed merges this branch reads on top of its base."""
-        return self._entries
+        return self._overlay
 
     # -- reading through the overlay -------------------------------------------------
     def _load(self, key: str) -> None:
         if key in self._loaded:
             return
-        value = self._state._read_at((key,), self._base_seq)
-        if key in self._entry_keys:
-            value = view_of_key(value, key, self._entries)
+        if key in self._overlay.keys:
+            value = self._remote._outbox.view_of(key, self._base_seq, self._overlay)
+        else:
+            value = self._state._read_at((key,), self._base_seq)
         if value is not MISSING:
             self._local[key] = value
         self._loaded.add(key)
 
     def _view(self, path: tuple[str, ...]) -> Any:
-        if path[0] in self._entry_keys:
+        if path[0] in self._overlay.keys:
             self._load(path[0])
         return super()._view(path)
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as this branch sees it (base, own queued merges, own edits)."""
-        for key in self._entry_keys:
+        for key in self._overlay.keys:
             self._load(key)
         return super().snapshot()
 
@@ -108,7 +106,7 @@ class RemoteBranch(Branch):
         self._writable()
         result = await self._remote._submit(
             self.ops(),
-            RemoteToken(self.base, self._base_seq, self._entries),
+            RemoteToken(self.base, self._base_seq, self._overlay),
             self.agent,
             resolvers,
             default,
@@ -132,6 +130,6 @@ class RemoteBranch(Branch):
             else:
                 fresh._load(op.path[0])
         self._base_seq, self._base = fresh._base_seq, fresh._base
-        self._entries, self._entry_keys = fresh._entries, fresh._entry_keys
+        self._overlay = fresh._overlay
         self._local, self._loaded = fresh._local, fresh._loaded
         self._writes, self._appends = fresh._writes, fresh._appends

@@ -138,7 +138,7 @@ known_messages: st.SearchStrategy[Message] = st.one_of(
         base=state_vectors,
         changes=st.lists(changes(), max_size=4).map(tuple),
         writer=st.text(max_size=12).filter(lambda w: len(w.encode("utf-8", "surrogatepass")) <= 64),
-        chain=st.lists(var_uints, max_size=4, unique=True).map(tuple),
+        chain=st.lists(var_uints, max_size=4, unique=True).map(lambda ids: tuple(sorted(ids))),
     ),
     merge_results(),
 )
@@ -457,10 +457,11 @@ def test_merge_type_is_one_byte_and_unused_by_y_websocket() -> None:
 
 
 def test_a_merge_request_with_writer_and_chain_is_step_2() -> None:
-    frame = encode_merge_request(1, "a", b"\x00", [], writer="w", chain=[7, 300])
-    # 64 02, id 1, agent "a", base 00, change set "[]", writer "w", 2 ids: 7 and 300
-    assert frame == b"\x64\x02\x01\x01a\x01\x00\x02[]\x01w\x02\x07\xac\x02"
-    assert decode_message(frame) == MergeRequest(1, "a", b"\x00", (), "w", (7, 300))
+    frame = encode_merge_request(1, "a", b"\x00", [], writer="w", chain=[7, 8, 9, 300])
+    # 64 02, id 1, agent "a", base 00, change set "[]", writer "w", then the chain as
+    # 2 runs: 7 after 0, 3 long (7, 8, 9); 290 after 10, 1 long (300)
+    assert frame == b"\x64\x02\x01\x01a\x01\x00\x02[]\x01w\x02\x07\x03\xa2\x02\x01"
+    assert decode_message(frame) == MergeRequest(1, "a", b"\x00", (), "w", (7, 8, 9, 300))
     # a connection-scoped request may still build on earlier ones
     chained = decode_message(encode_merge_request(1, "a", b"\x00", [], chain=[2]))
     assert chained == MergeRequest(1, "a", b"\x00", (), "", (2,))
@@ -468,16 +469,18 @@ def test_a_merge_request_with_writer_and_chain_is_step_2() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"writer": "x" * 65}, {"chain": [1, 1]}, {"chain": [-1]}],
+    [{"writer": "x" * 65}, {"chain": [1, 1]}, {"chain": [2, 1]}, {"chain": [-1]}],
 )
 def test_bad_writer_or_chain_is_refused(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ProtocolError) as info:
         encode_merge_request(1, "a", b"\x00", [], **kwargs)
     assert info.value.code is ErrorCode.INVALID_MERGE_REQUEST
-    repeated = b"\x64\x02\x01\x01a\x01\x00\x02[]\x01w\x02\x07\x07"
-    with pytest.raises(ProtocolError) as info:
-        decode_message(repeated)
-    assert info.value.code is ErrorCode.INVALID_MERGE_REQUEST
+    head = b"\x64\x02\x01\x01a\x01\x00\x02[]\x01w"
+    for runs in (b"\x01\x05\x00", b"\x02\x05\x01\x00\x01", b"\x01\x00\xff\xff\x07"):
+        # an empty run; two runs that touch; 100,000+ ids
+        with pytest.raises(ProtocolError) as info:
+            decode_message(head + runs)
+        assert info.value.code is ErrorCode.INVALID_MERGE_REQUEST
 
 
 def test_frames_of_the_previous_version_still_decode() -> None:
