@@ -84,3 +84,20 @@ async def test_the_writer_id_is_kept_in_the_local_file(tmp_path: Path) -> None:
             assert two.writer == first
         other = RemoteState(hub.url("ids/file"), agent="a")
         assert other.writer != first  # no local file: a new writer per process
+
+
+async def test_request_ids_are_never_reused_by_a_restarted_client(tmp_path: Path) -> None:
+    """Ids count up per writer; the local file keeps the next one across restarts."""
+    local = tmp_path / "agent.sqlite"
+    fast = Retry(attempts=1, base_delay=0.02, max_delay=0.1)
+    async with Hub(port=0) as hub:
+        url = hub.url("ids/restart")
+        async with connect(url, agent="a", local=local, reconnect=fast) as one:
+            await one.acommit({"first": 1}, one.token)  # request 1, answered: nothing queued
+            writer = one.writer
+        async with connect(url, agent="a", local=local, reconnect=fast) as two:
+            result = await two.acommit({"second": 2}, two.token)  # must not reuse id 1
+            assert result.applied == (("second",),)
+        state = hub.rooms["ids/restart"].state
+        assert state.snapshot() == {"first": 1, "second": 2}
+        assert (f"w:{writer}", 1) in state._requests and (f"w:{writer}", 2) in state._requests
