@@ -16,6 +16,7 @@ from .branch import Branch
 from .conflicts import UNRESOLVED, Change, Conflict, MergeResult
 from .errors import (
     BranchClosed,
+    BrokenChain,
     ConflictError,
     CrdtStateError,
     InvalidPath,
@@ -46,6 +47,7 @@ __all__ = [
     "BlameEntry",
     "Branch",
     "BranchClosed",
+    "BrokenChain",
     "Change",
     "Conflict",
     "ConflictError",

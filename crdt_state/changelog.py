@@ -13,12 +13,15 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import StaleBase, UnknownBase
 from .paths import Path, is_prefix
 from .values import patch, tree_get
 from .version import VersionVector
+
+if TYPE_CHECKING:
+    from .requests import RequestKey
 
 __all__ = ["ChangeLog", "Entry", "TruncateTo", "WriteKind"]
 
@@ -39,7 +42,10 @@ class Entry:
     ``writes`` maps each written path to how it was written; ``undo`` lists
     ``(path, value before)`` in application order (``MISSING`` = was absent,
     :class:`TruncateTo` = list was shorter); ``delta`` maps each client to
-    the clock range ``[start, end)`` this entry added.
+    the clock range ``[start, end)`` this entry added. ``request`` is the
+    :class:`~crdt_state.requests.RequestKey` of the merge that made the entry
+    (``None`` for merges without a request id and for received updates): a
+    later merge of the same writer that builds on it does not conflict with it.
     """
 
     seq: int
@@ -50,6 +56,7 @@ class Entry:
     undo: list[tuple[Path, Any]]
     time: float = field(default_factory=time.time)
     origin: str = "local"
+    request: RequestKey | None = None
 
     def covered_by(self, token: VersionVector) -> bool:
         """True when ``token`` has seen every operation of this entry."""
@@ -117,6 +124,7 @@ class ChangeLog:
         writes: Mapping[Path, WriteKind],
         undo: list[tuple[Path, Any]],
         origin: str = "local",
+        request: RequestKey | None = None,
     ) -> Entry:
         """Record a new entry that moved the state from the head token to ``token``."""
         self._head_seq += 1
@@ -128,6 +136,7 @@ class ChangeLog:
             writes=dict(writes),
             undo=undo,
             origin=origin,
+            request=request,
         )
         self._entries.append(entry)
         self._head_token = token

@@ -18,6 +18,7 @@ so ``except KeyError`` or ``except TypeError`` keeps working::
     │   └── StateClosed                  code "state_closed"
     ├── UnknownBase(LookupError)         code "unknown_base"
     │   └── StaleBase                    code "stale_base"
+    │       └── BrokenChain              code "broken_chain"
     └── ConflictError                    code "conflict"
         └── RetryExhausted               code "retry_exhausted"
 """
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BranchClosed",
+    "BrokenChain",
     "ConflictError",
     "CrdtStateError",
     "InvalidPath",
@@ -202,6 +204,18 @@ class StaleBase(UnknownBase):
     """A base token is older than the retained change history."""
 
     code = "stale_base"
+
+
+class BrokenChain(StaleBase):
+    """A merge builds on earlier merges of its writer that were not applied as sent.
+
+    See ``SharedState.commit(builds_on=...)``: every request of the chain must
+    have been applied without conflict. ``details`` names the ``writer`` and the
+    ``request_ids`` at fault. Nothing was applied; like :class:`StaleBase`, the
+    agent step can be re-run on fresh state (``transact`` does).
+    """
+
+    code = "broken_chain"
 
 
 class ConflictError(CrdtStateError):

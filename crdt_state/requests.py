@@ -1,51 +1,98 @@
-"""Idempotency keys: the results of recently applied requests (pure logic).
+"""Idempotency keys and chains: the results of recently applied requests (pure logic).
 
-``SharedState.commit(..., request_id=...)`` remembers each applied request
-here (and a durable state also in its file, in the same transaction as the
-change), so a request sent again after a lost answer is not applied twice.
+``SharedState.commit(..., request_id=..., writer=...)`` remembers each
+applied request here under its :class:`RequestKey` ``(writer, request_id)``
+(a durable state also in its file, in the same transaction as the change),
+so a request sent again after a lost answer is not applied twice. Request ids
+are scoped by their writer: two writers may use the same id.
+
+A merge may also *build on* earlier requests of its writer (a chain, see
+``SharedState.commit(builds_on=...)``): :meth:`RequestMemory.chain_keys`
+checks that every one of them was applied exactly as sent.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Final
+from collections.abc import Iterable
+from typing import Final, NamedTuple
 
 from .conflicts import MergeResult
+from .errors import BrokenChain
 from .paths import Path
 from .version import VersionVector
 
-__all__ = ["KEEP_REQUESTS", "RequestMemory"]
+__all__ = ["KEEP_REQUESTS", "RequestKey", "RequestMemory"]
 
 KEEP_REQUESTS: Final = 100_000
-"""How many applied request ids are remembered."""
+"""How many applied requests are remembered (all writers together)."""
+
+
+class RequestKey(NamedTuple):
+    """What identifies one request: its ``writer`` and the writer's ``request_id``."""
+
+    writer: str
+    request_id: int
+
+
+class _Done(NamedTuple):
+    token: VersionVector
+    paths: tuple[Path, ...]
+    clean: bool
 
 
 class RequestMemory:
-    """The newest :data:`KEEP_REQUESTS` applied request ids, with their token and paths."""
+    """The newest :data:`KEEP_REQUESTS` applied requests, with their token and paths.
+
+    ``clean`` records whether a request was applied exactly as sent (it met no
+    conflict): only such requests can be built on (see :meth:`chain_keys`).
+    """
 
     def __init__(self, keep: int = KEEP_REQUESTS) -> None:
         self.keep = keep
-        self._done: OrderedDict[int, tuple[VersionVector, tuple[Path, ...]]] = OrderedDict()
+        self._done: OrderedDict[RequestKey, _Done] = OrderedDict()
 
-    def remember(self, request_id: int, token: VersionVector, paths: tuple[Path, ...]) -> None:
-        """Record that ``request_id`` was applied, giving ``token`` and writing ``paths``."""
-        self._done[request_id] = (token, paths)
-        self._done.move_to_end(request_id)
+    def remember(
+        self, key: RequestKey, token: VersionVector, paths: tuple[Path, ...], clean: bool = True
+    ) -> None:
+        """Record that ``key`` was applied, giving ``token`` and writing ``paths``."""
+        self._done[key] = _Done(token, paths, clean)
+        self._done.move_to_end(key)
         if len(self._done) > self.keep:
             self._done.popitem(last=False)
 
-    def result(self, request_id: int | None) -> MergeResult | None:
-        """What to answer a repeated ``request_id`` (``None``: not applied, or no id)."""
-        if request_id is None:
+    def result(self, key: RequestKey | None) -> MergeResult | None:
+        """What to answer a repeated ``key`` (``None``: not applied, or no key)."""
+        if key is None:
             return None
-        known = self._done.get(request_id)
+        known = self._done.get(key)
         if known is None:
             return None
-        token, paths = known
-        return MergeResult(token=token, applied=paths, fast_forward=False)
+        return MergeResult(token=known.token, applied=known.paths, fast_forward=False)
+
+    def chain_keys(self, writer: str, request_ids: Iterable[int]) -> frozenset[RequestKey]:
+        """The keys of a chain, once every one is known to be applied exactly as sent.
+
+        Raises :class:`BrokenChain` naming the ids that were not applied (refused,
+        never received, or forgotten) or were applied with conflicts.
+        """
+        keys = frozenset(RequestKey(writer, rid) for rid in request_ids)
+        broken = sorted(key.request_id for key in keys if not self.is_clean(key))
+        if broken:
+            raise BrokenChain(
+                f"{len(broken)} earlier merge(s) of this writer that this one builds on "
+                "were not applied as sent",
+                details={"writer": writer, "request_ids": broken},
+            )
+        return keys
+
+    def is_clean(self, key: RequestKey) -> bool:
+        """True when ``key`` is remembered as applied without any conflict."""
+        known = self._done.get(key)
+        return known is not None and known.clean
 
     def __len__(self) -> int:
         return len(self._done)
 
-    def __contains__(self, request_id: object) -> bool:
-        return request_id in self._done
+    def __contains__(self, key: object) -> bool:
+        return key in self._done

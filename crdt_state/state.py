@@ -33,7 +33,7 @@ from .errors import CrdtStateError, WrongType
 from .paths import Path, parse_path
 from .planner import check_disjoint, plan_merge, writes_depth
 from .replication import ReplicationMixin, join_updates
-from .requests import RequestMemory
+from .requests import RequestKey, RequestMemory
 from .resolvers import PolicyTable, raise_conflict
 from .retry import Retry
 from .rollback import roll_back, undo_record, write_failed
@@ -60,7 +60,9 @@ class StateUpdate:
 
     ``update`` is a standard Yjs update holding exactly this change; ``paths``
     the paths written; ``origin`` is ``"local"`` for merges and ``"remote"``
-    for updates received with :meth:`SharedState.apply_update`.
+    for updates received with :meth:`SharedState.apply_update`. A merge made
+    by :meth:`SharedState.commit` with a ``request_id`` carries it and its
+    ``writer`` (the two make the request's key).
     """
 
     seq: int
@@ -72,6 +74,7 @@ class StateUpdate:
     time: float
     conflicts: tuple[Conflict, ...] = ()
     request_id: int | None = None
+    writer: str | None = None
 
 
 Listener = Callable[[StateUpdate], None]
@@ -224,6 +227,8 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         resolvers: Mapping[Any, object] | None = None,
         default: object | None = None,
         request_id: int | None = None,
+        writer: str | None = None,
+        builds_on: Iterable[int] = (),
     ) -> MergeResult:
         """Merge changes computed from the state at ``base`` (optimistic concurrency).
 
@@ -231,12 +236,29 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         or a sequence of :class:`Change`. Conflicts are judged against
         ``base`` exactly as for a branch; see :meth:`Branch.merge`.
 
-        ``request_id`` is an idempotency key: a request id this state already
-        applied (the last 100,000 are remembered, across reopening for a
-        durable state) returns that merge's token and paths again and changes
-        nothing, so a caller that lost the answer may safely send it again.
+        **Request identity.** ``request_id`` is an idempotency key scoped by
+        ``writer`` (default: ``agent``): deduplication keys on the pair
+        ``(writer, request_id)`` (a :class:`~crdt_state.requests.RequestKey`),
+        never on the id alone, so two writers may use the same ids. A key this
+        state already applied returns that merge's token and paths again and
+        changes nothing, so a caller that lost the answer may safely send it
+        again. The newest 100,000 applied keys (all writers together) are
+        remembered, across reopening for a durable state, including merges
+        that wrote nothing. A refused merge is not remembered.
+
+        **Chains.** ``builds_on`` lists request ids of earlier merges of the
+        same writer that ``changes`` were computed on top of, though ``base``
+        does not include them (an agent that merges again before its earlier
+        merges came back, like commits on a local branch). Conflicts are then
+        judged against ``base`` plus those merges: the changes they made do not
+        count as concurrent writes (an agent never conflicts with itself).
+        Every id must name a remembered request of ``writer`` that was applied
+        exactly as sent (without any conflict); otherwise
+        :class:`~crdt_state.BrokenChain` is raised and nothing is applied.
         """
-        result, ticket = self._commit_now(changes, base, agent, resolvers, default, request_id)
+        result, ticket = self._commit_now(
+            changes, base, agent, resolvers, default, request_id, writer, builds_on
+        )
         self._settle(ticket)
         return result
 
@@ -249,9 +271,13 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         resolvers: Mapping[Any, object] | None = None,
         default: object | None = None,
         request_id: int | None = None,
+        writer: str | None = None,
+        builds_on: Iterable[int] = (),
     ) -> MergeResult:
         """:meth:`commit` for asyncio code: a durable state's disk wait does not block the loop."""
-        result, ticket = self._commit_now(changes, base, agent, resolvers, default, request_id)
+        result, ticket = self._commit_now(
+            changes, base, agent, resolvers, default, request_id, writer, builds_on
+        )
         await self._asettle(ticket)
         return result
 
@@ -263,19 +289,46 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         resolvers: Mapping[Any, object] | None,
         default: object | None,
         request_id: int | None,
+        writer: str | None = None,
+        builds_on: Iterable[int] = (),
     ) -> tuple[MergeResult, int | None]:
         """The shared part of :meth:`commit` and :meth:`acommit` (no durability wait)."""
         if self._closed:
             self._check_open()
         ops = self._ops_from(changes)
+        scope = agent if writer is None else writer
+        key = None if request_id is None else RequestKey(scope, request_id)
+        chain = tuple(builds_on)
         with self._lock:
-            done = self._requests.result(request_id)
-            if done is not None:
-                return done, None
+            done = self._requests.result(key)
+            if done is not None:  # answered once the original is durable too
+                return done, self._store.last_ticket() if self._store is not None else None
             seq, entries = self._log.since_token(base)
-            return self._merge_now(
-                ops, seq, agent, resolvers, default, entries=entries, request_id=request_id
+            if chain:  # the chain's own changes are part of the base
+                mine = self._requests.chain_keys(scope, chain)
+                entries = [e for e in entries if e.request not in mine]
+            result, ticket = self._merge_now(
+                ops, seq, agent, resolvers, default, entries=entries, request_id=key
             )
+            if key is not None and (result.conflicts or not result.applied):
+                ticket = self._remember_request(key, result, ticket)
+            return result, ticket
+
+    def _remember_request(
+        self, key: RequestKey, result: MergeResult, ticket: int | None
+    ) -> int | None:
+        """Remember a request that met conflicts or wrote nothing (under the lock).
+
+        A merge that wrote something is remembered (and journaled) with its
+        change; this records whether it met conflicts, and remembers merges
+        that wrote nothing, which have no change to journal them: a durable
+        state stores them on their own. Returns the ticket to wait for.
+        """
+        clean = not result.conflicts
+        self._requests.remember(key, result.token, result.applied, clean=clean)
+        if not result.applied and self._store is not None:
+            return self._store.remember_request(key, result.token, self._log.head_seq, clean)
+        return ticket
 
     def _ops_from(self, changes: Mapping[Any, Any] | Iterable[Change]) -> list[Change]:
         items: Iterable[Change]
@@ -330,13 +383,13 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         default: object | None,
         *,
         entries: list[Entry] | None = None,
-        request_id: int | None = None,
+        request_id: RequestKey | None = None,
     ) -> tuple[MergeResult, int | None]:
         """Judge and apply a merge under the lock; returns the result and its journal ticket.
 
         The judging is :func:`crdt_state.planner.plan_merge`; a refused plan
-        raises :class:`ConflictError` and changes nothing. A ``request_id`` is
-        remembered with the change (and journaled with it).
+        raises :class:`ConflictError` and changes nothing. A ``request_id`` (the
+        request's key) is remembered with the change (and journaled with it).
         """
         table = self._policies.overlay(resolvers, default)
         ticket: int | None = None
@@ -387,7 +440,7 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         plan: list[Change],
         agent: str | None,
         conflicts: tuple[Conflict, ...],
-        request_id: int | None = None,
+        request_id: RequestKey | None = None,
     ) -> tuple[Entry, StateUpdate | None]:
         """Write ``plan`` into the document and the mirror in one transaction, all or nothing.
 
@@ -494,7 +547,7 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         conflicts: tuple[Conflict, ...] = (),
         update: bytes | None = None,
         state: bytes | None = None,
-        request_id: int | None = None,
+        request_id: RequestKey | None = None,
     ) -> tuple[Entry, StateUpdate | None]:
         """Log the change just written; tell listeners and return it as a :class:`StateUpdate`.
 
@@ -503,7 +556,7 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         is the document's state vector when the caller already has it.
         """
         token = VersionVector.from_state(self._doc.get_state() if state is None else state)
-        entry = self._log.append(agent, token, writes, undo, origin=origin)
+        entry = self._log.append(agent, token, writes, undo, origin=origin, request=request_id)
         if not self._listeners and self._journal is None:
             self._updates.clear()
             return entry, None
@@ -521,7 +574,8 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
             origin=origin,
             time=entry.time,
             conflicts=conflicts,
-            request_id=request_id,
+            request_id=None if request_id is None else request_id.request_id,
+            writer=None if request_id is None else request_id.writer,
         )
         for listener in list(self._listeners):
             listener(change)

@@ -84,6 +84,7 @@ from .conflicts import Conflict
 from .document import doc_from_content, doc_read, doc_snapshot
 from .errors import StaleBase, StorageError, UnknownBase
 from .paths import Path, related
+from .requests import RequestKey
 from .values import MISSING, same
 from .version import VersionVector
 
@@ -166,6 +167,16 @@ class _Audit:
     time: float
 
 
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """An applied request that wrote nothing (no change row carries it)."""
+
+    key: RequestKey
+    token: VersionVector
+    seq: int
+    clean: bool
+
+
 _open_stores: weakref.WeakSet[Store] = weakref.WeakSet()
 
 
@@ -211,7 +222,7 @@ class Store:
         self._lock = threading.Lock()  # guards the queue and the counters below
         self._work = threading.Condition(self._lock)
         self._done = threading.Condition(self._lock)
-        self._queue: list[tuple[int, StateUpdate | _Audit]] = []
+        self._queue: list[tuple[int, StateUpdate | _Audit | _Request]] = []
         self._callbacks: list[tuple[int, Callable[[BaseException | None], None]]] = []
         self._issued = 0
         self._durable = 0
@@ -234,7 +245,11 @@ class Store:
         """Queue conflicts of a merge that wrote nothing (refused, or kept the current value)."""
         self._enqueue(_Audit(tuple(conflicts), token, time.time()))
 
-    def _enqueue(self, item: StateUpdate | _Audit) -> int:
+    def remember_request(self, key: RequestKey, token: VersionVector, seq: int, clean: bool) -> int:
+        """Queue an applied request that wrote nothing (``seq``: the head then); a ticket."""
+        return self._enqueue(_Request(key, token, seq, clean))
+
+    def _enqueue(self, item: StateUpdate | _Audit | _Request) -> int:
         with self._lock:
             if self._failed is not None:
                 raise StorageError(
@@ -300,6 +315,11 @@ class Store:
             "the change could not be stored", details={"file": self.file, "cause": cause}
         )
 
+    def last_ticket(self) -> int:
+        """The ticket of the newest change queued so far (0 when none)."""
+        with self._lock:
+            return self._issued
+
     def flush(self) -> None:
         """Wait until everything recorded so far is committed, whatever the durability.
 
@@ -340,7 +360,7 @@ class Store:
             if self._log_rows > self.keep_history + self._margin:
                 self._compact()
 
-    def _commit(self, batch: list[tuple[int, StateUpdate | _Audit]]) -> None:
+    def _commit(self, batch: list[tuple[int, StateUpdate | _Audit | _Request]]) -> None:
         """Write one group of queued changes in one transaction (executemany per table)."""
         last_seq = self._last_seq
         added = 0
@@ -352,6 +372,19 @@ class Store:
                     applied = all(c.resolved for c in item.conflicts)
                     token = item.token.to_state()
                     sql.append_conflicts(self._conn, item.conflicts, token, item.time, applied)
+                    continue
+                if isinstance(item, _Request):
+                    sql.append_changes(self._conn, rows)  # keep the order of the requests
+                    rows = []
+                    key = item.key
+                    sql.remember_request(
+                        self._conn,
+                        key.writer,
+                        key.request_id,
+                        item.seq,
+                        item.token.to_state(),
+                        item.clean,
+                    )
                     continue
                 if item.seq != last_seq + 1:
                     raise StorageError(
@@ -378,6 +411,8 @@ class Store:
                         item.time,
                         item.paths,
                         item.request_id,
+                        item.writer,
+                        not item.conflicts,
                     )
                 )
                 if item.conflicts:
@@ -713,8 +748,14 @@ def _reopen(
             "the state file is damaged: replaying it does not give the recorded versions",
             details={"file": file, "head": str(head), "restored": str(state.token)},
         )
-    for request_id, token, paths in sql.recent_requests(conn):
-        state._requests.remember(request_id, VersionVector.from_state(token), paths)
+    made_by: dict[int, RequestKey] = {}
+    for row in sql.recent_requests(conn):
+        key = RequestKey(row.writer, row.request_id)
+        state._requests.remember(key, VersionVector.from_state(row.token), row.paths, row.clean)
+        if row.paths:  # a request that wrote nothing made no change
+            made_by[row.seq] = key
+    for entry in state._log.entries():  # chains of these requests judge like before the restart
+        entry.request = made_by.get(entry.seq)
     store = Store(
         conn,
         file,

@@ -18,6 +18,16 @@ A state file is an ordinary SQLite database (WAL journal) marked with
     conflicts  (id, time, path, base, current, incoming, current_agent,
                 incoming_agent, policy, resolution, applied, token)
                                        the conflict audit log
+    writer_requests (writer, id, seq, token, paths, clean)
+                                       the newest applied requests, unique per
+                                       ``(writer, id)`` (see ``crdt_state.requests``);
+                                       ``seq`` is the change they made (the head
+                                       seq, and ``paths`` ``[]``, when they wrote
+                                       nothing); ``clean``: applied without conflict
+
+Format 1 files kept requests by id alone (table ``requests``); opening one
+moves those rows to ``writer_requests`` (writer = the agent of their change)
+and marks the file format 2, in one transaction.
 
 Paths are stored as ASCII JSON arrays (``["customer","tier"]``), so the
 descendants of a path are one key range. Values in the audit log are JSON
@@ -52,6 +62,7 @@ __all__ = [
     "ChangeRow",
     "Durability",
     "LogRow",
+    "RequestRow",
     "Stored",
     "connect",
     "decode_value",
@@ -60,15 +71,24 @@ __all__ = [
 ]
 
 APPLICATION_ID: Final = 0x63727374  # "crst"
-FORMAT_VERSION: Final = 1
+FORMAT_VERSION: Final = 2
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 
 Durability = Literal["full", "normal", "off"]
 _SYNCHRONOUS: Final[dict[str, str]] = {"full": "FULL", "normal": "NORMAL", "off": "OFF"}
 
 _REQUESTS_TABLE: Final = (
-    "CREATE TABLE IF NOT EXISTS requests (id INTEGER PRIMARY KEY, seq INTEGER NOT NULL,"
-    " token BLOB NOT NULL, paths TEXT NOT NULL)"
+    "CREATE TABLE IF NOT EXISTS writer_requests (writer TEXT NOT NULL, id INTEGER NOT NULL,"
+    " seq INTEGER NOT NULL, token BLOB NOT NULL, paths TEXT NOT NULL, clean INTEGER NOT NULL,"
+    " UNIQUE (writer, id))"
+)
+_MIGRATE_REQUESTS: Final = (
+    "INSERT OR IGNORE INTO writer_requests (writer, id, seq, token, paths, clean)"
+    " SELECT coalesce(log.agent, ''), r.id, r.seq, r.token, r.paths, 0"
+    " FROM requests AS r LEFT JOIN log ON log.seq = r.seq ORDER BY r.seq",
+    "DROP TABLE requests",
+    f"PRAGMA user_version={FORMAT_VERSION}",
+    f"UPDATE meta SET value = '{FORMAT_VERSION}' WHERE key = 'format'",
 )
 
 _SCHEMA: Final = (
@@ -240,6 +260,13 @@ def _prepare(conn: sqlite3.Connection, file: str) -> bool:
         conn.execute("PRAGMA journal_size_limit=1048576")
         if not is_new:
             conn.execute(_REQUESTS_TABLE)  # files written before request ids get the table
+            if "requests" in tables or version < FORMAT_VERSION:
+                with _transaction(conn):  # format 1: requests were keyed by id alone
+                    if "requests" in tables:
+                        for statement in _MIGRATE_REQUESTS[:2]:
+                            conn.execute(statement)
+                    for statement in _MIGRATE_REQUESTS[2:]:
+                        conn.execute(statement)
     except sqlite3.Error as exc:
         if _is_busy(exc):
             raise _refuse(_IN_USE, file, exc) from exc
@@ -431,6 +458,8 @@ class ChangeRow:
     time: float
     paths: tuple[Path, ...]
     request_id: int | None = None
+    writer: str | None = None
+    clean: bool = True
 
 
 def append_changes(conn: sqlite3.Connection, rows: Sequence[ChangeRow]) -> None:
@@ -448,31 +477,67 @@ def append_changes(conn: sqlite3.Connection, rows: Sequence[ChangeRow]) -> None:
     requests = [r for r in rows if r.request_id is not None]
     if requests:
         conn.executemany(
-            "INSERT OR REPLACE INTO requests (id, seq, token, paths) VALUES (?, ?, ?, ?)",
-            [(r.request_id, r.seq, r.token, _paths_json(r.paths)) for r in requests],
+            "INSERT OR REPLACE INTO writer_requests (writer, id, seq, token, paths, clean)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (r.writer or "", r.request_id, r.seq, r.token, _paths_json(r.paths), int(r.clean))
+                for r in requests
+            ],
         )
+
+
+def remember_request(
+    conn: sqlite3.Connection, writer: str, request_id: int, seq: int, token: bytes, clean: bool
+) -> None:
+    """Store an applied request that wrote nothing (it has no change row)."""
+    conn.execute(
+        "INSERT OR REPLACE INTO writer_requests (writer, id, seq, token, paths, clean)"
+        " VALUES (?, ?, ?, ?, '[]', ?)",
+        (writer, request_id, seq, token, int(clean)),
+    )
 
 
 def _paths_json(paths: Sequence[Path]) -> str:
     return json.dumps([list(p) for p in paths])
 
 
-def recent_requests(conn: sqlite3.Connection) -> list[tuple[int, bytes, tuple[Path, ...]]]:
-    """The remembered requests, oldest first: ``(request_id, token, paths)``."""
+@dataclass(frozen=True, slots=True)
+class RequestRow:
+    """One remembered request (see :func:`recent_requests`)."""
+
+    writer: str
+    request_id: int
+    seq: int
+    token: bytes
+    paths: tuple[Path, ...]
+    clean: bool
+
+
+def recent_requests(conn: sqlite3.Connection) -> list[RequestRow]:
+    """The newest :data:`KEEP_REQUESTS` remembered requests, oldest first."""
     rows = conn.execute(
-        "SELECT id, token, paths FROM requests ORDER BY seq DESC LIMIT ?", (KEEP_REQUESTS,)
+        "SELECT writer, id, seq, token, paths, clean FROM writer_requests"
+        " ORDER BY rowid DESC LIMIT ?",
+        (KEEP_REQUESTS,),
     ).fetchall()
     return [
-        (int(rid), bytes(token), tuple(tuple(p) for p in json.loads(paths)))
-        for rid, token, paths in reversed(rows)
+        RequestRow(
+            str(writer),
+            int(rid),
+            int(seq),
+            bytes(token),
+            tuple(tuple(p) for p in json.loads(paths)),
+            bool(clean),
+        )
+        for writer, rid, seq, token, paths, clean in reversed(rows)
     ]
 
 
 def forget_old_requests(conn: sqlite3.Connection) -> None:
     """Keep only the newest :data:`KEEP_REQUESTS` remembered requests."""
     conn.execute(
-        "DELETE FROM requests WHERE seq < (SELECT seq FROM requests ORDER BY seq DESC"
-        " LIMIT 1 OFFSET ?)",
+        "DELETE FROM writer_requests WHERE rowid < (SELECT rowid FROM writer_requests"
+        " ORDER BY rowid DESC LIMIT 1 OFFSET ?)",
         (KEEP_REQUESTS,),
     )
 

@@ -3,7 +3,7 @@
 Starts a hub on a free loopback port (rooms in SQLite files), connects three agents with
 ``sync.connect``, lets them work concurrently (each writes its own finding and
 bumps a counter the hub adds up), takes one agent offline, lets it keep
-merging, reconnects it, and prints the room as every replica sees it.
+merging (reading its own queued merges), reconnects it, and prints the room.
 
 Run: ``python examples/remote_agents.py``
 """
@@ -44,11 +44,15 @@ async def main() -> None:
         ):
             await asyncio.gather(agent(alice, "alice", 5), agent(bob, "bob", 5))
 
-            # carol loses the hub: she keeps forking and merging; merges are queued
+            # carol loses the hub: she keeps forking and merging; merges are queued,
+            # and each of her forks reads the ones queued before it
             await hub.stop()
-            async with carol.fork() as branch:
-                branch.set(("findings", "carol-offline"), "written while offline")
-                branch.set("calls", (branch.get("calls") or 0) + 1)
+            before = carol.get("calls")
+            for n in range(2):
+                async with carol.fork() as branch:
+                    branch.set(("findings", f"carol-offline-{n}"), "written while offline")
+                    branch.set("calls", (branch.get("calls") or 0) + 1)
+            assert carol.get("calls") == before + 2  # her own queued merges, read back
             print(f"carol offline: {carol.pending} merge(s) queued, connected={carol.connected}")
 
             # the hub comes back on the same port and reloads the room from its file;
@@ -59,7 +63,8 @@ async def main() -> None:
             print(f"carol back: {carol.pending} merge(s) queued, connected={carol.connected}")
             room = hub.rooms["incident/42"].state.snapshot()
             print(json.dumps(room, indent=2, sort_keys=True))
-            assert room["calls"] == 11 and len(room["findings"]) == 11
+            assert room["calls"] == 12 and len(room["findings"]) == 12
+            assert carol.failed == []
             print("every agent's work is in the room; calls added up to", room["calls"])
         await hub.stop()
 

@@ -20,7 +20,7 @@ from sync.changes import (
     Missing,
     Path,
 )
-from sync.client import RemoteBranch, RemoteError, RemoteState, connect
+from sync.client import RemoteBranch, RemoteError, RemoteState, RemoteToken, connect
 from sync.errors import CloseCode, ErrorCode, ProtocolError, SyncError
 from sync.hub import Hub
 from sync.limits import Limits
@@ -53,6 +53,7 @@ __all__ = [
     "RemoteBranch",
     "RemoteError",
     "RemoteState",
+    "RemoteToken",
     "connect",
     "mint_token",
     "verify_token",

@@ -73,9 +73,6 @@ class Change:
     kind: ChangeKind
     path: Path
     value: JsonValue | Missing = MISSING
-    combine: bool = False
-    """Ask the hub to report an equal concurrent write at this path as a conflict
-    (the client's policy there combines equal writes, as ``resolvers.counter`` does)."""
 
     def __post_init__(self) -> None:
         _check_path(self.path, ErrorCode.INVALID_VALUE)
@@ -95,6 +92,8 @@ class ConflictRecord:
     merge, ``incoming`` the branch's value, ``value`` the value after the merge; any of them
     may be :data:`MISSING`. ``resolution`` names the policy outcome (e.g.
     ``"last_writer_wins"``, ``"retry"``); agents may be ``None`` when unknown.
+    ``same_value`` is true when both writes gave the path the same value (still a
+    conflict: "both decided 1" and "both incremented 0" look alike).
     """
 
     path: Path
@@ -105,6 +104,7 @@ class ConflictRecord:
     incoming_agent: str | None
     resolution: str
     value: JsonValue | Missing = MISSING
+    same_value: bool = False
 
     def __post_init__(self) -> None:
         _check_path(self.path, ErrorCode.INVALID_VALUE)
@@ -124,8 +124,7 @@ class ErrorRecord:
 def encode_change_set(changes: Sequence[Change]) -> bytes:
     """Encode changes as a UTF-8 JSON array (order kept).
 
-    Each element is ``{"kind": k, "path": [..]}`` plus ``"value"`` for ``set``/``append``
-    and ``"combine": true`` when asked for.
+    Each element is ``{"kind": k, "path": [..]}`` plus ``"value"`` for ``set``/``append``.
     """
     items: list[JsonValue] = []
     for change in changes:
@@ -135,8 +134,6 @@ def encode_change_set(changes: Sequence[Change]) -> bytes:
         }
         if change.kind is not ChangeKind.DELETE:
             item["value"] = _present_value(change.value)
-        if change.combine:
-            item["combine"] = True
         items.append(item)
     return _dump(items)
 
@@ -163,6 +160,7 @@ def encode_result_body(
                 "incoming_agent": c.incoming_agent,
                 "resolution": c.resolution,
                 "value": _slot_value(c.value),
+                "same_value": c.same_value,
             }
             for c in conflicts
         ],
@@ -229,6 +227,8 @@ def decode_change_set(data: bytes) -> tuple[Change, ...]:
 
     Codes: ``invalid_utf8``, ``invalid_json``, ``invalid_change_set`` (wrong shape),
     ``unknown_change_kind`` (a kind this version does not know: close code 1003).
+    The field ``combine`` of earlier versions (``true`` or ``false``) is accepted
+    and ignored.
     """
     items = _load(data)
     bad = ErrorCode.INVALID_CHANGE_SET
@@ -238,8 +238,7 @@ def decode_change_set(data: bytes) -> tuple[Change, ...]:
     for index, item in enumerate(items):
         where = f"change {index}"
         obj = _object(item, bad, where, required={"kind", "path"}, optional={"value", "combine"})
-        combine = obj.get("combine", False)
-        if not isinstance(combine, bool):
+        if not isinstance(obj.get("combine", False), bool):
             raise ProtocolError(bad, f"{where}: combine must be true or false")
         kind_name = obj["kind"]
         if not isinstance(kind_name, str):
@@ -254,14 +253,14 @@ def decode_change_set(data: bytes) -> tuple[Change, ...]:
         if kind is ChangeKind.DELETE:
             if "value" in obj:
                 raise ProtocolError(bad, f"{where}: delete carries no value")
-            changes.append(Change(kind, path, combine=combine))
+            changes.append(Change(kind, path))
             continue
         if "value" not in obj:
             raise ProtocolError(bad, f"{where}: {kind.value} needs a value")
         value = obj["value"]
         if _is_missing_json(value):
             raise ProtocolError(bad, f"{where}: {kind.value} of the missing sentinel")
-        changes.append(Change(kind, path, value, combine=combine))
+        changes.append(Change(kind, path, value))
     return tuple(changes)
 
 
@@ -296,7 +295,13 @@ def decode_result_body(
 def _conflict(raw: JsonValue, where: str) -> ConflictRecord:
     bad = ErrorCode.INVALID_RESULT_BODY
     fields = {"path", "base", "current", "incoming", "current_agent", "incoming_agent"}
-    obj = _object(raw, bad, where, required=fields | {"resolution", "value"})
+    # same_value is optional: hubs before it existed do not send it
+    obj = _object(
+        raw, bad, where, required=fields | {"resolution", "value"}, optional={"same_value"}
+    )
+    same_value = obj.get("same_value", False)
+    if not isinstance(same_value, bool):
+        raise ProtocolError(bad, f"{where}: same_value must be true or false")
     agents = (obj["current_agent"], obj["incoming_agent"])
     current_agent, incoming_agent = agents
     if not all(a is None or isinstance(a, str) for a in agents):
@@ -313,6 +318,7 @@ def _conflict(raw: JsonValue, where: str) -> ConflictRecord:
         incoming_agent=incoming_agent if isinstance(incoming_agent, str) else None,
         resolution=resolution,
         value=_from_slot(obj["value"]),
+        same_value=same_value,
     )
 
 

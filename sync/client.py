@@ -8,25 +8,39 @@ changes and fork-base token to the hub, which judges conflicts with the same
 not settle come back, and the client's own policies (``resolvers=`` given to
 :func:`connect`, or to ``amerge``) settle them, ask for a retry, or raise.
 
-Offline: merges made while disconnected are queued (in the ``local`` SQLite
-file when given, so they survive a restart) and sent in order when the
-connection is back, each judged against its own fork base. Reconnection uses
-capped exponential backoff with full jitter.
+**Read-your-writes.** The replica holds only what the hub confirmed. The
+agent's own merges that are queued (offline) or in flight are an overlay on
+top of it (:mod:`sync.overlay`): ``snapshot``, ``get``, ``read``, new forks
+and their reads all show them at once. A merge computed on top of such a
+merge names it in its *chain*, and the hub judges it against a base that
+includes it: an agent never conflicts with itself. When a merge of a chain
+fails, the later merges built on it fail too (:class:`~crdt_state.BrokenChain`);
+each merge ends applied (maybe with settled conflicts) or failed, told to its
+caller or, when the caller no longer waits, in :attr:`RemoteState.conflicted`
+and :attr:`RemoteState.failed` (see :mod:`sync.outbox`).
+
+**Identity and exactly-once.** Each :class:`RemoteState` has a writer id (128
+random bits, kept in the ``local`` file when there is one, else new per
+process) sent with every merge; the hub deduplicates on (writer, request id),
+so a merge re-sent after a reconnect or a restart is applied once.
+
+Offline: merges are queued (in the ``local`` SQLite file when given, so they
+survive a restart) and sent in order when the connection is back.
+Reconnection uses capped exponential backoff with full jitter.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
+from pycrdt import merge_updates
 from pydantic import BaseModel
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
@@ -35,74 +49,32 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from crdt_state import (
     MISSING,
     Branch,
+    BrokenChain,
     Change,
     Conflict,
-    ConflictError,
     CrdtStateError,
     MergeResult,
     Retry,
     SharedState,
     VersionVector,
+    parse_path,
     resolvers,
 )
-from crdt_state.resolvers import PolicyTable
 from crdt_state.transact import arun_transaction
+from crdt_state.values import tree_get
 
 from . import protocol as p
+from .errors import RemoteError
 from .offline import OfflineStore, PendingMerge
-from .wire import conflict_from_record, wire_changes
+from .outbox import Event, Finished, Outbox, Send
+from .overlay import chain_of, view_snapshot
+from .view import RemoteBranch, RemoteToken
+from .wire import wire_changes
 
-__all__ = ["RemoteBranch", "RemoteError", "RemoteState", "connect"]
+__all__ = ["RemoteBranch", "RemoteError", "RemoteState", "RemoteToken", "connect"]
 
 log = logging.getLogger("crdt_state.client")
 T = TypeVar("T")
-
-_MAX_ROUNDS = 64
-_ROUND_BACKOFF = Retry(attempts=_MAX_ROUNDS, base_delay=0.002, max_delay=0.2)
-
-
-class RemoteError(CrdtStateError):
-    """The hub refused a merge for a reason other than a conflict (``code`` from the hub)."""
-
-    code = "remote_error"
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message, details={"hub_code": code})
-        self.code = code
-
-
-@dataclass
-class _Outcome:
-    status: p.MergeStatus
-    token: VersionVector
-    reply: p.MergeResult
-
-
-class RemoteBranch(Branch):
-    """A branch of a remote room: reads and edits locally, merges through the hub."""
-
-    def __init__(self, remote: RemoteState, agent: str, base_seq: int, base: VersionVector) -> None:
-        super().__init__(remote.replica, agent, base_seq, base)
-        self._remote = remote
-
-    def merge(self, **options: Any) -> MergeResult:
-        raise TypeError("a remote branch merges with 'await branch.amerge()' or 'async with'")
-
-    async def amerge(
-        self, *, resolvers: Mapping[Any, object] | None = None, default: object | None = None
-    ) -> MergeResult:
-        """Send the branch to the hub; see :meth:`RemoteState.acommit` for the outcome.
-
-        While offline this returns at once with ``MergeResult.pending`` true;
-        the merge is sent on reconnect.
-        """
-        if self._status == "merged" and self._result is not None:
-            return self._result
-        self._writable()
-        result = await self._remote._submit(self.ops(), self.base, self.agent, resolvers, default)
-        self._status = "merged"
-        self._result = result
-        return result
 
 
 class RemoteState:
@@ -127,23 +99,33 @@ class RemoteState:
         self.replica = SharedState(
             resolvers=resolvers, default=default, schema=schema, initialize=False
         )
+        """The hub's confirmed state (without this agent's unconfirmed merges)."""
         # a mirror of the hub: it never writes on its own, and takes the hub's
         # content as it is (the hub is the authority; branches validate writes)
         self.replica._tick_remote = False
         self.replica._validate_updates = False
         self._store = OfflineStore(local) if local is not None else None
+        self.writer = self._store.writer() if self._store is not None else secrets.token_hex(16)
+        """This client's identity for the hub's deduplication (see ``docs/protocol.md``)."""
+        self._outbox = Outbox(self.replica, self._store)
         self._backoff = reconnect or Retry(attempts=1, base_delay=0.05, max_delay=2.0)
         self._max_message = max_message
         self._ws: ClientConnection | None = None
         self._synced = asyncio.Event()
+        self._send_lock = asyncio.Lock()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
-        self._pending: dict[int, PendingMerge] = {}
-        self._waiters: dict[int, asyncio.Future[_Outcome | None]] = {}
+        self._later: set[asyncio.Task[None]] = set()
+        self._waiting: dict[int, tuple[asyncio.Future[MergeResult], PendingMerge]] = {}
+        self._in_flight: set[int] = set()  # request ids sent on this connection, unanswered
+        self._held: list[bytes] = []  # hub updates received while merges are in flight
         self._fatal: BaseException | None = None
-        self._seq = itertools.count(1)
-        self.failed: list[ConflictError | CrdtStateError] = []
-        """Offline merges that could not be applied after reconnecting."""
+        self.failed: list[CrdtStateError] = []
+        """Merges that failed after their caller stopped waiting (queued offline, or in
+        flight when the connection dropped), each as its typed error."""
+        self.conflicted: list[Conflict] = []
+        """Conflicts, with their resolutions, of merges that were applied after their
+        caller stopped waiting."""
         self.connects = 0
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -157,10 +139,7 @@ class RemoteState:
         if self._store is not None:
             for update in self._store.load_replica():
                 self.replica.apply_update(update, origin="local-file")
-            for pending in self._store.load_pending():
-                self._pending[pending.request_id] = pending
-            last = max((m.order for m in self._pending.values()), default=0)
-            self._seq = itertools.count(last + 1)
+            self._outbox.load(self._store.load_pending(), self._store.load_confirmed())
         self._task = asyncio.create_task(self._run())
         try:
             await asyncio.wait_for(self._wait_synced(), timeout)
@@ -184,10 +163,11 @@ class RemoteState:
         if self._ws is not None:
             with contextlib.suppress(Exception):
                 await self._ws.close()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        for task in [self._task, *self._later]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
         self._release_waiters()
         if self._store is not None:
             self._store.save_replica(self.replica.get_update())
@@ -207,41 +187,71 @@ class RemoteState:
 
     @property
     def pending(self) -> int:
-        """Merges waiting to be sent or acknowledged."""
-        return len(self._pending)
+        """Merges that have not ended yet (queued, in flight, or being settled)."""
+        return len(self._outbox)
 
     async def wait_idle(self, timeout: float = 10.0) -> None:
-        """Wait until every queued merge has been acknowledged."""
+        """Wait until every merge has ended (applied or failed)."""
         async with asyncio.timeout(timeout):
-            while self._pending:
+            while len(self._outbox):
                 await asyncio.sleep(0.01)
 
-    # -- the SharedState API ---------------------------------------------------------------
+    # -- the SharedState API, through the overlay --------------------------------------
     @property
     def token(self) -> VersionVector:
+        """The hub's confirmed token (this agent's unconfirmed merges are not in it)."""
         return self.replica.token
 
     def snapshot(self) -> dict[str, Any]:
-        return self.replica.snapshot()
+        """The room as this agent sees it: confirmed state plus its own unconfirmed merges."""
+        with self.replica._lock:
+            overlay = self._outbox.snapshot()
+            snapshot = self.replica.snapshot()
+        return view_snapshot(snapshot, overlay.entries)
 
-    def read(self) -> tuple[dict[str, Any], VersionVector]:
-        return self.replica.read()
+    def read(self) -> tuple[dict[str, Any], RemoteToken]:
+        """``(snapshot, token)`` taken atomically; the snapshot is the one of :meth:`snapshot`.
+
+        The token is the hub's confirmed token (equal to :attr:`token` at that
+        moment): the snapshot may also show this agent's unconfirmed merges,
+        which the token does not include. The token remembers them, so
+        ``acommit(changes, token)`` sends them as the merge's chain and the hub
+        judges the changes against the token plus those merges.
+        """
+        with self.replica._lock:
+            overlay = self._outbox.snapshot()
+            snapshot, token = self.replica.read()
+            seq = self.replica._log.head_seq
+        return view_snapshot(snapshot, overlay.entries), RemoteToken(token, seq, overlay)
 
     def get(self, path: Any, default: Any = None) -> Any:
-        return self.replica.get(path, default)
+        """The value at ``path`` as this agent sees it (a copy), or ``default`` when absent."""
+        key = parse_path(path)
+        with self.replica._lock:
+            overlay = self._outbox.snapshot()
+            if key[0] not in overlay.keys:
+                return self.replica.get(key, default)
+            value = self._outbox.view_of(key[0], self.replica._log.head_seq, overlay)
+        found = MISSING if value is MISSING else tree_get({key[0]: value}, key)
+        return default if found is MISSING else found
 
     def get_update(self, since: VersionVector | None = None) -> bytes:
+        """A Yjs update of the confirmed state (see :meth:`SharedState.get_update`)."""
         return self.replica.get_update(since)
 
     def model(self) -> BaseModel:
-        """The room as a validated instance of the schema given to :func:`connect`."""
-        return self.replica.model()
+        """The room as this agent sees it, as an instance of the schema given to :func:`connect`."""
+        schema = self.replica._schema
+        if schema is None:
+            raise TypeError("this state has no schema")
+        return schema.to_model(self.snapshot())
 
     def fork(self, agent: str | None = None) -> RemoteBranch:
-        """A branch of the replica at its current version (O(1))."""
+        """A branch at the replica's version, with this agent's unconfirmed merges (O(1))."""
         with self.replica._lock:
+            overlay = self._outbox.snapshot()
             log_ = self.replica._log
-            return RemoteBranch(self, agent or self.agent, log_.head_seq, log_.head_token)
+            return RemoteBranch(self, agent or self.agent, log_.head_seq, log_.head_token, overlay)
 
     async def acommit(
         self,
@@ -252,7 +262,12 @@ class RemoteState:
         resolvers: Mapping[Any, object] | None = None,
         default: object | None = None,
     ) -> MergeResult:
-        """Merge changes computed from the room at ``base`` (the OCC form)."""
+        """Merge changes computed from the room at ``base`` (the OCC form).
+
+        With a token from :meth:`read`, the changes build on this agent's
+        unconfirmed merges that the snapshot showed (they become the chain);
+        with any other token (e.g. :attr:`token`), on the confirmed state only.
+        """
         ops = self.replica._ops_from(changes)
         return await self._submit(ops, base, agent or self.agent, resolvers, default)
 
@@ -287,107 +302,120 @@ class RemoteState:
         resolvers_: Mapping[Any, object] | None,
         default: object | None,
     ) -> MergeResult:
-        table = self.replica.policies.overlay(resolvers_, default)
-        conflicts: list[Conflict] = []
-        for round_ in range(_MAX_ROUNDS):
-            if round_ >= 2:  # contention: others keep merging between our rounds
-                await asyncio.sleep(_ROUND_BACKOFF.delay(round_ - 1))
-            pending = PendingMerge(
-                request_id=secrets.randbits(52),
-                order=next(self._seq),
-                agent=agent,
-                base=base,
-                ops=ops,
-                combine=_combined(ops, table),
-            )
-            self._queue(pending)
-            if not self.connected:
-                return MergeResult(token=base, agent=agent, fast_forward=False, pending=True)
-            waiter: asyncio.Future[_Outcome | None] = asyncio.get_running_loop().create_future()
-            self._waiters[pending.request_id] = waiter
-            await self._send_pending(pending)
-            outcome = await waiter
-            if outcome is None:  # the connection dropped: the merge stays queued
-                return MergeResult(token=base, agent=agent, fast_forward=False, pending=True)
-            reply = outcome.reply
-            if outcome.status is not p.MergeStatus.ERROR:
-                return MergeResult(
-                    token=outcome.token,
-                    applied=tuple(tuple(x) for x in reply.applied),
-                    conflicts=(*conflicts, *(conflict_from_record(c) for c in reply.conflicts)),
-                    fast_forward=False,
-                    agent=agent,
-                )
-            ops, base, settled = self._settle(reply, ops, table, agent)
-            conflicts.extend(settled)
-        raise ConflictError("conflicts kept coming back from the hub", conflicts=conflicts)
+        """Queue a merge, send it, and wait for how it ends (or return it as pending).
 
-    def _settle(
-        self, reply: p.MergeResult, ops: list[Change], table: PolicyTable, agent: str
-    ) -> tuple[list[Change], VersionVector, list[Conflict]]:
-        """Resolve a refused merge's conflicts with the client's policies.
-
-        Returns the changes to send again (resolved values substituted), the
-        base to judge them against (the hub's token at refusal) and the
-        conflicts with their resolutions. Raises
-        :class:`ConflictError` (``retry`` set when a policy asked for it) or
-        :class:`RemoteError`.
+        Raises :class:`ConflictError`, :class:`BrokenChain` or :class:`RemoteError`
+        when the merge fails while this call still waits.
         """
-        error = reply.error
-        assert error is not None
-        if error.code not in ("conflict", "retry"):
-            raise RemoteError(error.code, error.message)
-        settled: dict[tuple[str, ...], Any] = {}
-        final: list[Conflict] = []
-        escalated = []
-        for record in reply.conflicts:
-            conflict = conflict_from_record(record)
-            if not conflict.resolved:
-                conflict, escalation = table.resolve(conflict)
-                if escalation is not None:
-                    escalated.append(escalation)
-            final.append(conflict)
-            if conflict.resolved:
-                settled[conflict.path] = conflict.resolution
-        if escalated:
-            raise ConflictError(
-                f"{len(escalated)} conflicting write(s) not resolved by policy",
-                conflicts=final,
-                retry=all(e.retry for e in escalated),
+        table = self.replica.policies.overlay(resolvers_, default)
+        chain, seen = self._chain(ops, base)
+        merge = PendingMerge(
+            self._outbox.new_id(),
+            self._outbox.new_order(),
+            agent,
+            VersionVector.from_state(base.to_state()),
+            ops,
+            chain,
+            seen,
+        )
+        wire_changes(ops)  # refuse what the wire cannot carry before queueing it
+        self._outbox.submit(merge, table)
+        if self._ws is None:
+            return _pending_result(merge)
+        future: asyncio.Future[MergeResult] = asyncio.get_running_loop().create_future()
+        self._waiting[merge.order] = (future, merge)
+        async with self._send_lock:
+            await self._send(merge)
+        return await future
+
+    def _chain(
+        self, ops: list[Change], base: VersionVector
+    ) -> tuple[tuple[int, ...], dict[tuple[str, ...], Any] | None]:
+        """The ids of the unconfirmed merges ``ops`` build on, and what the agent saw.
+
+        ``seen`` holds the value the agent's view had, before its own changes,
+        at each path ``ops`` set or delete (``None`` without a chain). Raises
+        :class:`BrokenChain` when one it depends on already failed.
+        """
+        if not isinstance(base, RemoteToken) or not base.overlay.entries:
+            return (), None
+        chained = chain_of(base.overlay.entries, ops)
+        if not chained:
+            return (), None
+        gone = sorted(e.request_id for e in chained if self._outbox.is_failed(e.request_id))
+        if gone:  # computed on top of a change that will never be applied
+            raise BrokenChain(
+                "this merge builds on an earlier merge of the agent that failed",
+                details={"request_ids": gone},
             )
-        new_ops: list[Change] = []
+        views: dict[str, Any] = {}
+        seen: dict[tuple[str, ...], Any] = {}
         for op in ops:
-            if op.path in settled:
-                value = settled[op.path]
-                new_ops.append(
-                    Change("delete", op.path) if value is MISSING else Change("set", op.path, value)
-                )
-            else:
-                new_ops.append(op)
-        return new_ops, VersionVector.from_state(reply.token), final
+            if op.kind == "append":
+                continue
+            key = op.path[0]
+            if key not in views:
+                views[key] = self._outbox.view_of(key, base.seq, base.overlay)
+            value = views[key]
+            seen[op.path] = MISSING if value is MISSING else tree_get({key: value}, op.path)
+        # the chain names every merge the view held (a superset of those it builds on,
+        # mostly one run of consecutive ids); only those it depends on can fail it
+        ids = sorted(
+            e.request_id for e in base.overlay.entries if not self._outbox.is_failed(e.request_id)
+        )
+        return tuple(ids), seen
 
-    def _queue(self, pending: PendingMerge) -> None:
-        self._pending[pending.request_id] = pending
-        if self._store is not None:
-            self._store.add_pending(pending)
-
-    def _done(self, request_id: int) -> None:
-        self._pending.pop(request_id, None)
-        if self._store is not None:
-            self._store.remove_pending(request_id)
-
-    async def _send_pending(self, pending: PendingMerge) -> None:
+    async def _send(self, merge: PendingMerge) -> None:
         ws = self._ws
-        if ws is None:
-            return
+        if ws is None or merge.request_id in self._in_flight:
+            return  # offline, or already sent on this connection
+        self._in_flight.add(merge.request_id)
         frame = p.encode_merge_request(
-            pending.request_id,
-            pending.agent,
-            pending.base.to_state(),
-            wire_changes(pending.ops, pending.combine.__contains__),
+            merge.request_id,
+            merge.agent,
+            merge.base.to_state(),
+            wire_changes(merge.ops),
+            self.writer,
+            merge.chain,
         )
         with contextlib.suppress(ConnectionClosed):
             await ws.send(frame)
+
+    async def _send_later(self, merge: PendingMerge, delay: float, connection: int) -> None:
+        await asyncio.sleep(delay)
+        # after a reconnect, every live merge was sent again already
+        if self.connects == connection and self._outbox.is_live(merge):
+            await self._send(merge)
+
+    async def _carry_out(self, events: list[Event]) -> None:
+        for event in events:
+            if isinstance(event, Send):
+                if event.delay:
+                    task = asyncio.create_task(
+                        self._send_later(event.merge, event.delay, self.connects)
+                    )
+                    self._later.add(task)
+                    task.add_done_callback(self._later.discard)
+                else:
+                    await self._send(event.merge)
+            else:
+                self._finished(event)
+
+    def _finished(self, event: Finished) -> None:
+        waiting = self._waiting.pop(event.order, None)
+        future = waiting[0] if waiting is not None else None
+        if future is not None and not future.done():
+            if event.error is not None:
+                future.set_exception(event.error)
+            else:
+                assert event.result is not None
+                future.set_result(event.result)
+            return
+        if event.error is not None:
+            log.warning("queued merge of %s failed: %s", self.agent, event.error)
+            self.failed.append(event.error)
+        elif event.result is not None and event.result.conflicts:
+            self.conflicted.extend(event.result.conflicts)
 
     # -- the connection -----------------------------------------------------------------------
     def _connect_url(self) -> str:
@@ -410,7 +438,14 @@ class RemoteState:
                     self._ws = ws
                     attempt = 0
                     self.connects += 1
-                    await ws.send(p.encode_sync_step1(self.replica.token.to_state()))
+                    self._in_flight.clear()
+                    self._held.clear()  # what the hub sent before is in its sync step 2
+                    async with self._send_lock:
+                        # queued merges first: their answers come before the sync step 2
+                        # (a merge applied before a disconnect comes back deduplicated)
+                        for merge in self._outbox.to_send():
+                            await self._send(merge)
+                        await ws.send(p.encode_sync_step1(self.replica.token.to_state()))
                     async for data in ws:
                         if isinstance(data, bytes):
                             await self._receive(ws, data)
@@ -435,11 +470,11 @@ class RemoteState:
             await asyncio.sleep(self._backoff.rng.uniform(0, self._backoff.cap(min(attempt, 30))))
 
     def _release_waiters(self) -> None:
-        """Merges awaiting an answer when the connection drops return as pending."""
-        waiters, self._waiters = self._waiters, {}
-        for waiter in waiters.values():
-            if not waiter.done():
-                waiter.set_result(None)
+        """Merges awaited when the connection drops return as pending; they stay queued."""
+        waiting, self._waiting = self._waiting, {}
+        for future, merge in waiting.values():
+            if not future.done():
+                future.set_result(_pending_result(merge))
 
     async def _receive(self, ws: ClientConnection, data: bytes) -> None:
         message = p.decode_message(data)
@@ -447,46 +482,38 @@ class RemoteState:
             since = VersionVector.from_state(message.state_vector)
             await ws.send(p.encode_sync_step2(self.replica.get_update(since)))
         elif isinstance(message, (p.SyncStep2, p.SyncUpdate)):
-            self.replica.apply_update(message.update, origin="hub")
-            if self._store is not None and self._store.append_replica(message.update) > 1_000:
-                self._store.save_replica(self.replica.get_update())  # fold the rows into one
-            if isinstance(message, p.SyncStep2) and not self._synced.is_set():
+            if self._in_flight:  # it may carry a merge whose answer has not come yet
+                self._held.append(message.update)
+                if len(self._held) > 64:
+                    self._held = [bytes(merge_updates(*self._held))]
+            else:
+                await self._apply([message.update])
+            if isinstance(message, p.SyncStep2):
                 self._synced.set()
-                for pending in sorted(self._pending.values(), key=lambda m: m.order):
-                    await self._send_pending(pending)
         elif isinstance(message, p.MergeResult):
-            await self._on_result(message)
+            self._in_flight.discard(message.request_id)
+            await self._carry_out(self._outbox.on_result(message))
+            if self._held and not self._in_flight:
+                held, self._held = self._held, []
+                await self._apply(held)
 
-    async def _on_result(self, reply: p.MergeResult) -> None:
-        pending = self._pending.get(reply.request_id)
-        self._done(reply.request_id)
-        outcome = _Outcome(reply.status, VersionVector.from_state(reply.token), reply)
-        waiter = self._waiters.pop(reply.request_id, None)
-        if waiter is not None:
-            if not waiter.done():
-                waiter.set_result(outcome)
-            return
-        if pending is None or reply.status is not p.MergeStatus.ERROR:
-            return
-        # an offline merge came back refused: settle it with the client's policies
-        try:
-            ops, base, _ = self._settle(reply, pending.ops, self.replica.policies, pending.agent)
-        except (ConflictError, RemoteError) as exc:
-            log.warning("queued merge of %s refused: %s", pending.agent, exc)
-            self.failed.append(exc)
-            return
-        again = PendingMerge(
-            secrets.randbits(52), next(self._seq), pending.agent, base, ops, pending.combine
-        )
-        self._queue(again)
-        await self._send_pending(again)
+    async def _apply(self, updates: list[bytes]) -> None:
+        """Take the hub's updates into the replica (and the local file).
+
+        Updates that arrive while merges are in flight are held until their
+        answers came: the hub sends a merge's update before its answer, and
+        until the answer the merge is still shown from the overlay, so taking
+        the update earlier would show it twice (appends) or hide later writes.
+        """
+        for update in updates:
+            self.replica.apply_update(update, origin="hub")
+            if self._store is not None and self._store.append_replica(update) > 1_000:
+                self._store.save_replica(self.replica.get_update())  # fold the rows into one
+        await self._carry_out(self._outbox.on_replica_update())
 
 
-def _combined(ops: list[Change], table: PolicyTable) -> frozenset[tuple[str, ...]]:
-    """Paths whose policy combines equal concurrent writes (see ``resolvers.counter``)."""
-    return frozenset(
-        op.path for op in ops if getattr(table.policy_for(op.path), "sees_equal_writes", False)
-    )
+def _pending_result(merge: PendingMerge) -> MergeResult:
+    return MergeResult(token=merge.base, agent=merge.agent, fast_forward=False, pending=True)
 
 
 @contextlib.asynccontextmanager
@@ -505,10 +532,10 @@ async def connect(
     """Join the hub room at ``url`` as ``agent``; yields a :class:`RemoteState`.
 
     ``token`` is an access token (sent as the ``token`` query parameter);
-    ``local`` a SQLite file keeping the replica and queued merges across
-    restarts; ``resolvers``/``default`` the client's own conflict policies;
-    ``schema`` a pydantic model: branch writes are validated against it and
-    :meth:`RemoteState.model` reads the room typed.
+    ``local`` a SQLite file keeping the writer id, the replica and queued
+    merges across restarts; ``resolvers``/``default`` the client's own conflict
+    policies; ``schema`` a pydantic model: branch writes are validated against
+    it and :meth:`RemoteState.model` reads the room typed.
     """
     remote = RemoteState(
         url,

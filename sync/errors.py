@@ -6,6 +6,9 @@ Hierarchy::
     └── ProtocolError(ValueError)  bytes that are not a valid frame of our wire protocol,
                                    or a value that cannot be encoded into one
 
+    crdt_state.CrdtStateError
+    └── RemoteError                the hub refused a merge (``code`` from the hub)
+
 A :class:`ProtocolError` carries a stable machine-readable :class:`ErrorCode` (agents and
 tests match on it, never on the message) and the websocket close code a server should use
 when the bad bytes came from its peer.
@@ -16,7 +19,9 @@ from __future__ import annotations
 import enum
 from typing import Final
 
-__all__ = ["CloseCode", "ErrorCode", "ProtocolError", "SyncError"]
+from crdt_state import CrdtStateError
+
+__all__ = ["CloseCode", "ErrorCode", "ProtocolError", "RemoteError", "SyncError"]
 
 _MAX_CLOSE_REASON_BYTES: Final = 123  # RFC 6455 section 5.5: 125-byte control frame - 2-byte code
 
@@ -53,6 +58,7 @@ class ErrorCode(enum.StrEnum):
     INVALID_JSON = "invalid_json"
     INVALID_CHANGE_SET = "invalid_change_set"
     INVALID_RESULT_BODY = "invalid_result_body"
+    INVALID_MERGE_REQUEST = "invalid_merge_request"
     UNKNOWN_CHANGE_KIND = "unknown_change_kind"
     UNKNOWN_STATUS = "unknown_status"
     UNSUPPORTED_FRAME = "unsupported_frame"
@@ -105,3 +111,17 @@ class ProtocolError(SyncError, ValueError):
 
     def __reduce__(self) -> tuple[type[ProtocolError], tuple[ErrorCode, str]]:
         return (type(self), (self.code, self.reason))
+
+
+class RemoteError(CrdtStateError):
+    """The hub refused a merge for a reason other than a conflict.
+
+    ``code`` is the hub's error code (``document_too_large``, ``wrong_type``,
+    ``broken_chain``, ...); ``details["hub_code"]`` repeats it.
+    """
+
+    code = "remote_error"
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message, details={"hub_code": code})
+        self.code = code

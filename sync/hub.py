@@ -24,7 +24,7 @@ from fnmatch import fnmatchcase
 from http import HTTPStatus
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import parse_qs, urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -33,6 +33,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from crdt_state import (
+    Conflict,
     ConflictError,
     CrdtStateError,
     MergeResult,
@@ -40,6 +41,7 @@ from crdt_state import (
     VersionVector,
     resolvers,
 )
+from crdt_state.resolvers import Escalation
 
 from . import protocol as p
 from .auth import AuthError, Grant, verify_token
@@ -337,8 +339,10 @@ class Hub:
                 ops,
                 base,
                 request.agent or session.label,
-                resolvers=_equal_write_reports(state, request),
+                default=_unsettled_default(state),
                 request_id=request.request_id,
+                writer=_writer_of(request, session),
+                builds_on=request.chain,
             )
         except ConflictError as exc:
             code = "retry" if exc.retry else exc.code
@@ -364,20 +368,23 @@ class Hub:
         return reply
 
 
-def _equal_write_reports(state: SharedState, request: p.MergeRequest) -> dict[Any, object] | None:
-    """Policies that send equal concurrent writes back to a client that combines them.
+def _report_to_client(conflict: Conflict) -> NoReturn:
+    """The hub's default policy: leave the conflict to the merging client's policies."""
+    raise Escalation(False, "left to the merging client")
 
-    Only for paths where the room has no rule of its own: room policies win.
+
+def _unsettled_default(state: SharedState) -> object | None:
+    """The default policy for a merge: every overlap the room's rules do not settle goes
+    back to the client, equal values included (``None``: the room has a default of its own)."""
+    return _report_to_client if state.policies.default is resolvers.raise_conflict else None
+
+
+def _writer_of(request: p.MergeRequest, session: Session) -> str:
+    """Whose request ids these are: the writer the client names, or else its connection.
+
+    The two are kept apart by a prefix, so no client can name a connection's scope.
     """
-    table = state.policies
-    paths = {
-        change.path
-        for change in request.changes
-        if change.combine and table.policy_for(tuple(change.path)) is table.default
-    }
-    if not paths:
-        return None
-    return {tuple(path): resolvers.raise_conflict for path in paths}
+    return f"w:{request.writer}" if request.writer else f"c:{session.writer}"
 
 
 _closing: set[asyncio.Task[None]] = set()

@@ -12,7 +12,7 @@ type  message           rest of the message
 1     awareness         varbytes (an awareness update, relayed opaquely)
 2     auth              varuint 0 (permission denied), varstring reason
 3     query-awareness   nothing
-100   merge (ours)      varuint step (0 request, 1 result), fields below
+100   merge (ours)      varuint step (0/2 request, 1 result), fields below
 ====  ================  =====================================================
 
 Stock y-websocket servers ignore types they do not know and stock providers log and drop
@@ -31,6 +31,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Final, TypeAlias
 
 from sync.changes import (
@@ -44,10 +45,18 @@ from sync.changes import (
     encode_result_body,
 )
 from sync.errors import ErrorCode, ProtocolError
-from sync.lib0 import Reader, encode_var_bytes, encode_var_string, encode_var_uint
+from sync.lib0 import (
+    MAX_VAR_UINT,
+    Reader,
+    encode_var_bytes,
+    encode_var_string,
+    encode_var_uint,
+)
 from sync.state_vector import validate_state_vector
 
 __all__ = [
+    "MAX_CHAIN",
+    "MAX_WRITER_BYTES",
     "MERGE_MESSAGE_TYPE",
     "Awareness",
     "MergeRequest",
@@ -89,6 +98,12 @@ class MessageType(enum.IntEnum):
 
 MERGE_MESSAGE_TYPE: Final = MessageType.MERGE
 
+MAX_WRITER_BYTES: Final = 64
+"""Longest writer identity a merge request may carry (UTF-8 bytes)."""
+
+MAX_CHAIN: Final = 100_000
+"""Most earlier requests a merge request may build on (as many as a hub remembers)."""
+
 
 class SyncStep(enum.IntEnum):
     """Second varuint of a sync message (y-protocols ``sync.js``)."""
@@ -108,7 +123,10 @@ class MergeStep(enum.IntEnum):
     """Second varuint of a merge message."""
 
     REQUEST = 0
+    """A merge request without writer or chain (older and minimal clients)."""
     RESULT = 1
+    WRITER_REQUEST = 2
+    """A merge request that names its writer and the earlier requests it builds on."""
 
 
 class MergeStatus(enum.IntEnum):
@@ -174,13 +192,33 @@ class MergeRequest:
 
     ``request_id`` is chosen by the client and echoed in the :class:`MergeResult`;
     ``base`` is the branch's fork-base token (a Yjs state vector, validated on both
-    encode and decode); ``changes`` are applied in order.
+    encode and decode); ``changes`` are applied in order. ``writer`` is the stable
+    identity of the sending client (``""``: none; the hub then scopes the request to
+    the connection): requests are deduplicated by ``(writer, request_id)``.
+    ``chain`` lists, in increasing order, the ids of earlier requests of the same
+    writer that the changes were computed on top of (see ``docs/protocol.md``); it
+    travels as runs of consecutive ids. Construction checks the writer's length and
+    that the chain is strictly increasing and at most :data:`MAX_CHAIN` long
+    (:class:`ProtocolError`, ``invalid_merge_request``).
     """
 
     request_id: int
     agent: str
     base: bytes
     changes: tuple[Change, ...]
+    writer: str = ""
+    chain: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        bad = ErrorCode.INVALID_MERGE_REQUEST
+        if len(self.writer.encode("utf-8", "surrogatepass")) > MAX_WRITER_BYTES:
+            raise ProtocolError(bad, f"writer longer than {MAX_WRITER_BYTES} bytes")
+        if len(self.chain) > MAX_CHAIN:
+            raise ProtocolError(bad, f"chain longer than {MAX_CHAIN} requests")
+        if any(not isinstance(i, int) or i < 0 for i in self.chain):
+            raise ProtocolError(bad, "chain ids must be unsigned integers")
+        if any(a >= b for a, b in pairwise(self.chain)):
+            raise ProtocolError(bad, "chain ids must be strictly increasing")
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,20 +309,70 @@ def encode_permission_denied(reason: str) -> bytes:
 
 
 def encode_merge_request(
-    request_id: int, agent: str, base: bytes, changes: Sequence[Change]
+    request_id: int,
+    agent: str,
+    base: bytes,
+    changes: Sequence[Change],
+    writer: str = "",
+    chain: Sequence[int] = (),
 ) -> bytes:
-    """Encode a merge request (layout in ``docs/protocol.md``)."""
+    """Encode a merge request (layout in ``docs/protocol.md``).
+
+    With a writer or a chain it is step 2 (:attr:`MergeStep.WRITER_REQUEST`);
+    without either, step 0, the request of earlier versions.
+    """
     validate_state_vector(base)
-    return b"".join(
-        (
-            _MERGE,
-            encode_var_uint(MergeStep.REQUEST),
-            encode_var_uint(request_id),
-            encode_var_string(agent),
-            encode_var_bytes(base),
-            encode_var_bytes(encode_change_set(changes)),
-        )
-    )
+    MergeRequest(request_id, agent, base, (), writer, tuple(chain))  # checks writer and chain
+    full = bool(writer or chain)
+    parts = [
+        _MERGE,
+        encode_var_uint(MergeStep.WRITER_REQUEST if full else MergeStep.REQUEST),
+        encode_var_uint(request_id),
+        encode_var_string(agent),
+        encode_var_bytes(base),
+        encode_var_bytes(encode_change_set(changes)),
+    ]
+    if full:
+        parts.append(encode_var_string(writer))
+        parts.append(_encode_runs(chain))
+    return b"".join(parts)
+
+
+def _encode_runs(ids: Sequence[int]) -> bytes:
+    """Strictly increasing ids as runs: ``varuint n``, then per run ``varuint gap,
+    varuint length``; a run starts ``gap`` after the end of the one before (after
+    0 for the first) and holds ``length`` (at least 1) consecutive ids."""
+    runs: list[tuple[int, int]] = []
+    for i in ids:
+        if runs and runs[-1][0] + runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((i, 1))
+    out = [encode_var_uint(len(runs))]
+    end = 0
+    for start, length in runs:
+        out.append(encode_var_uint(start - end))
+        out.append(encode_var_uint(length))
+        end = start + length
+    return b"".join(out)
+
+
+def _decode_runs(reader: Reader) -> tuple[int, ...]:
+    bad = ErrorCode.INVALID_MERGE_REQUEST
+    ids: list[int] = []
+    end = 0
+    for index in range(reader.read_var_uint()):
+        gap, length = reader.read_var_uint(), reader.read_var_uint()
+        if length == 0 or (index > 0 and gap == 0):
+            raise ProtocolError(bad, "chain runs must be non-empty and apart")
+        if len(ids) + length > MAX_CHAIN:
+            raise ProtocolError(bad, f"chain longer than {MAX_CHAIN} requests")
+        start = end + gap
+        end = start + length
+        if end - 1 > MAX_VAR_UINT:
+            raise ProtocolError(bad, "chain id exceeds 2**53 - 1")
+        ids.extend(range(start, end))
+    return tuple(ids)
 
 
 def encode_merge_result(
@@ -315,8 +403,8 @@ def encode_message(message: Message) -> bytes:
             return encode_query_awareness()
         case PermissionDenied(reason):
             return encode_permission_denied(reason)
-        case MergeRequest(request_id, agent, base, changes):
-            return encode_merge_request(request_id, agent, base, changes)
+        case MergeRequest(request_id, agent, base, changes, writer, chain):
+            return encode_merge_request(request_id, agent, base, changes, writer, chain)
         case MergeResult():
             validate_state_vector(message.token)
             return b"".join(
@@ -394,12 +482,16 @@ def _decode_sync(reader: Reader) -> Message:
 
 def _decode_merge(reader: Reader) -> Message:
     step = reader.read_var_uint()
-    if step == MergeStep.REQUEST:
+    if step in (MergeStep.REQUEST, MergeStep.WRITER_REQUEST):
         request_id = reader.read_var_uint()
         agent = reader.read_var_string()
         base = validate_state_vector(reader.read_var_bytes())
         changes = decode_change_set(reader.read_var_bytes())
-        return MergeRequest(request_id, agent, base, changes)
+        if step == MergeStep.REQUEST:
+            return MergeRequest(request_id, agent, base, changes)
+        writer = reader.read_var_string()
+        chain = _decode_runs(reader)
+        return MergeRequest(request_id, agent, base, changes, writer, chain)
     if step == MergeStep.RESULT:
         request_id = reader.read_var_uint()
         raw_status = reader.read_var_uint()

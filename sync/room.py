@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import secrets
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ class Session:
     remote: str
     max_outbox: int
     id: int = field(default_factory=lambda: next(_ids))
+    writer: str = field(default_factory=lambda: secrets.token_hex(16))
+    """A random 128-bit identity: the scope of request ids sent without a writer."""
     outbox: asyncio.Queue[bytes | None] = field(init=False)
     overflowed: bool = False
     on_overflow: Callable[[Session], None] | None = None

@@ -9,7 +9,7 @@ A conflict the policies did not settle travels with ``resolution`` set to
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 import crdt_state
@@ -28,14 +28,9 @@ __all__ = [
 UNRESOLVED_NAME: Final = "unresolved"
 
 
-def wire_changes(
-    ops: Iterable[crdt_state.Change], combine: Callable[[tuple[str, ...]], bool] = lambda _: False
-) -> list[wire.Change]:
-    """The core's changes as wire records; ``combine(path)`` sets each record's flag."""
-    return [
-        wire.Change(wire.ChangeKind(op.kind), tuple(op.path), op.value, combine=combine(op.path))
-        for op in ops
-    ]
+def wire_changes(ops: Iterable[crdt_state.Change]) -> list[wire.Change]:
+    """The core's changes as wire records."""
+    return [wire.Change(wire.ChangeKind(op.kind), tuple(op.path), op.value) for op in ops]
 
 
 def core_changes(records: Sequence[wire.Change]) -> list[crdt_state.Change]:
@@ -57,6 +52,7 @@ def conflict_to_record(conflict: Conflict) -> wire.ConflictRecord:
         incoming_agent=conflict.incoming_agent,
         resolution=(conflict.policy or "policy") if resolved else UNRESOLVED_NAME,
         value=conflict.resolution if resolved else MISSING,
+        same_value=conflict.same_value,
     )
 
 

@@ -436,8 +436,12 @@ async def test_a_resent_merge_request_is_applied_once(tmp_path: Path) -> None:
     from sync.changes import ChangeKind
 
     db = tmp_path / "hub.db"
-    frame = p.encode_merge_request(
-        424242, "resender", b"\x00", [WireChange(ChangeKind.APPEND, ("log",), ["once"])]
+    frame = p.encode_merge_request(  # the writer id scopes the request id
+        424242,
+        "resender",
+        b"\x00",
+        [WireChange(ChangeKind.APPEND, ("log",), ["once"])],
+        writer="writer-of-the-resender",
     )
 
     async def send_and_wait(url: str) -> p.MergeResult:

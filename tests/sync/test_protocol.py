@@ -95,6 +95,7 @@ conflict_records = st.builds(
     incoming_agent=st.none() | st.text(max_size=8),
     resolution=st.text(max_size=12),
     value=slot_values,
+    same_value=st.booleans(),
 )
 error_records = st.builds(ErrorRecord, code=st.text(max_size=12), message=st.text(max_size=30))
 
@@ -136,6 +137,8 @@ known_messages: st.SearchStrategy[Message] = st.one_of(
         agent=st.text(max_size=12),
         base=state_vectors,
         changes=st.lists(changes(), max_size=4).map(tuple),
+        writer=st.text(max_size=12).filter(lambda w: len(w.encode("utf-8", "surrogatepass")) <= 64),
+        chain=st.lists(var_uints, max_size=4, unique=True).map(lambda ids: tuple(sorted(ids))),
     ),
     merge_results(),
 )
@@ -404,7 +407,7 @@ def test_arbitrary_bytes_decode_or_raise_protocol_error(data: bytes) -> None:
         (b"\x00\x00\x01\x05", ErrorCode.INVALID_STATE_VECTOR),
         (b"\x02\x01\x00", ErrorCode.UNKNOWN_AUTH_STEP),
         (b"\x03\x00", ErrorCode.TRAILING_BYTES),
-        (b"\x64\x02", ErrorCode.UNKNOWN_MERGE_STEP),
+        (b"\x64\x03", ErrorCode.UNKNOWN_MERGE_STEP),
         (b"\x64\x01\x01\x07\x01\x00\x00", ErrorCode.UNKNOWN_STATUS),
     ],
 )
@@ -451,6 +454,59 @@ def test_merge_type_is_one_byte_and_unused_by_y_websocket() -> None:
     frame = encode_merge_request(1, "agent", b"\x00", [])
     assert frame[:2] == b"\x64\x00"
     assert int(MessageType.MERGE) == 100
+
+
+def test_a_merge_request_with_writer_and_chain_is_step_2() -> None:
+    frame = encode_merge_request(1, "a", b"\x00", [], writer="w", chain=[7, 8, 9, 300])
+    # 64 02, id 1, agent "a", base 00, change set "[]", writer "w", then the chain as
+    # 2 runs: 7 after 0, 3 long (7, 8, 9); 290 after 10, 1 long (300)
+    assert frame == b"\x64\x02\x01\x01a\x01\x00\x02[]\x01w\x02\x07\x03\xa2\x02\x01"
+    assert decode_message(frame) == MergeRequest(1, "a", b"\x00", (), "w", (7, 8, 9, 300))
+    # a connection-scoped request may still build on earlier ones
+    chained = decode_message(encode_merge_request(1, "a", b"\x00", [], chain=[2]))
+    assert chained == MergeRequest(1, "a", b"\x00", (), "", (2,))
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"writer": "x" * 65}, {"chain": [1, 1]}, {"chain": [2, 1]}, {"chain": [-1]}],
+)
+def test_bad_writer_or_chain_is_refused(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ProtocolError) as info:
+        encode_merge_request(1, "a", b"\x00", [], **kwargs)
+    assert info.value.code is ErrorCode.INVALID_MERGE_REQUEST
+    head = b"\x64\x02\x01\x01a\x01\x00\x02[]\x01w"
+    for runs in (b"\x01\x05\x00", b"\x02\x05\x01\x00\x01", b"\x01\x00\xff\xff\x07"):
+        # an empty run; two runs that touch; 100,000+ ids
+        with pytest.raises(ProtocolError) as info:
+            decode_message(head + runs)
+        assert info.value.code is ErrorCode.INVALID_MERGE_REQUEST
+
+
+def test_frames_of_the_previous_version_still_decode() -> None:
+    # a change set with the retired "combine" flag, as older clients and local files have it
+    old = b"\x64\x00\x01\x01a\x01\x00" + encode_var_bytes(
+        b'[{"kind":"set","path":["n"],"value":1,"combine":true}]'
+    )
+    assert decode_message(old) == MergeRequest(
+        1, "a", b"\x00", (Change(ChangeKind.SET, ("n",), 1),)
+    )
+    # a conflict record from a hub that does not send same_value
+    body = (
+        b'{"applied":[],"conflicts":[{"path":["n"],"base":0,"current":1,"incoming":1,'
+        b'"current_agent":null,"incoming_agent":"a","resolution":"counter","value":2}],'
+        b'"error":null}'
+    )
+    result = decode_message(b"\x64\x01\x01\x01\x01\x00" + encode_var_bytes(body))
+    assert isinstance(result, MergeResult) and result.conflicts[0].same_value is False
+
+
+def test_same_value_travels_in_conflict_records() -> None:
+    record = ConflictRecord(("n",), 0, 1, 1, "b", "a", "counter", 2, same_value=True)
+    frame = encode_merge_result(1, MergeStatus.CONFLICT, b"\x00", (("n",),), (record,))
+    decoded = decode_message(frame)
+    assert isinstance(decoded, MergeResult) and decoded.conflicts == (record,)
+    assert b'"same_value":true' in frame
 
 
 def test_close_reason_fits_a_close_frame() -> None:
