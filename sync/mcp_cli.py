@@ -6,15 +6,17 @@ hub room; the access token comes from ``--token-file`` or the
 ``CRDT_STATE_TOKEN`` environment variable), with ``--transport stdio``
 (default; one client, the process's stdin/stdout) or ``--transport http
 --host 127.0.0.1 --port 8000`` (streamable HTTP at ``/mcp``, many clients;
-the URL is printed once listening). ``--schema module:Model`` types an
-embedded state with a pydantic model. Needs ``pip install 'crdt-state[mcp]'``;
-the MCP SDK is imported only when the subcommand runs.
+the URL is printed once listening). ``--schema module:Model`` types the
+state with a pydantic model (writes validated, ``state_schema`` answers).
+Needs ``pip install 'crdt-state[mcp]'``; the MCP SDK is imported only when
+the subcommand runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import logging
 import os
@@ -36,7 +38,7 @@ def add_parser(sub: Any) -> None:
     mcp.add_argument("--room", help="room name on the hub (with --hub)")
     mcp.add_argument("--token-file", help=f"file holding the hub access token (or ${TOKEN_ENV})")
     mcp.add_argument("--agent", default="mcp", help="this server's agent name on the hub")
-    mcp.add_argument("--schema", help="pydantic model of the state, as module:Class (with --db)")
+    mcp.add_argument("--schema", help="pydantic model of the state, as module:Class")
     mcp.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     mcp.add_argument("--host", default="127.0.0.1", help="HTTP address (default loopback)")
     mcp.add_argument("--port", type=int, default=8000, help="HTTP port (0: a free one)")
@@ -80,7 +82,9 @@ async def _serve(args: argparse.Namespace) -> None:
             await run(state, remote=False)
         return
     url = args.hub.rstrip("/") + "/" + args.room.strip("/")
-    async with connect(url, agent=args.agent, token=_token(args)) as remote:
+    async with connect(
+        url, agent=args.agent, token=_token(args), schema=_schema(args.schema)
+    ) as remote:
         await run(remote, remote=True)
 
 
@@ -92,8 +96,6 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
     )
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(args))
-    except KeyboardInterrupt:
-        pass
     return 0

@@ -29,7 +29,6 @@ from typing import Any
 from urllib.parse import unquote
 
 import mcp_types as types
-import uvicorn
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.session import ServerSession
@@ -141,7 +140,7 @@ class Notifier:
             task.add_done_callback(self._tasks.discard)
 
 
-def _text(data: Any) -> list[types.TextContent]:
+def _text(data: Any) -> list[types.ContentBlock]:
     return [types.TextContent(type="text", text=json.dumps(data, ensure_ascii=False))]
 
 
@@ -187,6 +186,9 @@ def build_server(tools: StateTools, notifier: Notifier, *, name: str = "crdt-sta
             )
         except CrdtStateError as exc:
             return _error(exc.to_dict())
+        except Exception:  # a bug, not the caller's mistake: logged, reported without details
+            log.exception("tool %s failed", params.name)
+            return _error({"code": "internal_error", "message": f"{params.name} failed"})
         return types.CallToolResult(content=_text(result), structured_content=result)
 
     async def list_resources(
@@ -277,6 +279,8 @@ async def serve_http(
 
     ``ready(url)`` is called once the socket listens.
     """
+    import uvicorn  # only the HTTP transport needs it
+
     app = server.streamable_http_app(host=host)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)

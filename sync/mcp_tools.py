@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from crdt_state import (
     MISSING,
+    UNRESOLVED,
     BlameEntry,
     ConflictError,
     ConflictRecord,
@@ -156,6 +157,9 @@ def _jsonable(value: Any) -> Any:
 
 
 def _conflict(c: Any) -> dict[str, Any]:
+    """A :class:`Conflict` or :class:`ConflictRecord` as JSON data."""
+    resolution = c.resolution
+    settled = resolution is not UNRESOLVED
     return {
         "path": format_path(c.path),
         "base": _jsonable(c.base),
@@ -163,8 +167,8 @@ def _conflict(c: Any) -> dict[str, Any]:
         "incoming": _jsonable(c.incoming),
         "current_agent": c.current_agent,
         "incoming_agent": c.incoming_agent,
-        "resolution": None if not c.resolved else _jsonable(c.resolution),
-        "resolved": bool(c.resolved),
+        "resolution": _jsonable(resolution) if settled else None,
+        "resolved": settled,
         "policy": c.policy,
     }
 
@@ -193,7 +197,6 @@ def _blame(entry: BlameEntry) -> dict[str, Any]:
 def _record(record: ConflictRecord) -> dict[str, Any]:
     out = _conflict(record)
     out.update(applied=record.applied, token=record.token.to_text(), time=record.time)
-    out["resolved"] = record.policy is not None and out["resolution"] is not None
     return out
 
 

@@ -23,11 +23,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from types import FrameType
+from typing import Any, Self
 
 from langgraph.channels.base import BaseChannel
 from langgraph.errors import InvalidUpdateError
-from typing_extensions import Self
 
 from ..conflicts import Change, Conflict
 from ..errors import ConflictError, CrdtStateError
@@ -131,12 +131,12 @@ class SharedChannel(BaseChannel[dict[str, Any], dict[str, Any], dict[str, Any]])
     __hash__ = None  # type: ignore[assignment]
 
     @property
-    def ValueType(self) -> type[dict[str, Any]]:  # noqa: N802 (LangGraph's name)
+    def ValueType(self) -> type[dict[str, Any]]:
         """The type of the value nodes read."""
         return dict
 
     @property
-    def UpdateType(self) -> type[dict[str, Any]]:  # noqa: N802 (LangGraph's name)
+    def UpdateType(self) -> type[dict[str, Any]]:
         """The type of the updates nodes return."""
         return dict
 
@@ -278,7 +278,7 @@ def _writers(key: str, values: Sequence[Any]) -> dict[int, _Writer]:
     found (another caller, another LangGraph version) writers get generic names.
     """
     wanted = {id(v) for v in values}
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     try:
         for _ in range(3):
             if frame is None:
@@ -298,7 +298,7 @@ def _match(key: str, tasks: Sequence[Any], wanted: set[int]) -> dict[int, _Write
         name = getattr(task, "name", None)
         if not isinstance(name, str):
             continue
-        path = getattr(task, "path", ())
+        path: Sequence[Any] = getattr(task, "path", ())
         agent = name
         if len(path) >= 2 and path[0] == _PUSH and isinstance(path[1], int):
             agent = f"{name}#{path[1]}"

@@ -61,7 +61,7 @@ def branch_node(
         A node function (async when ``fn`` is) for ``StateGraph.add_node``.
     """
     binding = Binding(state)
-    fallback = agent or getattr(fn, "__name__", "node")
+    fallback: str = agent or str(getattr(fn, "__name__", "node"))
 
     if inspect.iscoroutinefunction(fn):
 

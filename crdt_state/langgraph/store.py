@@ -27,7 +27,7 @@ import asyncio
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from langgraph.config import get_config
@@ -148,9 +148,7 @@ class CrdtStore(BaseStore):
                 results.append(found)
             elif isinstance(op, ListNamespacesOp):
                 results.append(
-                    q.list_namespaces(
-                        root, op.match_conditions, op.max_depth, op.limit, op.offset
-                    )
+                    q.list_namespaces(root, op.match_conditions, op.max_depth, op.limit, op.offset)
                 )
             elif isinstance(op, PutOp):
                 if op.ttl is not None:
@@ -160,7 +158,7 @@ class CrdtStore(BaseStore):
             else:
                 raise ValueError(f"unknown store operation {type(op).__name__}")
         groups: dict[VersionVector, list[Change]] = {}
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         for path, put in writes.items():
             base = self._reads.base(scope, path) or token
             if put.value is None:

@@ -14,7 +14,7 @@ values (nested dicts match key by key, lists element by element), and
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from langgraph.store.base import Item, MatchCondition, SearchItem
@@ -69,7 +69,7 @@ def _time(value: object) -> datetime:
             return datetime.fromisoformat(value)
         except ValueError:
             pass
-    return datetime.fromtimestamp(0, timezone.utc)
+    return datetime.fromtimestamp(0, UTC)
 
 
 def _namespaces(root: object) -> Iterable[tuple[tuple[str, ...], Mapping[str, Any]]]:

@@ -13,13 +13,23 @@ from sync import Hub
 
 @pytest.fixture
 def hub_url() -> Iterator[str]:
-    """``ws://127.0.0.1:<port>`` of a hub running on its own event loop thread."""
+    """``ws://127.0.0.1:<port>`` of a hub (no secret) running on its own event loop thread."""
+    yield from _hub(None)
+
+
+@pytest.fixture
+def secured_hub_url() -> Iterator[str]:
+    """A hub that needs access tokens minted with the secret ``"test-secret"``."""
+    yield from _hub("test-secret")
+
+
+def _hub(secret: str | None) -> Iterator[str]:
     loop = asyncio.new_event_loop()
     started = threading.Event()
     holder: dict[str, object] = {}
 
     async def run() -> None:
-        async with Hub(port=0) as hub:
+        async with Hub(port=0, secret=secret) as hub:
             holder["url"] = f"ws://{hub.host}:{hub.port}"
             holder["hub"] = hub
             holder["stop"] = stop = asyncio.Event()

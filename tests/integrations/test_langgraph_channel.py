@@ -84,7 +84,9 @@ async def test_send_fanout_loses_nothing_and_reports_every_overlap(workers: int)
     reported = {(c.incoming_agent, c.incoming) for c in conflicts}
     first = {i for i in hot if (f"worker#{i}", i) not in reported}
     assert len(first) == 1 and reported == {(f"worker#{i}", i) for i in hot if i not in first}
-    assert all(c.current_agent is not None and c.current_agent.startswith("worker#") for c in conflicts)
+    assert all(
+        c.current_agent is not None and c.current_agent.startswith("worker#") for c in conflicts
+    )
     assert len(merges) == 1 + workers  # plan, then one merge per worker
 
 
