@@ -86,7 +86,9 @@ class SharedChannel(BaseChannel[dict[str, Any], dict[str, Any], dict[str, Any]])
         default: policy for conflicts no pattern matches (default: the state's).
 
     The value nodes read is a plain dict snapshot: treat it as read-only and
-    return partial updates instead.
+    return partial updates instead. A channel cannot re-run a node: a ``retry``
+    policy surfaces as :class:`GraphConflictError` with ``retry`` true (use
+    :func:`~crdt_state.langgraph.branch_node` for steps that retry).
     """
 
     __slots__ = (
