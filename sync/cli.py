@@ -16,6 +16,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from . import mcp_cli
 from .auth import mint_token
 from .hub import Hub
 from .limits import Limits
@@ -41,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     token.add_argument("--role", choices=("read", "write"), default="write")
     token.add_argument("--ttl", type=float, default=3600.0, help="seconds of validity")
     token.add_argument("--secret", default=os.environ.get("CRDT_STATE_SECRET"))
+    mcp_cli.add_parser(sub)
     return parser
 
 
@@ -67,6 +69,8 @@ async def _run_hub(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``crdt-state`` command."""
     args = _parser().parse_args(argv)
+    if args.command == "mcp":
+        return mcp_cli.run(args)
     if args.command == "token":
         if not args.secret:
             print("crdt-state token: --secret (or CRDT_STATE_SECRET) is required", file=sys.stderr)

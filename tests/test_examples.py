@@ -15,6 +15,7 @@ EXPECTED = {
     "swarm.py": "nothing lost",
     "typed_state.py": "refused",
     "remote_agents.py": "every agent's work is in the room",
+    "langgraph_triage.py": "nothing lost",
 }
 
 
