@@ -226,6 +226,7 @@ class Store:
         self._callbacks: list[tuple[int, Callable[[BaseException | None], None]]] = []
         self._issued = 0
         self._durable = 0
+        self._settled = 0  # tickets whose commit and the compaction after it are done
         self._failed: StorageError | None = None
         self._closing = False
         self._closed = False
@@ -302,12 +303,16 @@ class Store:
         for _, callback in ready:
             callback(error)
 
-    def _wait(self, ticket: int) -> None:
+    def _wait(self, ticket: int, settled: bool = False) -> None:
+        """Wait until ``ticket`` is durable (``settled``: and compacted after, if due)."""
         with self._lock:
-            while self._durable < ticket and self._failed is None:
+            while self._reached(ticket, settled) is False and self._failed is None:
                 self._done.wait()
-            if self._durable < ticket:
+            if not self._reached(ticket, settled):
                 raise self._failure()
+
+    def _reached(self, ticket: int, settled: bool) -> bool:
+        return (self._settled if settled else self._durable) >= ticket
 
     def _failure(self) -> StorageError:
         cause = self._failed.message if self._failed is not None else "closed"
@@ -321,7 +326,8 @@ class Store:
             return self._issued
 
     def flush(self) -> None:
-        """Wait until everything recorded so far is committed, whatever the durability.
+        """Wait until everything recorded so far is committed, whatever the durability,
+        and any compaction those commits started has finished (queries read a settled file).
 
         Raises :class:`StorageError` once the store is closed (for the queries).
         """
@@ -329,7 +335,7 @@ class Store:
             if self._closed:
                 raise StorageError("the durable state is closed", details={"file": self.file})
             ticket = self._issued
-        self._wait(ticket)
+        self._wait(ticket, settled=True)
 
     # -- the writer thread ----------------------------------------------------------
     def _run(self) -> None:
@@ -359,6 +365,9 @@ class Store:
                 self._fire(failed=False)
             if self._log_rows > self.keep_history + self._margin:
                 self._compact()
+            with self._lock:
+                self._settled = batch[-1][0]
+                self._done.notify_all()
 
     def _commit(self, batch: list[tuple[int, StateUpdate | _Audit | _Request]]) -> None:
         """Write one group of queued changes in one transaction (executemany per table)."""

@@ -16,9 +16,6 @@ from crdt_state import MISSING, Conflict, ConflictError, SharedState, StateUpdat
 from crdt_state.langgraph import GraphConflictError, SharedChannel
 from sync import connect_blocking
 
-# The core reports equal concurrent writes as conflicts once ``Conflict.same_value`` exists.
-EQUAL_WRITES_CONFLICT = "same_value" in getattr(Conflict, "__dataclass_fields__", {})
-
 
 def record(state: SharedState) -> tuple[list[StateUpdate], list[Conflict]]:
     """Every merge applied to ``state`` and every conflict they settled."""
@@ -174,12 +171,9 @@ def test_equal_writes_go_to_the_policy() -> None:
     )
     graph.invoke({})
     assert state.snapshot() == {"status": "open", "a": 1, "b": 1}
-    if EQUAL_WRITES_CONFLICT:
-        [conflict] = seen
-        assert conflict.same_value is True  # type: ignore[attr-defined]
-        assert (conflict.current_agent, conflict.incoming_agent) == ("a", "b")
-    else:
-        assert seen == []
+    [conflict] = seen
+    assert conflict.same_value is True
+    assert (conflict.current_agent, conflict.incoming_agent) == ("a", "b")
 
 
 def test_deletes_and_bad_updates() -> None:
