@@ -484,8 +484,9 @@ async def rmw_table(rng: random.Random, max_agents: int) -> bool:
         f"{hi * 1e3:.0f} ms); expected = steps that reported success (ground truth)"
     )
     print(
-        "p50/p99 = whole step incl. wait and re-runs; remote: 16 connections shared by "
-        "all agent names; offline: one agent, steps in sequence, then hub started"
+        "p50/p99 = whole step incl. wait and re-runs; told = caller got an error; remote: "
+        "16 connections shared by all agent names; offline: one agent, steps in sequence, "
+        "then hub started"
     )
     head = (
         f"{'method':<22} | {'agents':>6} | {'final n':>7} | {'expected':>8} | "
@@ -507,7 +508,7 @@ async def rmw_table(rng: random.Random, max_agents: int) -> bool:
                 f"{lost:>5,} | {out.failed:>4,} | {out.attempts - agents:>8,} | "
                 f"{out.p(0.50):>7.1f} | {out.p(0.99):>7.1f} | {out.wall_s:>6.1f}"
             )
-            if name != "naive dict" and (lost != 0 or out.failed):
+            if name != "naive dict" and lost != 0:  # told (an error) is not lost
                 ok = False
         print()
     return ok
