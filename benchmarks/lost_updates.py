@@ -289,7 +289,7 @@ HEADER = (
 # -- read-modify-write: N agents increment one shared counter --------------------------------
 RMW_LATENCY = (0.0, 0.002)  # the simulated LLM call of an increment, seconds (short on purpose)
 RMW_SIZES = (25, 1_000, 10_000)
-SLOW_DEFAULT_MAX = 1_000  # retry and remote rows above this need --max-agents (> 2 min)
+SLOW_DEFAULT_MAX = 1_000  # crdt_state rows above this need --max-agents (each > 2 min)
 RMW_RETRY = Retry(attempts=10_000, base_delay=0.01, max_delay=1.0)  # never exhausted here
 COUNTER = {"n": resolvers.counter}
 
@@ -470,7 +470,7 @@ async def rmw_offline(agents: int, rng: random.Random) -> Rmw:
 RMW_METHODS: list[tuple[str, bool, Callable[[int, random.Random], Awaitable[Rmw]]]] = [
     ("naive dict", False, rmw_naive),
     ("atransact + retry", True, rmw_transact),
-    ("fork/merge + counter", False, rmw_counter),
+    ("fork/merge + counter", True, rmw_counter),
     ("remote agents (hub)", True, rmw_remote),
     ("offline remote agent", True, rmw_offline),
 ]
