@@ -25,7 +25,7 @@ queued in its local file while the hub is down. lost = (steps that reported
 success, the ground truth counted by the script) - final ``n``.
 
 Run: ``python benchmarks/lost_updates.py`` (``--seed N`` to vary the run,
-``--max-agents N`` to run the remote rows at more than 1,000 agents).
+``--max-agents N`` to run the crdt_state rows at more than 1,000 agents).
 """
 
 from __future__ import annotations
@@ -289,7 +289,7 @@ HEADER = (
 # -- read-modify-write: N agents increment one shared counter --------------------------------
 RMW_LATENCY = (0.0, 0.002)  # the simulated LLM call of an increment, seconds (short on purpose)
 RMW_SIZES = (25, 1_000, 10_000)
-SLOW_DEFAULT_MAX = 1_000  # crdt_state rows above this need --max-agents (each > 2 min)
+SLOW_DEFAULT_MAX = 1_000  # crdt_state rows above need --max-agents (retry, counter: > 2 min)
 RMW_RETRY = Retry(attempts=10_000, base_delay=0.01, max_delay=1.0)  # never exhausted here
 COUNTER = {"n": resolvers.counter}
 
