@@ -16,14 +16,27 @@ conflict crdt_state reports is counted against a ground truth the script
 computes on its own from the order of forks and merges, and raw pycrdt shows
 that it settles the same writes silently (the higher client id wins).
 
-Run: ``python benchmarks/lost_updates.py`` (``--seed N`` to vary the run).
+Last, a read-modify-write table: N agents each increment ONE shared counter
+``n`` (read it, wait a simulated LLM call of 0-2 ms, kept short so that 10,000
+agents finish in seconds, write ``n + 1``) via ``atransact`` + ``resolvers.retry``,
+via fork/set/merge with ``resolvers.counter``, via remote agents through a real
+``sync.Hub`` on loopback, and via one offline remote agent whose increments are
+queued in its local file while the hub is down. lost = (steps that reported
+success, the ground truth counted by the script) - final ``n``.
+
+Run: ``python benchmarks/lost_updates.py`` (``--seed N`` to vary the run,
+``--max-agents N`` to run the crdt_state rows at more than 1,000 agents).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import logging
 import random
+import socket
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -31,7 +44,7 @@ from typing import Any
 
 from pycrdt import Doc, Map
 
-from crdt_state import SharedState, resolvers
+from crdt_state import CrdtStateError, Retry, SharedState, resolvers
 
 LATENCY = (0.005, 0.050)  # a simulated LLM call, seconds
 START_JITTER = 0.040  # workers start within this window in the contested scenario
@@ -273,7 +286,235 @@ HEADER = (
 )
 
 
-async def main(seed: int) -> int:
+# -- read-modify-write: N agents increment one shared counter --------------------------------
+RMW_LATENCY = (0.0, 0.002)  # the simulated LLM call of an increment, seconds (short on purpose)
+RMW_SIZES = (25, 1_000, 10_000)
+SLOW_DEFAULT_MAX = 1_000  # crdt_state rows above need --max-agents (retry, counter: > 2 min)
+RMW_RETRY = Retry(attempts=10_000, base_delay=0.01, max_delay=1.0)  # never exhausted here
+COUNTER = {"n": resolvers.counter}
+
+
+@dataclass
+class Rmw:
+    """What one read-modify-write method did: successes are the ground truth."""
+
+    final: int = 0
+    succeeded: int = 0  # steps that reported success (counted here, not by the library)
+    failed: int = 0  # steps whose caller was told (error raised)
+    attempts: int = 0
+    step_s: list[float] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def p(self, q: float) -> float:
+        if not self.step_s:
+            return 0.0
+        ordered = sorted(self.step_s)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3
+
+
+def think(rng: random.Random) -> float:
+    return rng.uniform(*RMW_LATENCY)
+
+
+async def rmw_steps(agents: int, step: Callable[[int], Awaitable[int]], out: Rmw) -> None:
+    """Run ``step(i)`` for every agent concurrently; ``step`` returns its attempt count."""
+
+    async def one(i: int) -> None:
+        start = time.perf_counter()
+        try:
+            attempts = await step(i)
+        except CrdtStateError:
+            out.failed += 1
+            out.attempts += 1
+            return
+        out.step_s.append(time.perf_counter() - start)
+        out.succeeded += 1
+        out.attempts += attempts
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(agents)))
+    out.wall_s = time.perf_counter() - started
+
+
+async def rmw_naive(agents: int, rng: random.Random) -> Rmw:
+    out = Rmw()
+    shared: dict[str, int] = {"n": 0}
+
+    async def step(i: int) -> int:
+        seen = shared.get("n", 0)
+        await asyncio.sleep(think(rng))
+        shared["n"] = seen + 1
+        return 1
+
+    await rmw_steps(agents, step, out)
+    out.final = shared["n"]
+    return out
+
+
+async def rmw_transact(agents: int, rng: random.Random) -> Rmw:
+    out = Rmw()
+    state = SharedState()
+
+    async def step(i: int) -> int:
+        async def fn(b: Any) -> None:
+            current = b.get("n") or 0
+            await asyncio.sleep(think(rng))
+            b.set("n", current + 1)
+
+        result = await state.atransact(
+            fn, agent=field_of(i), default=resolvers.retry, retry=RMW_RETRY
+        )
+        return result.attempts
+
+    await rmw_steps(agents, step, out)
+    out.final = state.snapshot().get("n", 0)
+    return out
+
+
+async def rmw_counter(agents: int, rng: random.Random) -> Rmw:
+    out = Rmw()
+    state = SharedState()
+
+    async def step(i: int) -> int:
+        branch = state.fork(field_of(i))
+        current = branch.get("n") or 0
+        await asyncio.sleep(think(rng))
+        branch.set("n", current + 1)
+        result = await branch.amerge(resolvers=COUNTER)
+        return result.attempts
+
+    await rmw_steps(agents, step, out)
+    out.final = state.snapshot().get("n", 0)
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def rmw_remote(agents: int, rng: random.Random) -> Rmw:
+    """Agents on a few websocket connections to a real hub (many names per connection)."""
+    from sync import Hub, connect  # the benchmark may import sync; crdt_state never does
+
+    out = Rmw()
+    logging.getLogger("crdt_state.hub").setLevel(logging.ERROR)  # no "without a secret"
+    connections = min(agents, 16)
+    async with Hub(port=0) as hub, contextlib.AsyncExitStack() as stack:
+        url = hub.url("bench/rmw")
+        remotes = [
+            await stack.enter_async_context(connect(url, agent=f"conn{c}", resolvers=COUNTER))
+            for c in range(connections)
+        ]
+
+        async def step(i: int) -> int:
+            async with remotes[i % connections].fork(field_of(i)) as b:
+                current = b.get("n") or 0
+                await asyncio.sleep(think(rng))
+                b.set("n", current + 1)
+            assert b.result is not None
+            return b.result.attempts
+
+        await rmw_steps(agents, step, out)
+        for remote in remotes:
+            await remote.wait_idle(timeout=600)
+            # a merge sent behind others returns pending; if it fails later, its
+            # step did not succeed after all (the error is in ``remote.failed``)
+            out.succeeded -= len(remote.failed)
+            out.failed += len(remote.failed)
+        out.final = hub.rooms["bench/rmw"].state.snapshot().get("n", 0)
+    return out
+
+
+async def rmw_offline(agents: int, rng: random.Random) -> Rmw:
+    """One remote agent, offline: its increments queue in its file until the hub starts."""
+    from sync import Hub, connect
+
+    out = Rmw()
+    logging.getLogger("crdt_state.hub").setLevel(logging.ERROR)
+    port = free_port()
+    fast = Retry(attempts=1, base_delay=0.02, max_delay=0.2)
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"ws://127.0.0.1:{port}/bench/offline"
+        local = f"{tmp}/agent.sqlite"
+        async with connect(
+            url, agent="offline", local=local, resolvers=COUNTER, reconnect=fast, timeout=0.3
+        ) as remote:
+            assert not remote.connected
+
+            async def step(i: int) -> int:
+                async with remote.fork(field_of(i)) as b:
+                    current = b.get("n") or 0
+                    await asyncio.sleep(think(rng))
+                    b.set("n", current + 1)
+                assert b.result is not None and b.result.pending
+                return b.result.attempts
+
+            started = time.perf_counter()
+            # one agent, one step at a time: each increment reads its own queued ones
+            for i in range(agents):
+                t0 = time.perf_counter()
+                out.attempts += await step(i)
+                out.succeeded += 1
+                out.step_s.append(time.perf_counter() - t0)
+            async with Hub(port=port, db=f"{tmp}/hub.db") as hub:
+                await remote.wait_idle(timeout=600)
+                out.succeeded -= len(remote.failed)
+                out.failed += len(remote.failed)
+                out.final = hub.rooms["bench/offline"].state.snapshot().get("n", 0)
+            out.wall_s = time.perf_counter() - started
+    return out
+
+
+RMW_METHODS: list[tuple[str, bool, Callable[[int, random.Random], Awaitable[Rmw]]]] = [
+    ("naive dict", False, rmw_naive),
+    ("atransact + retry", True, rmw_transact),
+    ("fork/merge + counter", True, rmw_counter),
+    ("remote agents (hub)", True, rmw_remote),
+    ("offline remote agent", True, rmw_offline),
+]
+
+
+async def rmw_table(rng: random.Random, max_agents: int) -> bool:
+    """Print the read-modify-write table; true when every crdt_state row lost nothing."""
+    lo, hi = RMW_LATENCY
+    print(
+        f"Read-modify-write: N agents increment one counter n (LLM wait {lo * 1e3:.0f}-"
+        f"{hi * 1e3:.0f} ms); expected = steps that reported success (ground truth)"
+    )
+    print(
+        "p50/p99 = whole step incl. wait and re-runs; told = caller got an error; remote: "
+        "16 connections shared by all agent names; offline: one agent, steps in sequence, "
+        "then hub started"
+    )
+    head = (
+        f"{'method':<22} | {'agents':>6} | {'final n':>7} | {'expected':>8} | "
+        f"{'lost':>5} | {'told':>4} | {'re-runs':>8} | {'p50 ms':>7} | {'p99 ms':>7} | "
+        f"{'wall s':>6}"
+    )
+    print(head)
+    print("-" * len(head))
+    ok = True
+    for agents in RMW_SIZES:
+        for name, slow, method in RMW_METHODS:
+            if slow and agents > max(max_agents, SLOW_DEFAULT_MAX):
+                print(f"{name:<22} | {agents:>6,} | not run (use --max-agents {agents})")
+                continue
+            out = await method(agents, rng)
+            lost = out.succeeded - out.final
+            print(
+                f"{name:<22} | {agents:>6,} | {out.final:>7,} | {out.succeeded:>8,} | "
+                f"{lost:>5,} | {out.failed:>4,} | {out.attempts - agents:>8,} | "
+                f"{out.p(0.50):>7.1f} | {out.p(0.99):>7.1f} | {out.wall_s:>6.1f}"
+            )
+            if name != "naive dict" and lost != 0:  # told (an error) is not lost
+                ok = False
+        print()
+    return ok
+
+
+async def main(seed: int, max_agents: int) -> int:
     rng = random.Random(seed)
     ok = True
     print("Disjoint fields: every worker writes only its own field")
@@ -324,6 +565,12 @@ async def main(seed: int) -> int:
     for note in notes:
         print(note)
     print()
+    rmw_ok = await rmw_table(rng, max_agents)
+    print(
+        f"{'PASS' if rmw_ok else 'FAIL'}  read-modify-write: 0 lost with crdt_state "
+        "(final n = steps that reported success)"
+    )
+    ok = ok and rmw_ok
     print(
         f"{'PASS' if ok else 'FAIL'}  crdt_state: 0 lost, 0 re-runs on disjoint fields; "
         "every contested conflict reported (count = ground truth)"
@@ -334,8 +581,14 @@ async def main(seed: int) -> int:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--max-agents",
+        type=int,
+        default=SLOW_DEFAULT_MAX,
+        help="largest N for the remote read-modify-write rows (10000 takes minutes)",
+    )
     args = parser.parse_args()
     started = time.perf_counter()
-    code = asyncio.run(main(args.seed))
+    code = asyncio.run(main(args.seed, args.max_agents))
     print(f"(ran in {time.perf_counter() - started:.1f} s)")
     raise SystemExit(code)
