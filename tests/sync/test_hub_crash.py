@@ -106,7 +106,10 @@ async def test_sigkill_restart_keeps_acknowledged_and_offline_merges(tmp_path: P
         missing = {k: v for k, v in acknowledged.items() if done.get(k) != v}
         assert not missing, f"acknowledged merges lost: {sorted(missing)[:5]}"
         missing_offline = {k: v for k, v in offline.items() if done.get(k) != v}
-        assert not missing_offline, f"offline merges lost: {sorted(missing_offline)[:5]}"
+        failed = [str(e) for a in agents for e in a.failed]
+        assert not missing_offline, (
+            f"offline merges lost: {sorted(missing_offline)[:5]}; failed: {failed[:3]}"
+        )
         for ctx in contexts:
             await ctx.__aexit__(None, None, None)
     finally:
