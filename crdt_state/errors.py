@@ -265,3 +265,8 @@ class RetryExhausted(ConflictError):
             message, conflicts=conflicts, retry=True, path=path, details={"attempts": attempts}
         )
         self.attempts = attempts
+
+
+INTERRUPTS: tuple[type[BaseException], ...] = (KeyboardInterrupt, SystemExit, GeneratorExit)
+"""The ``BaseException``s never translated into a library error (pycrdt panics are
+``BaseException`` too: code that catches those re-raises these as they are)."""

@@ -32,7 +32,7 @@ from pycrdt import Array, Doc, Map, get_update, merge_updates
 from . import document as ydoc
 from .changelog import ChangeLog, Entry, WriteKind
 from .conflicts import MergeResult
-from .errors import InvalidUpdate, UnsupportedValue
+from .errors import INTERRUPTS, InvalidUpdate, UnsupportedValue
 from .paths import Path
 from .update_scan import depth_bound
 from .values import MAX_DEPTH, MISSING, depth_of, tree_delete, tree_get, tree_set
@@ -131,7 +131,7 @@ class ReplicationMixin:
             except Exception as exc:  # pycrdt reports bad updates as ValueError
                 raise InvalidUpdate(f"update refused: {exc}", details={"size": len(data)}) from exc
             except BaseException as exc:  # PanicException from the Rust core
-                if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+                if isinstance(exc, INTERRUPTS):
                     raise
                 raise InvalidUpdate(f"update refused: {exc}", details={"size": len(data)}) from exc
             finally:
@@ -229,7 +229,7 @@ def update_depth(doc: Doc[Any], data: bytes, *, pending: bytes | None = None) ->
     except Exception as exc:
         raise InvalidUpdate(f"update refused: {exc}", details={"size": len(data)}) from exc
     except BaseException as exc:  # PanicException from the Rust core
-        if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+        if isinstance(exc, INTERRUPTS):
             raise
         raise InvalidUpdate(f"update refused: {exc}", details={"size": len(data)}) from exc
     deepest = 0

@@ -20,7 +20,7 @@ from pycrdt import Array, Doc, Map
 
 from . import document as ydoc
 from .changelog import TruncateTo
-from .errors import WriteFailed
+from .errors import INTERRUPTS, WriteFailed
 from .paths import Path
 from .replication import mirror_writes
 from .values import MISSING, copy_value, tree_delete, tree_get, tree_set
@@ -54,12 +54,12 @@ def roll_back(doc: Doc[Any], mirror: dict[str, Any], undo: list[tuple[Path, Any]
         undo_writes(ydoc.root(doc), mirror, undo)
         return True
     except BaseException as exc:
-        if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+        if isinstance(exc, INTERRUPTS):
             raise
     try:
         mirror_writes(doc, mirror, [path for path, _ in undo])
     except BaseException as exc:  # the document cannot even be read: rebuild the mirror
-        if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+        if isinstance(exc, INTERRUPTS):
             raise
         mirror.clear()
         mirror.update(ydoc.doc_snapshot(doc))

@@ -46,7 +46,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from . import document as ydoc
 from .conflicts import Change
-from .errors import InvalidUpdate, SchemaError, UnsupportedValue
+from .errors import INTERRUPTS, InvalidUpdate, SchemaError, UnsupportedValue
 from .paths import Path, format_path, is_prefix, parse_path
 from .schema_slots import Slot, error_entry
 from .values import MISSING, normalize, patch, tree_get
@@ -315,7 +315,7 @@ class StateSchema:
         except Exception as exc:
             raise InvalidUpdate(f"update refused: {exc}", details={"size": len(data)}) from exc
         except BaseException as exc:  # PanicException from the Rust core
-            if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+            if isinstance(exc, INTERRUPTS):
                 raise
             raise InvalidUpdate(f"update refused: {exc}", details={"size": len(data)}) from exc
         if not touched:

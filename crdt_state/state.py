@@ -29,7 +29,7 @@ from . import document as ydoc
 from .changelog import ChangeLog, Entry, TruncateTo, WriteKind, read_at
 from .conflicts import Change, Conflict, MergeResult
 from .durable import DurableMixin
-from .errors import CrdtStateError, WrongType
+from .errors import INTERRUPTS, CrdtStateError, WrongType
 from .paths import Path, parse_path
 from .planner import check_disjoint, plan_merge, writes_depth
 from .replication import ReplicationMixin, join_updates
@@ -504,7 +504,7 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
             state = self._doc.get_state()
         if failure is not None:
             self._record_failed_write(agent, undo, rolled_back, state)
-            if isinstance(failure, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+            if isinstance(failure, INTERRUPTS):
                 raise failure
             raise write_failed(failure, failed_at, agent, rolled_back) from failure
         if depth > self._depth_mark:

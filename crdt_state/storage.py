@@ -82,7 +82,7 @@ from pycrdt import Doc
 from . import storage_sqlite as sql
 from .conflicts import Conflict
 from .document import doc_from_content, doc_read, doc_snapshot
-from .errors import StaleBase, StorageError, UnknownBase
+from .errors import INTERRUPTS, StaleBase, StorageError, UnknownBase
 from .paths import Path, related
 from .requests import RequestKey
 from .values import MISSING, same
@@ -627,7 +627,7 @@ def _replay(stored: sql.Stored) -> Doc[Any]:
     except Exception as exc:
         raise StorageError(f"the state file is damaged: {exc}") from exc
     except BaseException as exc:  # PanicException from the Rust core
-        if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+        if isinstance(exc, INTERRUPTS):
             raise
         raise StorageError(f"the state file is damaged: {exc}") from exc
     return doc
@@ -746,7 +746,7 @@ def _reopen(
             f"the state file is damaged: its updates do not decode ({exc})", details={"file": file}
         ) from exc
     except BaseException as exc:  # PanicException from the Rust core
-        if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+        if isinstance(exc, INTERRUPTS):
             raise
         raise StorageError(
             f"the state file is damaged: its updates do not decode ({exc})", details={"file": file}
