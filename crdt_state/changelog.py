@@ -11,8 +11,8 @@ size of the state.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import StaleBase, UnknownBase
@@ -23,7 +23,7 @@ from .version import VersionVector
 if TYPE_CHECKING:
     from .requests import RequestKey
 
-__all__ = ["ChangeLog", "Entry", "TruncateTo", "WriteKind"]
+__all__ = ["ChangeLog", "Entry", "TruncateTo", "WriteKind", "read_at", "unseen_by_chain"]
 
 WriteKind = Literal["set", "delete", "append"]
 
@@ -224,6 +224,45 @@ class ChangeLog:
     def entries(self) -> Iterator[Entry]:
         """The retained entries, oldest first."""
         return iter(list(self._entries))
+
+
+def unseen_by_chain(entries: Sequence[Entry], chain: Collection[RequestKey]) -> list[Entry]:
+    """The entries a merge built on ``chain`` has not seen (pure; oldest first).
+
+    ``entries`` are those after the merge's base that its token did not cover;
+    ``chain`` the keys of the writer's earlier merges it was computed on top of.
+    The chain's own entries are seen. So is, at any path, whatever an older
+    entry wrote there before a chain entry wrote that path or an ancestor of
+    it: the chain entry was applied as sent, judged against a base that held
+    the older write, so the value the agent read already includes it. Such
+    writes are removed from the entries returned (with their undo records, so
+    :func:`read_at` gives the value the agent saw); an entry left with no
+    write is dropped.
+    """
+    if not chain:
+        return list(entries)
+    covered: set[Path] = set()  # paths written by chain entries newer than the one at hand
+    out: list[Entry] = []
+    for entry in reversed(entries):
+        if entry.request in chain:
+            covered.update(entry.writes)
+            continue
+        if not covered:
+            out.append(entry)
+            continue
+        writes = {p: k for p, k in entry.writes.items() if not _under(p, covered)}
+        if len(writes) == len(entry.writes):
+            out.append(entry)
+        elif writes:
+            undo = [(p, v) for p, v in entry.undo if not _under(p, covered)]
+            out.append(replace(entry, writes=writes, undo=undo))
+    out.reverse()
+    return out
+
+
+def _under(path: Path, paths: set[Path]) -> bool:
+    """True when ``path`` or one of its ancestors is in ``paths``."""
+    return any(path[:i] in paths for i in range(1, len(path) + 1))
 
 
 def read_at(current: Any, path: Path, entries: Iterable[Entry]) -> Any:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from pycrdt import Doc, Map
 
 from . import document as ydoc
-from .changelog import ChangeLog, Entry, TruncateTo, WriteKind, read_at
+from .changelog import ChangeLog, Entry, TruncateTo, WriteKind, read_at, unseen_by_chain
 from .conflicts import Change, Conflict, MergeResult
 from .durable import DurableMixin
 from .errors import INTERRUPTS, CrdtStateError, WrongType
@@ -304,9 +304,8 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
             if done is not None:  # answered once the original is durable too
                 return done, self._store.last_ticket() if self._store is not None else None
             seq, entries = self._log.since_token(base)
-            if chain:  # the chain's own changes are part of the base
-                mine = self._requests.chain_keys(scope, chain)
-                entries = [e for e in entries if e.request not in mine]
+            if chain:  # the chain's own changes, and what they overwrote, are part of the base
+                entries = unseen_by_chain(entries, self._requests.chain_keys(scope, chain))
             result, ticket = self._merge_now(
                 ops, seq, agent, resolvers, default, entries=entries, request_id=key
             )

@@ -28,7 +28,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -237,15 +236,7 @@ NoLostUpdate.TestCase.settings = settings(
     # case found is the test below
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
 )
-# KNOWN BUG (issue 8 stays open until fixed): a remote agent's increment chained on a queued
-# merge that is still unconfirmed right after a reconnect is counted twice (n == 5 for 3
-# increments; about half the runs of the machine, 4 in 5 of the minimal case). Not a lost
-# update, but not exact either. Non-strict: both tests pass in the runs that miss the window.
-KNOWN_DOUBLE_COUNT = pytest.mark.xfail(
-    reason="known bug: chained increment after a reconnect counted twice (see issue 8 note)",
-    strict=False,
-)
-test_no_lost_update = KNOWN_DOUBLE_COUNT(NoLostUpdate.TestCase)
+test_no_lost_update = NoLostUpdate.TestCase
 
 
 async def _offline_chain_then_reconnect() -> int:
@@ -280,7 +271,6 @@ async def _offline_chain_then_reconnect() -> int:
             await hub.stop()
 
 
-@KNOWN_DOUBLE_COUNT
 def test_three_increments_across_a_reconnect_count_three() -> None:
     """The minimal case the machine found: a remote agent's offline increment, an
     in-process increment on the restarted hub, then, once the agent has reconnected

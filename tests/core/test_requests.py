@@ -86,6 +86,45 @@ def test_a_chain_still_conflicts_with_other_writers() -> None:
     assert result.conflicts[0].resolution == 11 and state.get("n") == 11
 
 
+def test_a_chain_has_seen_what_its_links_overwrote() -> None:
+    """A link settled after a refusal was judged against a newer base than the merge
+    built on it: what the link overwrote is part of what the agent saw (the double
+    count the no-lost-update machine found: n == 5 for 3 increments)."""
+    state = SharedState()
+    state.commit({"n": 0, "tags": {}}, state.token, "setup")
+    base = state.token
+    state.commit({"n": 1, "tags": {"x": 1}}, base, "other")  # concurrent with the agent
+    with pytest.raises(ConflictError):
+        state.commit({"n": 1}, base, "a", request_id=1, writer="w")
+    # the agent settled its refused increment against the newer state and sent it again
+    state.commit({"n": 2}, state.token, "a", request_id=2, writer="w")
+    # its next increment, computed on top of that (n == 2 in its view), from the old base
+    result = state.commit(
+        {"n": 3}, base, "a", request_id=3, writer="w", builds_on=[2],
+        resolvers={"n": resolvers.counter},
+    )  # fmt: skip
+    assert result.conflicts == () and state.get("n") == 3
+    # a path the links never wrote still conflicts with the other writer
+    with pytest.raises(ConflictError) as info:
+        state.commit({"tags": {"y": 1}}, base, "a", request_id=4, writer="w", builds_on=[2, 3])
+    assert [c.path for c in info.value.conflicts] == [("tags",)]
+
+
+def test_a_conflict_on_a_chain_is_judged_from_what_the_agent_saw() -> None:
+    state = SharedState()
+    state.commit({"n": 0}, state.token, "setup")
+    base = state.token
+    state.commit({"n": 2}, base, "a", request_id=1, writer="w")  # agent: 0 -> 2
+    state.commit({"n": 3}, state.token, "other")  # another writer: +1
+    result = state.commit(
+        {"n": 3}, base, "a", request_id=2, writer="w", builds_on=[1],
+        resolvers={"n": resolvers.counter},
+    )  # agent: 2 -> 3  # fmt: skip
+    (conflict,) = result.conflicts
+    assert (conflict.base, conflict.current, conflict.incoming) == (2, 3, 3)
+    assert state.get("n") == 4
+
+
 @pytest.mark.parametrize("why", ["unknown", "other_writer", "conflicted"])
 def test_a_broken_chain_is_refused(why: str) -> None:
     state = SharedState(resolvers={"n": resolvers.last_writer_wins})
