@@ -137,6 +137,8 @@ class MergeResult:
     ``value`` is what the agent step returned (for ``transact``), and
     ``attempts`` how many times it ran. ``pending`` is true for a remote
     merge queued while offline: it is sent, and judged, on reconnect.
+    ``rounds`` is how many times a remote merge was sent to the hub before it
+    was applied (conflicts the client's policies settled are sent again).
     """
 
     token: VersionVector
@@ -147,3 +149,4 @@ class MergeResult:
     value: Any = None
     attempts: int = 1
     pending: bool = False
+    rounds: int = 1

@@ -377,6 +377,7 @@ class RemoteState:
             wire_changes(merge.ops),
             self.writer,
             merge.chain,
+            self._outbox.named_policies(merge),
         )
         with contextlib.suppress(ConnectionClosed):
             await ws.send(frame)

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from fnmatch import fnmatchcase
 from http import HTTPStatus
 from pathlib import Path
@@ -33,6 +33,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from crdt_state import (
+    Change,
     Conflict,
     ConflictError,
     CrdtStateError,
@@ -41,6 +42,7 @@ from crdt_state import (
     VersionVector,
     resolvers,
 )
+from crdt_state.paths import Pattern
 from crdt_state.resolvers import Escalation
 
 from . import protocol as p
@@ -339,6 +341,7 @@ class Hub:
                 ops,
                 base,
                 request.agent or session.label,
+                resolvers=_client_policies(state, ops, request.policies),
                 default=_unsettled_default(state),
                 request_id=request.request_id,
                 writer=_writer_of(request, session),
@@ -377,6 +380,25 @@ def _unsettled_default(state: SharedState) -> object | None:
     """The default policy for a merge: every overlap the room's rules do not settle goes
     back to the client, equal values included (``None``: the room has a default of its own)."""
     return _report_to_client if state.policies.default is resolvers.raise_conflict else None
+
+
+def _client_policies(
+    state: SharedState, ops: Sequence[Change], named: Sequence[tuple[int, str]]
+) -> dict[Pattern, object] | None:
+    """The policies the client named for its changes, where the room leaves the conflict
+    to the client: no rule of the room governs the path and the room has no default of
+    its own. Unknown names are ignored (the conflict then goes back to the client)."""
+    table = state.policies
+    if not named or table.default is not resolvers.raise_conflict:
+        return None
+    chosen: dict[Pattern, object] = {}
+    for index, name in named:
+        policy = resolvers.NAMED_POLICIES.get(name)
+        path = ops[index].path
+        if policy is None or table.has_rule(path) or any(k in ("*", "**") for k in path):
+            continue
+        chosen[Pattern(path)] = policy
+    return chosen or None
 
 
 def _writer_of(request: p.MergeRequest, session: Session) -> str:

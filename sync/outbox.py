@@ -36,7 +36,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeAlias
 
 from crdt_state import (
@@ -51,14 +51,14 @@ from crdt_state import (
     SharedState,
     VersionVector,
 )
-from crdt_state.resolvers import PolicyTable
+from crdt_state.resolvers import PolicyTable, named_policy
 from crdt_state.values import copy_value
 
 from . import protocol as p
 from .errors import RemoteError
 from .offline import OfflineStore, PendingMerge
 from .overlay import Overlay, OverlayEntry, depends_on, overlay_keys, view_of_key
-from .settle import rejudge, settle_refusal
+from .settle import rejudge, settle_refusal, substitute
 from .wire import conflict_from_record
 
 __all__ = ["MAX_ROUNDS", "Event", "Finished", "Outbox", "Send"]
@@ -93,6 +93,14 @@ def _names(chain: tuple[int, ...], request_id: int) -> bool:
     """True when the increasing ``chain`` holds ``request_id``."""
     at = bisect_left(chain, request_id)
     return at < len(chain) and chain[at] == request_id
+
+
+def _as_applied(merge: PendingMerge, conflicts: tuple[Conflict, ...]) -> PendingMerge:
+    """``merge`` with the values the hub's policies gave its conflicting paths."""
+    settled = {c.path: c.resolution for c in conflicts if c.resolved}
+    if not any(op.path in settled for op in merge.ops):
+        return merge
+    return replace(merge, ops=substitute(merge.ops, settled))
 
 
 def _entry(merge: PendingMerge) -> OverlayEntry:
@@ -262,6 +270,23 @@ class Outbox:
         with self._lock:
             return [x.merge for _, x in sorted(self._live.items()) if not x.blocked]
 
+    def named_policies(self, merge: PendingMerge) -> tuple[tuple[int, str], ...]:
+        """The changes of ``merge`` whose policy a hub can apply itself, with the policy's
+        name (see :data:`~crdt_state.resolvers.NAMED_POLICIES`): the hub then settles a
+        conflict there in the same round, so a hot counter never bounces between client
+        and hub. Empty when ``merge`` is not live."""
+        with self._lock:
+            order = self._order_of.get(merge.request_id)
+            if order is None:
+                return ()
+            table = self._live[order].table
+        named: list[tuple[int, str]] = []
+        for index, op in enumerate(merge.ops):
+            name = named_policy(table.policy_for(op.path))
+            if name is not None:
+                named.append((index, name))
+        return tuple(named)
+
     def is_live(self, merge: PendingMerge) -> bool:
         """True while ``merge`` is the request standing for a live merge."""
         with self._lock:
@@ -285,6 +310,7 @@ class Outbox:
                     conflicts=conflicts,
                     fast_forward=False,
                     agent=merge.agent,
+                    rounds=live.rounds,
                 )
                 events = self._finish(live, result)
             elif reply.error is not None and reply.error.code == "broken_chain":
@@ -304,10 +330,12 @@ class Outbox:
         merge = live.merge
         if result.token <= self._replica.token:
             self._remove(live)
-        else:  # keep showing it, as it is, until the replica has the update that carries it
+        else:  # keep showing it, as applied, until the replica has the update that carries it
             self._live.pop(merge.order, None)
             self._order_of.pop(merge.request_id, None)
-            self._confirmed.append((result.token, _entry(merge)))
+            applied = _as_applied(merge, result.conflicts)
+            self._confirmed.append((result.token, _entry(applied)))
+            self._rebuild()
             if self._store is not None:
                 self._store.confirm_pending(merge.request_id, result.token)
         return [Finished(merge.order, result=result)]

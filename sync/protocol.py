@@ -12,7 +12,7 @@ type  message           rest of the message
 1     awareness         varbytes (an awareness update, relayed opaquely)
 2     auth              varuint 0 (permission denied), varstring reason
 3     query-awareness   nothing
-100   merge (ours)      varuint step (0/2 request, 1 result), fields below
+100   merge (ours)      varuint step (0/2/3 request, 1 result), fields below
 ====  ================  =====================================================
 
 Stock y-websocket servers ignore types they do not know and stock providers log and drop
@@ -56,6 +56,7 @@ from sync.state_vector import validate_state_vector
 
 __all__ = [
     "MAX_CHAIN",
+    "MAX_POLICY_BYTES",
     "MAX_WRITER_BYTES",
     "MERGE_MESSAGE_TYPE",
     "Awareness",
@@ -103,6 +104,8 @@ MAX_WRITER_BYTES: Final = 64
 
 MAX_CHAIN: Final = 100_000
 """Most earlier requests a merge request may build on (as many as a hub remembers)."""
+MAX_POLICY_BYTES: Final = 32
+"""The longest policy name a merge request may carry."""
 
 
 class SyncStep(enum.IntEnum):
@@ -127,6 +130,8 @@ class MergeStep(enum.IntEnum):
     RESULT = 1
     WRITER_REQUEST = 2
     """A merge request that names its writer and the earlier requests it builds on."""
+    POLICY_REQUEST = 3
+    """Step 2 plus the client's named policies for some of its changes."""
 
 
 class MergeStatus(enum.IntEnum):
@@ -197,9 +202,13 @@ class MergeRequest:
     the connection): requests are deduplicated by ``(writer, request_id)``.
     ``chain`` lists, in increasing order, the ids of earlier requests of the same
     writer that the changes were computed on top of (see ``docs/protocol.md``); it
-    travels as runs of consecutive ids. Construction checks the writer's length and
-    that the chain is strictly increasing and at most :data:`MAX_CHAIN` long
-    (:class:`ProtocolError`, ``invalid_merge_request``).
+    travels as runs of consecutive ids. ``policies`` pairs the index of a change with
+    the name of the client's policy for its path, one of
+    :data:`~crdt_state.resolvers.NAMED_POLICIES` (a hub settles a conflict there with
+    it when the room has no rule of its own; other names are ignored); indexes strictly
+    increase. Construction checks the writer's length, that the chain is strictly
+    increasing and at most :data:`MAX_CHAIN` long, and the policies' indexes and name
+    lengths (:class:`ProtocolError`, ``invalid_merge_request``).
     """
 
     request_id: int
@@ -208,9 +217,19 @@ class MergeRequest:
     changes: tuple[Change, ...]
     writer: str = ""
     chain: tuple[int, ...] = ()
+    policies: tuple[tuple[int, str], ...] = ()
 
     def __post_init__(self) -> None:
         bad = ErrorCode.INVALID_MERGE_REQUEST
+        indexes = [i for i, _ in self.policies]
+        if any(not isinstance(i, int) or not 0 <= i < len(self.changes) for i in indexes):
+            raise ProtocolError(bad, "policy index names no change of the request")
+        if any(a >= b for a, b in pairwise(indexes)):
+            raise ProtocolError(bad, "policy indexes must be strictly increasing")
+        if any(
+            len(n.encode("utf-8", "surrogatepass")) > MAX_POLICY_BYTES for _, n in self.policies
+        ):
+            raise ProtocolError(bad, f"policy name longer than {MAX_POLICY_BYTES} bytes")
         if len(self.writer.encode("utf-8", "surrogatepass")) > MAX_WRITER_BYTES:
             raise ProtocolError(bad, f"writer longer than {MAX_WRITER_BYTES} bytes")
         if len(self.chain) > MAX_CHAIN:
@@ -315,18 +334,28 @@ def encode_merge_request(
     changes: Sequence[Change],
     writer: str = "",
     chain: Sequence[int] = (),
+    policies: Sequence[tuple[int, str]] = (),
 ) -> bytes:
     """Encode a merge request (layout in ``docs/protocol.md``).
 
-    With a writer or a chain it is step 2 (:attr:`MergeStep.WRITER_REQUEST`);
-    without either, step 0, the request of earlier versions.
+    With policies it is step 3 (:attr:`MergeStep.POLICY_REQUEST`); else with a
+    writer or a chain step 2 (:attr:`MergeStep.WRITER_REQUEST`); without any,
+    step 0, the request of earlier versions.
     """
     validate_state_vector(base)
-    MergeRequest(request_id, agent, base, (), writer, tuple(chain))  # checks writer and chain
-    full = bool(writer or chain)
+    # checks writer, chain and policies
+    MergeRequest(request_id, agent, base, tuple(changes), writer, tuple(chain), tuple(policies))
+    full = bool(writer or chain or policies)
+    step = (
+        MergeStep.POLICY_REQUEST
+        if policies
+        else MergeStep.WRITER_REQUEST
+        if full
+        else MergeStep.REQUEST
+    )
     parts = [
         _MERGE,
-        encode_var_uint(MergeStep.WRITER_REQUEST if full else MergeStep.REQUEST),
+        encode_var_uint(step),
         encode_var_uint(request_id),
         encode_var_string(agent),
         encode_var_bytes(base),
@@ -335,6 +364,11 @@ def encode_merge_request(
     if full:
         parts.append(encode_var_string(writer))
         parts.append(_encode_runs(chain))
+    if policies:
+        parts.append(encode_var_uint(len(policies)))
+        for index, name in policies:
+            parts.append(encode_var_uint(index))
+            parts.append(encode_var_string(name))
     return b"".join(parts)
 
 
@@ -403,8 +437,8 @@ def encode_message(message: Message) -> bytes:
             return encode_query_awareness()
         case PermissionDenied(reason):
             return encode_permission_denied(reason)
-        case MergeRequest(request_id, agent, base, changes, writer, chain):
-            return encode_merge_request(request_id, agent, base, changes, writer, chain)
+        case MergeRequest(request_id, agent, base, changes, writer, chain, policies):
+            return encode_merge_request(request_id, agent, base, changes, writer, chain, policies)
         case MergeResult():
             validate_state_vector(message.token)
             return b"".join(
@@ -482,7 +516,7 @@ def _decode_sync(reader: Reader) -> Message:
 
 def _decode_merge(reader: Reader) -> Message:
     step = reader.read_var_uint()
-    if step in (MergeStep.REQUEST, MergeStep.WRITER_REQUEST):
+    if step in (MergeStep.REQUEST, MergeStep.WRITER_REQUEST, MergeStep.POLICY_REQUEST):
         request_id = reader.read_var_uint()
         agent = reader.read_var_string()
         base = validate_state_vector(reader.read_var_bytes())
@@ -491,7 +525,14 @@ def _decode_merge(reader: Reader) -> Message:
             return MergeRequest(request_id, agent, base, changes)
         writer = reader.read_var_string()
         chain = _decode_runs(reader)
-        return MergeRequest(request_id, agent, base, changes, writer, chain)
+        policies: list[tuple[int, str]] = []
+        if step == MergeStep.POLICY_REQUEST:
+            count = reader.read_var_uint()
+            if count > len(changes):
+                raise ProtocolError(ErrorCode.INVALID_MERGE_REQUEST, "more policies than changes")
+            for _ in range(count):
+                policies.append((reader.read_var_uint(), reader.read_var_string()))
+        return MergeRequest(request_id, agent, base, changes, writer, chain, tuple(policies))
     if step == MergeStep.RESULT:
         request_id = reader.read_var_uint()
         raw_status = reader.read_var_uint()

@@ -28,7 +28,7 @@ from . import protocol as p
 from .errors import RemoteError
 from .wire import conflict_from_record
 
-__all__ = ["rejudge", "settle_refusal"]
+__all__ = ["rejudge", "settle_refusal", "substitute"]
 
 Path = tuple[str, ...]
 
@@ -60,7 +60,7 @@ def settle_refusal(
         if conflict.resolved:
             settled[conflict.path] = conflict.resolution
     _raise_if(escalated, final)
-    return _substitute(ops, settled), final
+    return substitute(ops, settled), final
 
 
 def rejudge(
@@ -125,5 +125,7 @@ def _write(path: Path, value: Any) -> Change:
     return Change("delete", path) if value is MISSING else Change("set", path, value)
 
 
-def _substitute(ops: list[Change], settled: Mapping[Path, Any]) -> list[Change]:
+def substitute(ops: list[Change], settled: Mapping[Path, Any]) -> list[Change]:
+    """``ops`` with the value ``settled`` gives a path in place of the change there
+    (:data:`MISSING`: a delete)."""
     return [_write(op.path, settled[op.path]) if op.path in settled else op for op in ops]

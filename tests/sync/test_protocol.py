@@ -124,6 +124,24 @@ def merge_results(draw: st.DrawFn) -> MergeResult:
     )
 
 
+@st.composite
+def merge_requests(draw: st.DrawFn) -> MergeRequest:
+    ops = tuple(draw(st.lists(changes(), max_size=4)))
+    indexes = sorted(draw(st.sets(st.integers(0, max(len(ops) - 1, 0)), max_size=len(ops))))
+    names = st.text(max_size=8) | st.sampled_from(["counter", "maximum", "retry"])
+    return MergeRequest(
+        request_id=draw(var_uints),
+        agent=draw(st.text(max_size=12)),
+        base=draw(state_vectors),
+        changes=ops,
+        writer=draw(
+            st.text(max_size=12).filter(lambda w: len(w.encode("utf-8", "surrogatepass")) <= 64)
+        ),
+        chain=tuple(sorted(draw(st.lists(var_uints, max_size=4, unique=True)))),
+        policies=tuple((i, draw(names)) for i in indexes),
+    )
+
+
 known_messages: st.SearchStrategy[Message] = st.one_of(
     st.builds(SyncStep1, state_vectors),
     st.builds(SyncStep2, payloads),
@@ -131,15 +149,7 @@ known_messages: st.SearchStrategy[Message] = st.one_of(
     st.builds(Awareness, payloads),
     st.just(QueryAwareness()),
     st.builds(PermissionDenied, st.text(max_size=30)),
-    st.builds(
-        MergeRequest,
-        request_id=var_uints,
-        agent=st.text(max_size=12),
-        base=state_vectors,
-        changes=st.lists(changes(), max_size=4).map(tuple),
-        writer=st.text(max_size=12).filter(lambda w: len(w.encode("utf-8", "surrogatepass")) <= 64),
-        chain=st.lists(var_uints, max_size=4, unique=True).map(lambda ids: tuple(sorted(ids))),
-    ),
+    merge_requests(),
     merge_results(),
 )
 _known = {int(t) for t in MessageType}
@@ -407,7 +417,7 @@ def test_arbitrary_bytes_decode_or_raise_protocol_error(data: bytes) -> None:
         (b"\x00\x00\x01\x05", ErrorCode.INVALID_STATE_VECTOR),
         (b"\x02\x01\x00", ErrorCode.UNKNOWN_AUTH_STEP),
         (b"\x03\x00", ErrorCode.TRAILING_BYTES),
-        (b"\x64\x03", ErrorCode.UNKNOWN_MERGE_STEP),
+        (b"\x64\x04", ErrorCode.UNKNOWN_MERGE_STEP),
         (b"\x64\x01\x01\x07\x01\x00\x00", ErrorCode.UNKNOWN_STATUS),
     ],
 )
@@ -480,6 +490,32 @@ def test_bad_writer_or_chain_is_refused(kwargs: dict[str, Any]) -> None:
         # an empty run; two runs that touch; 100,000+ ids
         with pytest.raises(ProtocolError) as info:
             decode_message(head + runs)
+        assert info.value.code is ErrorCode.INVALID_MERGE_REQUEST
+
+
+def test_a_merge_request_with_policies_is_step_3() -> None:
+    ops = [Change(ChangeKind.SET, ("n",), 1), Change(ChangeKind.SET, ("m",), 2)]
+    frame = encode_merge_request(1, "a", b"\x00", ops, writer="w", policies=[(1, "counter")])
+    assert frame[:2] == b"\x64\x03"
+    assert frame.endswith(b"\x01w\x00\x01\x01\x07counter")  # no chain; 1 policy: change 1
+    assert decode_message(frame) == MergeRequest(
+        1, "a", b"\x00", tuple(ops), "w", (), ((1, "counter"),)
+    )
+
+
+@pytest.mark.parametrize(
+    "policies",
+    [[(1, "counter")], [(0, "counter"), (0, "maximum")], [(-1, "counter")], [(0, "x" * 33)]],
+)
+def test_bad_policies_are_refused(policies: list[tuple[int, str]]) -> None:
+    one = [Change(ChangeKind.SET, ("n",), 1)]
+    with pytest.raises(ProtocolError) as info:
+        encode_merge_request(1, "a", b"\x00", one, policies=policies)
+    assert info.value.code is ErrorCode.INVALID_MERGE_REQUEST
+    head = b"\x64\x03\x01\x01a\x01\x00" + encode_var_bytes(encode_change_set(one)) + b"\x01w\x00"
+    for tail in (b"\x02\x00\x01c\x00\x01c", b"\x01\x05\x01c"):  # more than changes; bad index
+        with pytest.raises(ProtocolError) as info:
+            decode_message(head + tail)
         assert info.value.code is ErrorCode.INVALID_MERGE_REQUEST
 
 
