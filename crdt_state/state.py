@@ -114,6 +114,10 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
             typed reads, validation of every write and merge, per-field policies.
         initialize: write the schema's defaults into an empty state (turn off
             for a replica that will receive its content from elsewhere).
+        follower: a replica that mirrors an authority (a hub client's replica):
+            it takes received updates as they are (the authority validated them)
+            and never writes on its own, not even the tick that marks a received
+            deletion (the authority ticks for it).
     """
 
     def __init__(
@@ -125,6 +129,7 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         client_id: int | None = None,
         schema: type[BaseModel] | None = None,
         initialize: bool = True,
+        follower: bool = False,
     ) -> None:
         self._doc: Doc[Any] = Doc(client_id=client_id) if client_id is not None else Doc()
         self._root = self._doc.get(ydoc.ROOT, type=Map)
@@ -138,8 +143,8 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         self._journal: Journal | None = None
         # A pure mirror of another state (a hub client's replica) must never write
         # on its own: the authority ticks for it (see ``_tick``).
-        self._tick_remote = True
-        self._validate_updates = True  # a schema checks updates from other replicas
+        self._tick_remote = not follower
+        self._validate_updates = not follower  # a schema checks updates from other replicas
         # Set once the document has been handed to anyone else (updates out or in,
         # listeners): from then on it must keep its identity (see _reset_document).
         self._shared = False
@@ -173,6 +178,24 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
     def token(self) -> VersionVector:
         """The current version (a Yjs state vector)."""
         return self._log.head_token
+
+    @property
+    def position(self) -> int:
+        """The log position of the current version: how many change sets this state
+        has integrated (merges and received updates). A branch remembers the position
+        it forked at; :meth:`read_at` reads the state as it was at a position."""
+        return self._log.head_seq
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The re-entrant lock that guards this state.
+
+        Hold it to read the state together with something of your own in one
+        consistent moment (a hub client reads its replica and its queue of
+        unconfirmed merges so). Never hold it across an ``await`` or a slow call:
+        every merge and update waits for it.
+        """
+        return self._lock
 
     @property
     def client_id(self) -> int:
@@ -295,7 +318,7 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         """The shared part of :meth:`commit` and :meth:`acommit` (no durability wait)."""
         if self._closed:
             self._check_open()
-        ops = self._ops_from(changes)
+        ops = self.prepare(changes)
         scope = agent if writer is None else writer
         key = None if request_id is None else RequestKey(scope, request_id)
         chain = tuple(builds_on)
@@ -329,7 +352,15 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
             return self._store.remember_request(key, result.token, self._log.head_seq, clean)
         return ticket
 
-    def _ops_from(self, changes: Mapping[Any, Any] | Iterable[Change]) -> list[Change]:
+    def prepare(self, changes: Mapping[Any, Any] | Iterable[Change]) -> list[Change]:
+        """A change set as this state would merge it: paths parsed, values validated
+        (schema included) and normalised, each path named once.
+
+        ``changes`` is ``{path: value}`` (:data:`MISSING` deletes) or
+        :class:`Change` objects. Raises what a merge of them would raise for a bad
+        value or path (:class:`~crdt_state.errors.CrdtStateError` subclasses,
+        ``TypeError`` for objects that are not changes); the state is not touched.
+        """
         items: Iterable[Change]
         if isinstance(changes, Mapping):
             items = [
@@ -357,6 +388,12 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         return ops
 
     # -- merging --------------------------------------------------------------
+    def read_at(self, path: Any, position: int) -> Any:
+        """A copy of the value ``path`` had at log ``position`` (see :attr:`position`);
+        :data:`MISSING` when absent. Raises :class:`~crdt_state.errors.StaleBase` for
+        a position older than the retained history."""
+        return self._read_at(parse_path(path), position)
+
     def _read_at(self, path: Path, seq: int) -> Any:
         """A copy of the value ``path`` had at log position ``seq``."""
         with self._lock:

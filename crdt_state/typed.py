@@ -48,6 +48,14 @@ class TypedMixin:
             raise TypeError("this state has no schema")
         return self._schema.to_model(self.snapshot())
 
+    def to_model(self, data: dict[str, Any]) -> BaseModel:
+        """``data`` (a snapshot of this state, or one like it) validated as an instance
+        of the schema: ``TypeError`` without one, :class:`~crdt_state.errors.SchemaError`
+        for bad data."""
+        if self._schema is None:
+            raise TypeError("this state has no schema")
+        return self._schema.to_model(data)
+
     def json_schema(self) -> dict[str, Any]:
         """The schema's JSON schema, ready to hand to an LLM as a tool definition."""
         if self._schema is None:

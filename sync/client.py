@@ -96,14 +96,12 @@ class RemoteState:
         self.url = url
         self.agent = agent
         self._token = token
-        self.replica = SharedState(
-            resolvers=resolvers, default=default, schema=schema, initialize=False
-        )
-        """The hub's confirmed state (without this agent's unconfirmed merges)."""
         # a mirror of the hub: it never writes on its own, and takes the hub's
         # content as it is (the hub is the authority; branches validate writes)
-        self.replica._tick_remote = False
-        self.replica._validate_updates = False
+        self.replica = SharedState(
+            resolvers=resolvers, default=default, schema=schema, initialize=False, follower=True
+        )
+        """The hub's confirmed state (without this agent's unconfirmed merges)."""
         self._store = OfflineStore(local) if local is not None else None
         self.writer = self._store.writer() if self._store is not None else secrets.token_hex(16)
         """This client's identity for the hub's deduplication (see ``docs/protocol.md``)."""
@@ -204,7 +202,7 @@ class RemoteState:
 
     def snapshot(self) -> dict[str, Any]:
         """The room as this agent sees it: confirmed state plus its own unconfirmed merges."""
-        with self.replica._lock:
+        with self.replica.lock:
             overlay = self._outbox.snapshot()
             snapshot = self.replica.snapshot()
         return view_snapshot(snapshot, overlay.entries)
@@ -218,20 +216,20 @@ class RemoteState:
         ``acommit(changes, token)`` sends them as the merge's chain and the hub
         judges the changes against the token plus those merges.
         """
-        with self.replica._lock:
+        with self.replica.lock:
             overlay = self._outbox.snapshot()
             snapshot, token = self.replica.read()
-            seq = self.replica._log.head_seq
+            seq = self.replica.position
         return view_snapshot(snapshot, overlay.entries), RemoteToken(token, seq, overlay)
 
     def get(self, path: Any, default: Any = None) -> Any:
         """The value at ``path`` as this agent sees it (a copy), or ``default`` when absent."""
         key = parse_path(path)
-        with self.replica._lock:
+        with self.replica.lock:
             overlay = self._outbox.snapshot()
             if key[0] not in overlay.keys:
                 return self.replica.get(key, default)
-            value = self._outbox.view_of(key[0], self.replica._log.head_seq, overlay)
+            value = self._outbox.view_of(key[0], self.replica.position, overlay)
         found = MISSING if value is MISSING else tree_get({key[0]: value}, key)
         return default if found is MISSING else found
 
@@ -241,17 +239,14 @@ class RemoteState:
 
     def model(self) -> BaseModel:
         """The room as this agent sees it, as an instance of the schema given to :func:`connect`."""
-        schema = self.replica._schema
-        if schema is None:
-            raise TypeError("this state has no schema")
-        return schema.to_model(self.snapshot())
+        return self.replica.to_model(self.snapshot())
 
     def fork(self, agent: str | None = None) -> RemoteBranch:
         """A branch at the replica's version, with this agent's unconfirmed merges (O(1))."""
-        with self.replica._lock:
+        with self.replica.lock:
             overlay = self._outbox.snapshot()
-            log_ = self.replica._log
-            return RemoteBranch(self, agent or self.agent, log_.head_seq, log_.head_token, overlay)
+            replica = self.replica
+            return RemoteBranch(self, agent or self.agent, replica.position, replica.token, overlay)
 
     async def acommit(
         self,
@@ -268,7 +263,7 @@ class RemoteState:
         unconfirmed merges that the snapshot showed (they become the chain);
         with any other token (e.g. :attr:`token`), on the confirmed state only.
         """
-        ops = self.replica._ops_from(changes)
+        ops = self.replica.prepare(changes)
         return await self._submit(ops, base, agent or self.agent, resolvers, default)
 
     async def atransact(

@@ -133,7 +133,7 @@ class Outbox:
 
     def __init__(self, replica: SharedState, store: OfflineStore | None = None) -> None:
         self._replica = replica
-        self._lock = replica._lock
+        self._lock = replica.lock
         self._store = store
         self._next_id = store.next_request_id() if store is not None else 1
         self.new_id: Callable[[], int] = self._draw_id
@@ -248,7 +248,7 @@ class Outbox:
             ):
                 value, start = cached[3], cached[2]
             else:
-                value, start = self._replica._read_at((key,), base_seq), 0
+                value, start = self._replica.read_at((key,), base_seq), 0
             value = view_of_key(value, key, overlay.entries[start:])
             if overlay.generation == self._overlay.generation:
                 self._views[key] = (overlay.generation, base_seq, len(overlay.entries), value)

@@ -73,7 +73,7 @@ class RemoteBranch(Branch):
         if key in self._overlay.keys:
             value = self._remote._outbox.view_of(key, self._base_seq, self._overlay)
         else:
-            value = self._state._read_at((key,), self._base_seq)
+            value = self._state.read_at((key,), self._base_seq)
         if value is not MISSING:
             self._local[key] = value
         self._loaded.add(key)
