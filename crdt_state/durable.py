@@ -3,10 +3,11 @@
 :class:`DurableMixin` gives ``SharedState`` what a state stored in a SQLite
 file (:mod:`crdt_state.storage`) needs: opening one (``SharedState.open``),
 reading its history, blame and conflict audit log, closing it, waiting until a
-change is durable (``_settle``/``_asettle``), and the hooks storage calls:
-``_attach`` (make a store the journal), ``_restore`` (load stored content
-without logging it as new) and ``_reset_document`` (rebuild the Yjs document
-without tombstones, a new epoch). A state in memory has no store: waiting is a
+change is durable (``_settle``/``_asettle``; ``when_durable`` for every change
+so far, which a sync hub uses to send out only durable changes), and the hooks
+storage calls: ``_attach`` (make a store the journal), ``_restore`` (load
+stored content without logging it as new) and ``_reset_document`` (rebuild
+the Yjs document without tombstones, a new epoch). A state in memory has no store: waiting is a
 no-op and the history readers raise ``TypeError``.
 """
 
@@ -149,6 +150,29 @@ class DurableMixin:
 
         on_durable(ticket, done)
         await future
+
+    def when_durable(self, callback: Callable[[BaseException | None], None]) -> None:
+        """Call ``callback(None)`` once every change made so far is durable.
+
+        "So far" means every change this state made or received, on any thread,
+        before this call: merges, received updates, and whatever ``get_update``
+        returned before it. ``callback(error)`` (a :class:`StorageError`) when one
+        of them will never be stored (the file failed or was closed first).
+        Durable means per the store's ``durability`` (``"off"``: at once).
+
+        For a state in memory, or once those changes are durable already, the
+        callback runs at once on the caller's thread; otherwise later, on the
+        store's writer thread, so it must be quick and thread-safe (hand over
+        with ``loop.call_soon_threadsafe``, say). Do not call this from a
+        listener of :meth:`subscribe`: the change being told is not recorded yet.
+        """
+        with self._lock:  # a change is told and recorded under one hold of the lock
+            store = self._store
+            ticket = store.last_ticket() if store is not None else 0
+        if store is None or ticket == 0:
+            callback(None)
+            return
+        store.on_durable(ticket, callback)
 
     # -- hooks used by crdt_state.storage -------------------------------------------
     def _restore(

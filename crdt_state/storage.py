@@ -49,8 +49,9 @@ snapshot's token and every token of the retained log; older tokens raise
 :class:`StaleBase`.
 
 Client ids. A reopened state writes with a NEW random Yjs client id. The
-state tells its listeners (a sync hub, say) about a merge before the merge
-is durable, so after a crash some updates of the old client id may live on
+state tells its listeners about a merge before the merge is durable (a sync
+hub holds the update back until ``when_durable`` says so, but other listeners
+may not), so after a crash some updates of the old client id may live on
 other replicas and not in the file; reusing that id would create two
 different operations with the same id (replicas would diverge). A fresh id
 per opening costs one entry in the version vector per opening. For the same

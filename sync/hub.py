@@ -306,8 +306,8 @@ class Hub:
     async def _on_event(self, room: Room, session: Session, event: PeerEvent) -> None:
         """Carry out one event of a connection against its room."""
         state = room.state
-        if isinstance(event, SyncRequested):
-            session.enqueue(p.encode_sync_step2(state.get_update(event.since)))
+        if isinstance(event, SyncRequested):  # sent once all it holds is durable
+            room.send_durable(session, p.encode_sync_step2(state.get_update(event.since)))
         elif isinstance(event, UpdateReceived):
             if room.would_exceed(len(event.update), self.limits.max_document):
                 raise PeerRefused(CloseCode.MESSAGE_TOO_BIG, "document size limit reached")

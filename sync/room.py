@@ -7,14 +7,30 @@ frame (their Yjs updates merged), and merge replies queued with
 :meth:`Room.reply` follow it: a client always has a merge's update before its
 reply. Changes may be made on worker threads (durable states wait for the
 disk there); frames are always queued on the event loop's thread.
+
+**Only durable changes leave the room.** For a durable state, an update frame
+(and a sync answer queued with :meth:`Room.send_durable`) is held until every
+change it carries is durable (:meth:`SharedState.when_durable`), and frames
+leave in the order they were queued: a reply waits behind the update frames
+queued before it, so no token in a reply names a change that is not durable
+yet (for changes made on the loop's thread, as the hub makes them all: one
+made on another thread reaches the room a moment later, and a reply queued
+in between does not wait for it). So no client ever holds a change that a
+hub restarted after a crash (SIGKILL, power loss with ``durability="full"``)
+lacks: every base token a client sends is known to the restarted hub, and
+nothing that was shown to anyone comes back from a client's replica as a
+change without its request identity. A state in memory sends at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import logging
 import secrets
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -29,6 +45,8 @@ from .awareness import removal_update, safe_clients
 from .protocol import encode_awareness, encode_update
 
 __all__ = ["Room", "Session"]
+
+log = logging.getLogger("crdt_state.hub")
 
 _ids = itertools.count(1)
 
@@ -117,6 +135,23 @@ def _write_now(ws: ServerConnection, frames: Sequence[bytes]) -> None:
         ws.logger.warning("could not write to connection: %s", exc)
 
 
+@dataclass(slots=True, eq=False)
+class _Round:
+    """Frames queued together, sent together once ``ready``.
+
+    ``update`` goes to every session joined at sending time, then each of
+    ``frames`` to its session. ``replies`` says whether ``frames`` are merge
+    replies (sent even if the round's changes failed to be stored: their
+    tokens name only changes of earlier rounds) or durable content (dropped then).
+    """
+
+    update: bytes | None
+    frames: list[tuple[Session, bytes]]
+    replies: bool = True
+    ready: bool = False
+    error: BaseException | None = None
+
+
 class Room:
     """The shared state of one room name and the sessions that joined it."""
 
@@ -133,6 +168,8 @@ class Room:
         self._updates: list[bytes] = []  # changes not yet sent, oldest first
         self._replies: list[tuple[Session, bytes]] = []  # to send after them
         self._flush_scheduled = False
+        self._rounds: deque[_Round] = deque()  # queued, oldest first; sent once ready
+        self._storage_failed = False
 
     def would_exceed(self, extra: int, limit: int) -> bool:
         """True when adding about ``extra`` bytes would take the document past ``limit``.
@@ -173,29 +210,90 @@ class Room:
             self._loop.call_soon(self.flush)
 
     def reply(self, session: Session, frame: bytes) -> None:
-        """Queue ``frame`` for ``session`` after every change made so far (loop thread only)."""
+        """Queue ``frame`` for ``session`` after every change made so far (loop thread only).
+
+        It is sent once the update frames queued before it are sent, so once the
+        changes they carry are durable.
+        """
         self._replies.append((session, frame))
         self._schedule()
 
-    def flush(self) -> None:
-        """Send the pending changes as one update frame to every session, then the replies.
+    def send_durable(self, session: Session, frame: bytes) -> None:
+        """Queue ``frame`` for ``session`` once every change made so far is durable, after
+        the frames queued before it (loop thread only).
 
-        Each session gets its frames of this round in one write.
+        For frames carrying the room's content, e.g. a sync step 2 built from
+        ``state.get_update()`` just before this call. Dropped, like the
+        changes, if they can never be stored.
+        """
+        self.flush()  # what is queued so far goes first
+        self._queue(_Round(None, [(session, frame)], replies=False), durable=True)
+
+    def flush(self) -> None:
+        """Queue the pending changes as one update frame to every session, then the replies.
+
+        The frames are sent as soon as the changes are durable and every frame
+        queued before them is sent; each session gets the frames that become
+        ready together in one write.
         """
         self._flush_scheduled = False
         updates, self._updates = self._updates, []
         replies, self._replies = self._replies, []
-        mine: dict[int, list[bytes]] = {}
-        for session, frame in replies:
-            mine.setdefault(session.id, []).append(frame)
+        if not updates and not replies:
+            return
+        frame: bytes | None = None
         if updates:
-            update = updates[0] if len(updates) == 1 else bytes(merge_updates(*updates))
-            frame = encode_update(update)
-            for session in list(self.sessions.values()):
-                session.enqueue_many([frame, *mine.pop(session.id, ())])
-        for session, _frame in replies:  # sessions that got no update frame this round
-            if session.id in mine:
-                session.enqueue_many(mine.pop(session.id))
+            frame = encode_update(
+                updates[0] if len(updates) == 1 else bytes(merge_updates(*updates))
+            )
+        self._queue(_Round(frame, replies), durable=frame is not None)
+
+    def _queue(self, round_: _Round, *, durable: bool) -> None:
+        self._rounds.append(round_)
+        if not durable:
+            round_.ready = True
+            self._release()
+            return
+
+        def done(error: BaseException | None) -> None:
+            if threading.get_ident() == self._loop_thread:
+                self._ready(round_, error)
+                return
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody to send to
+                self._loop.call_soon_threadsafe(self._ready, round_, error)
+
+        self.state.when_durable(done)
+
+    def _ready(self, round_: _Round, error: BaseException | None) -> None:
+        round_.ready, round_.error = True, error
+        if error is not None and not self._storage_failed:
+            self._storage_failed = True
+            log.error(
+                "room %s: changes could not be stored, they are not sent to anyone: %s",
+                self.name,
+                error,
+            )
+        self._release()
+
+    def _release(self) -> None:
+        """Send the rounds that are ready, oldest first, up to the first one still waiting."""
+        if not self._rounds or not self._rounds[0].ready:
+            return
+        rounds: list[_Round] = []
+        while self._rounds and self._rounds[0].ready:
+            rounds.append(self._rounds.popleft())
+        sessions = list(self.sessions.values())
+        out: dict[int, tuple[Session, list[bytes]]] = {}
+        for round_ in rounds:
+            failed = round_.error is not None
+            if round_.update is not None and not failed:
+                for session in sessions:
+                    out.setdefault(session.id, (session, []))[1].append(round_.update)
+            if round_.replies or not failed:
+                for session, frame in round_.frames:
+                    out.setdefault(session.id, (session, []))[1].append(frame)
+        for session, frames in out.values():
+            session.enqueue_many(frames)
 
     def broadcast(self, frame: bytes, *, exclude: int | None = None) -> None:
         """Queue ``frame`` for every session but ``exclude`` (event-loop thread only)."""

@@ -4,7 +4,9 @@ The hub's ``db`` is a directory; room ``triage/42`` lives in the file
 ``<db>/triage%2F42.sqlite``. Each file is a durable state (WAL, group commit,
 compaction that never replaces data with an empty document; see
 ``crdt_state.storage``): a merge is acknowledged to a client only after it is
-on disk, so killing the hub loses nothing acknowledged.
+on disk, so killing the hub loses nothing acknowledged; and no change is sent
+to any client before it is on disk (see :mod:`sync.room`), so no client holds
+a change that a restarted hub lacks.
 """
 
 from __future__ import annotations

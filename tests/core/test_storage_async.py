@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
-from crdt_state import Change, SharedState
+import pytest
+
+from crdt_state import Change, SharedState, StorageError, storage
 
 
 async def test_async_merges_are_durable_when_they_return(tmp_path: Path) -> None:
@@ -95,3 +100,65 @@ def test_request_ids_in_memory() -> None:
     repeat = state.commit({"n": 2}, base, "a", request_id=7)  # same id: not applied again
     assert repeat.applied == (("n",),)
     assert state.snapshot() == {"n": 1, "m": 1}
+
+
+def test_when_durable_waits_for_every_change_made_so_far(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    in_memory: list[BaseException | None] = []
+    SharedState().when_durable(in_memory.append)
+    assert in_memory == [None]  # nothing to wait for: at once
+    disk = threading.Event()
+    commit = storage.Store._commit
+
+    def gated(self: storage.Store, batch: Any) -> None:
+        disk.wait(10)
+        commit(self, batch)
+
+    monkeypatch.setattr(storage.Store, "_commit", gated)
+    state = SharedState.open(tmp_path / "gated.db")
+    nothing_yet: list[BaseException | None] = []
+    state.when_durable(nothing_yet.append)
+    assert nothing_yet == [None]  # no change made yet
+    source = SharedState()
+    source.commit({"y": 2}, source.token, "peer")
+    writers = [  # each waits for the disk, in its own thread
+        threading.Thread(target=state.commit, args=({"x": 1}, state.token, "a")),
+        threading.Thread(target=state.apply_update, args=(source.get_update(),)),
+    ]
+    for thread in writers:
+        thread.start()
+    deadline = time.monotonic() + 5
+    while state.snapshot() != {"x": 1, "y": 2} and time.monotonic() < deadline:
+        time.sleep(0.005)
+    calls: list[tuple[BaseException | None, int]] = []
+    state.when_durable(lambda error: calls.append((error, threading.get_ident())))
+    time.sleep(0.1)
+    assert calls == []  # both changes are still in memory only
+    disk.set()
+    deadline = time.monotonic() + 5
+    while not calls and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert calls and calls[0][0] is None
+    assert calls[0][1] != threading.get_ident()  # told from the writer thread
+    for thread in writers:
+        thread.join()
+    state.close()
+    with SharedState.open(tmp_path / "gated.db") as again:
+        assert again.snapshot() == {"x": 1, "y": 2}
+
+
+def test_when_durable_reports_changes_that_will_never_be_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(self: storage.Store, batch: Any) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(storage.Store, "_commit", broken)
+    state = SharedState.open(tmp_path / "broken.db")
+    with pytest.raises(StorageError):
+        state.commit({"x": 1}, state.token, "a")  # in memory, never in the file
+    told: list[BaseException | None] = []
+    state.when_durable(told.append)
+    assert len(told) == 1 and isinstance(told[0], StorageError)
+    state.close()
