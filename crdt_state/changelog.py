@@ -10,12 +10,14 @@ size of the state.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from itertools import islice
+from typing import TYPE_CHECKING, Any
 
+from .entry import Entry, TruncateTo, WriteKind, clock_delta
 from .errors import StaleBase, UnknownBase
+from .pathindex import PathIndex, choose_for_merge, index_paths, reading_entries
 from .paths import Path, is_prefix
 from .values import patch, tree_get
 from .version import VersionVector
@@ -24,54 +26,6 @@ if TYPE_CHECKING:
     from .requests import RequestKey
 
 __all__ = ["ChangeLog", "Entry", "TruncateTo", "WriteKind", "read_at", "unseen_by_chain"]
-
-WriteKind = Literal["set", "delete", "append"]
-
-
-@dataclass(frozen=True, slots=True)
-class TruncateTo:
-    """Undo record of an append: the list had ``length`` items before."""
-
-    length: int
-
-
-@dataclass(slots=True)
-class Entry:
-    """One integrated change set.
-
-    ``writes`` maps each written path to how it was written; ``undo`` lists
-    ``(path, value before)`` in application order (``MISSING`` = was absent,
-    :class:`TruncateTo` = list was shorter); ``delta`` maps each client to
-    the clock range ``[start, end)`` this entry added. ``request`` is the
-    :class:`~crdt_state.requests.RequestKey` of the merge that made the entry
-    (``None`` for merges without a request id and for received updates): a
-    later merge of the same writer that builds on it does not conflict with it.
-    """
-
-    seq: int
-    agent: str | None
-    token: VersionVector
-    delta: dict[int, tuple[int, int]]
-    writes: dict[Path, WriteKind]
-    undo: list[tuple[Path, Any]]
-    time: float = field(default_factory=time.time)
-    origin: str = "local"
-    request: RequestKey | None = None
-
-    def covered_by(self, token: VersionVector) -> bool:
-        """True when ``token`` has seen every operation of this entry."""
-        return all(token.get_clock(c) >= end for c, (_, end) in self.delta.items())
-
-
-def clock_delta(before: VersionVector, after: VersionVector) -> dict[int, tuple[int, int]]:
-    """The clock ranges ``after`` has beyond ``before``."""
-    start_of = before.get_clock
-    delta: dict[int, tuple[int, int]] = {}
-    for client, clock in after.items():
-        start = start_of(client)
-        if clock > start:
-            delta[client] = (start, clock)
-    return delta
 
 
 class ChangeLog:
@@ -83,6 +37,12 @@ class ChangeLog:
     ``start_seq`` (the seq of ``initial``): bases older than it are stale.
     ``retired`` are the client ids of earlier epochs of the document (see
     ``SharedState._reset_document``): tokens naming them are stale too.
+
+    The retained entries are indexed by the paths they touched
+    (:class:`~crdt_state.pathindex.PathIndex`), so judging a merge costs about
+    ``O(its paths x log(entries))`` plus the entries that touched its paths,
+    whatever else was merged since its base: see :meth:`for_merge`,
+    :meth:`related` and :meth:`for_reading`.
     """
 
     def __init__(
@@ -102,6 +62,9 @@ class ChangeLog:
         self._head_token = initial
         self._token_seq: dict[VersionVector, int] = {initial: start_seq}
         self._initial = (initial, start_seq)
+        self._index = PathIndex()
+        # every token >= the one before it (Yjs state vectors only grow): seq_of may bisect
+        self._monotone = True
         self.retired = frozenset(retired)
 
     @property
@@ -126,7 +89,10 @@ class ChangeLog:
         origin: str = "local",
         request: RequestKey | None = None,
     ) -> Entry:
-        """Record a new entry that moved the state from the head token to ``token``."""
+        """Record a new entry that moved the state from the head token to ``token``.
+
+        The entry's ``writes`` and ``undo`` must not change afterwards (they are indexed).
+        """
         self._head_seq += 1
         entry = Entry(
             seq=self._head_seq,
@@ -139,6 +105,9 @@ class ChangeLog:
             request=request,
         )
         self._entries.append(entry)
+        self._index.add(entry.seq, *index_paths(entry.writes, undo))
+        if self._monotone and not self._head_token <= token:
+            self._monotone = False
         self._head_token = token
         self._token_seq[token] = entry.seq
         if len(self._entries) > self.limit + self.limit // 4:
@@ -147,32 +116,25 @@ class ChangeLog:
 
     def _trim(self) -> None:
         drop = len(self._entries) - self.limit
+        touched: set[Path] = set()
+        replaced: list[Path] = []
         for entry in self._entries[:drop]:
             if self._token_seq.get(entry.token) == entry.seq:
                 del self._token_seq[entry.token]
+            paths, written = index_paths(entry.writes, entry.undo)
+            touched |= paths
+            replaced += written
         del self._entries[:drop]
         self._first_seq += drop
+        self._index.drop(self._first_seq, touched, replaced)
         # Every token maps to the seq of the entry that holds it (removed above when
         # dropped), except the initial one: no need to scan the whole map.
         initial, start = self._initial
         if start < self._first_seq - 1 and self._token_seq.get(initial) == start:
             del self._token_seq[initial]
 
-    def token_at(self, seq: int) -> VersionVector:
-        """The token the state had at log position ``seq`` (a retained position)."""
-        if seq == self._head_seq:
-            return self._head_token
-        entries = self.since(seq)
-        if not entries:
-            return self._head_token
-        first = entries[0]
-        clocks = dict(first.token)
-        for client, (start, _) in first.delta.items():
-            clocks[client] = start
-        return VersionVector(clocks)
-
-    def since(self, base_seq: int) -> list[Entry]:
-        """Entries after ``base_seq``; :class:`StaleBase` if some were dropped."""
+    def _check_base(self, base_seq: int) -> None:
+        """Raise :class:`StaleBase` / :class:`UnknownBase` unless ``base_seq`` can be judged."""
         if base_seq < self._first_seq - 1:
             raise StaleBase(
                 "the fork base is older than the retained history; rebase the branch",
@@ -180,6 +142,21 @@ class ChangeLog:
             )
         if base_seq > self._head_seq:
             raise UnknownBase("base is ahead of this state", details={"base_seq": base_seq})
+
+    def token_at(self, seq: int) -> VersionVector:
+        """The token the state had at log position ``seq`` (a retained position)."""
+        if seq == self._head_seq:
+            return self._head_token
+        self._check_base(seq)
+        first = self._entries[seq - self._first_seq + 1]
+        clocks = dict(first.token)
+        for client, (start, _) in first.delta.items():
+            clocks[client] = start
+        return VersionVector(clocks)
+
+    def since(self, base_seq: int) -> list[Entry]:
+        """Entries after ``base_seq``; :class:`StaleBase` if some were dropped."""
+        self._check_base(base_seq)
         return self._entries[base_seq - self._first_seq + 1 :]
 
     def seq_of(self, token: VersionVector) -> int:
@@ -188,7 +165,9 @@ class ChangeLog:
         A token the log never had (one from another replica) maps to the
         newest entry such that every entry up to it is covered by the token;
         entries after it that the token covers are then judged as concurrent
-        only if they were not covered, see :meth:`since_token`.
+        only if they were not covered, see :meth:`since_token`. A token the
+        log had is found in constant time, any other in ``O(log(entries))``
+        comparisons of tokens.
         """
         seq = self._token_seq.get(token)
         if seq is not None:
@@ -203,11 +182,7 @@ class ChangeLog:
                 "the base token has changes this state has not seen",
                 details={"base": str(token), "head": str(self._head_token)},
             )
-        seq = self._first_seq - 1
-        for entry in self._entries:
-            if not entry.covered_by(token):
-                break
-            seq = entry.seq
+        seq = self._first_seq - 1 + self._covered_prefix(token)
         if seq == self._first_seq - 1 and self._first_seq > 1:
             raise StaleBase(
                 "the base token is older than the retained history",
@@ -215,11 +190,173 @@ class ChangeLog:
             )
         return seq
 
+    def _covered_prefix(self, token: VersionVector) -> int:
+        """How many retained entries, oldest first, ``token`` covers before one it does not."""
+        entries = self._entries
+        if not self._monotone:
+            for count, entry in enumerate(entries):
+                if not entry.covered_by(token):
+                    return count
+            return len(entries)
+        if not entries:
+            return 0
+        # With growing tokens, entries[..i] are all covered exactly when the token
+        # has every clock entries[i].token has for the clients those entries advanced
+        # (a client none of them advanced still has its clock from before them).
+        before = self.token_at(self._first_seq - 1).get_clock
+        clock = token.get_clock
+        lo, hi = 0, len(entries)  # entries[:lo] covered; entries[hi - 1] and later not all
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if all(clock(c) >= k for c, k in entries[mid].token.items() if k != before(c)):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
     def since_token(self, token: VersionVector) -> tuple[int, list[Entry]]:
         """The base seq of ``token`` and the entries it has not seen (exact for tokens
-        of other replicas)."""
+        of other replicas). Every entry since the base: prefer :meth:`for_merge`."""
         seq = self.seq_of(token)
         return seq, [e for e in self.since(seq) if not e.covered_by(token)]
+
+    def _entry(self, seq: int) -> Entry:
+        return self._entries[seq - self._first_seq]
+
+    def related(
+        self,
+        base_seq: int,
+        paths: Iterable[Path],
+        token: VersionVector | None = None,
+        also: Iterable[Entry] = (),
+    ) -> list[Entry]:
+        """Every entry after ``base_seq`` that wrote or restored a path overlapping one
+        of ``paths`` (equal, ancestor or descendant), with those of ``also`` after
+        ``base_seq``; those ``token`` covers are left out. Oldest first.
+
+        For ``paths``, :func:`overlaps`, :func:`read_at` and :func:`unseen_by_chain`
+        (given ``also`` = the chain's entries, see :meth:`made_by`) answer over this
+        list exactly as over every entry since the base. Raises like :meth:`since`.
+        """
+        self._check_base(base_seq)
+        seqs: set[int] = {entry.seq for entry in also if entry.seq > base_seq}
+        if base_seq == self._head_seq:
+            return []
+        for path in paths:
+            for listed, start, _ in self._index.related(path, base_seq):
+                seqs.update(islice(listed, start, None))
+        entries = [self._entry(seq) for seq in sorted(seqs)]
+        if token is not None:
+            return [entry for entry in entries if not entry.covered_by(token)]
+        return entries
+
+    def for_reading(self, base_seq: int, path: Path) -> list[Entry]:
+        """The entries :func:`read_at` needs to roll ``path`` back to ``base_seq``.
+
+        ``read_at(value, path, log.for_reading(seq, path))`` equals
+        ``read_at(value, path, log.since(seq))``: the entries that touched the
+        path, oldest first, up to the first that restores it whole (an undo
+        record at the path or an ancestor: what newer entries did is then
+        overwritten). Raises like :meth:`since`.
+        """
+        self._check_base(base_seq)
+        if base_seq == self._head_seq:
+            return []
+        return reading_entries(self._index, base_seq, path, self._entry)
+
+    def for_merge(
+        self,
+        base_seq: int,
+        targets: Mapping[Path, bool],
+        token: VersionVector | None = None,
+    ) -> list[Entry]:
+        """The entries after ``base_seq`` that a merge writing ``targets`` must be judged on.
+
+        ``targets`` maps each path the merge writes to whether it appends there.
+        Entries ``token`` covers are left out (as in :meth:`since_token`). The
+        result, oldest first, is a sub-list of those entries on which
+        :func:`~crdt_state.planner.plan_merge` decides exactly as on all of them
+        (given ``fast_forward`` apart, see :meth:`moved`): for each target,
+        the newest entry that wrote an overlapping path (the conflict's agent);
+        for an append, the newest overlapping write that is not an append at
+        exactly that path (the one that makes it a conflict), if any; and when
+        the target conflicts, the entries that touched it from the oldest up to
+        the first that restores it whole (what :func:`read_at` needs for the
+        value at the base). A target nothing touched costs a few dictionary
+        lookups; one with many overlapping entries costs ``O(log(entries))``
+        plus the few entries walked. Raises like :meth:`since`.
+        """
+        self._check_base(base_seq)
+        if base_seq == self._head_seq:
+            return []
+        chosen = choose_for_merge(self._index, base_seq, targets, self._entry, token)
+        return [self._entry(seq) for seq in sorted(chosen)]
+
+    def made_by(self, base_seq: int, tokens: Mapping[RequestKey, VersionVector]) -> list[Entry]:
+        """The retained entries after ``base_seq`` made by the given requests, found by
+        the token each request's merge gave (a request that wrote nothing has none)."""
+        out: list[Entry] = []
+        for key, token in tokens.items():
+            seq = self._token_seq.get(token)
+            while seq is not None and seq > base_seq:
+                entry = self._entry(seq)
+                if entry.token != token:
+                    break
+                if entry.request == key:
+                    out.append(entry)
+                    break
+                seq -= 1  # entries that added no clock share their predecessor's token
+        return out
+
+    def moved(
+        self,
+        base_seq: int,
+        token: VersionVector | None = None,
+        chain: Collection[RequestKey] = frozenset(),
+        links: Sequence[Entry] = (),
+    ) -> bool:
+        """True when an entry after ``base_seq`` is unseen, so a merge there is no fast-forward.
+
+        Unseen: not covered by ``token``, and, for a merge built on ``chain``
+        (whose retained entries are ``links``, see :meth:`made_by`), neither a
+        link nor an entry whose every write a later link overwrote (as
+        :func:`unseen_by_chain` judges). Usually answered by the first entry
+        after the base. Raises like :meth:`since`.
+        """
+        self._check_base(base_seq)
+        count = self._head_seq - base_seq
+        if not count:
+            return False
+        later = [e for e in links if e.seq > base_seq]
+        if chain and len({e.seq for e in later}) == count:
+            return False  # everything since the base is the chain's own
+        if token is not None:
+            later = [e for e in later if not e.covered_by(token)]
+        entries = self._entries
+        for i in range(base_seq - self._first_seq + 1, len(entries)):
+            entry = entries[i]
+            if token is not None and entry.covered_by(token):
+                continue
+            if chain and entry.request in chain:
+                continue
+            if not entry.writes:
+                return True
+            covered = {path for link in later if link.seq > entry.seq for path in link.writes}
+            if not covered or not all(_under(path, covered) for path in entry.writes):
+                return True
+        return False
+
+    def keys_since(self, base_seq: int) -> set[str]:
+        """The top-level keys under which an entry after ``base_seq`` wrote or restored
+        a path. Raises like :meth:`since`."""
+        self._check_base(base_seq)
+        if self._head_seq - base_seq <= self._index.root_count:
+            keys: set[str] = set()
+            for entry in self._entries[base_seq - self._first_seq + 1 :]:
+                keys.update(path[0] for path in entry.writes)
+                keys.update(path[0] for path, _ in entry.undo)
+            return keys
+        return set(self._index.roots_after(base_seq))
 
     def entries(self) -> Iterator[Entry]:
         """The retained entries, oldest first."""

@@ -76,12 +76,17 @@ def plan_merge(
     agent: str,
     head: VersionVector,
     base_token: Callable[[], VersionVector],
+    fast_forward: bool | None = None,
 ) -> MergePlan:
     """Judge ``ops`` (validated changes, at most one per path) against ``entries``.
 
     Args:
         ops: the branch's changes.
-        entries: the change-log entries after the fork base, oldest first.
+        entries: the change-log entries after the fork base, oldest first, or
+            a sub-list of them that decides the same, such as
+            :meth:`ChangeLog.for_merge <crdt_state.changelog.ChangeLog.for_merge>`
+            gives (only entries that wrote or restored a path overlapping one
+            of ``ops`` are ever consulted).
         content: the state's current content (read only; values are copied
             into the conflicts).
         table: the policies (merge-time rules first).
@@ -89,15 +94,18 @@ def plan_merge(
         head: the state's current token (``Conflict.current_token``).
         base_token: gives the fork base's token; called only when a conflict
             is found (``Conflict.base_token``).
+        fast_forward: whether nothing was merged since the base; by default,
+            whether ``entries`` is empty (pass it when ``entries`` were
+            narrowed to the ones that concern ``ops``).
 
     Returns the plan; a refused plan has ``escalations`` and must not be
     applied. Raises :class:`WrongType` for a change that cannot apply to the
     current content (writing below a scalar, appending to a non-list) and
     any exception a user policy raises; the content is never modified.
     """
-    # a fast-forward (nothing merged since the base) cannot overlap anything
+    # no entry (a fast-forward, or nothing touching ops) cannot overlap anything
     found = overlaps([op.path for op in ops], entries) if entries else None
-    plan = MergePlan([], [], [], not entries)
+    plan = MergePlan([], [], [], not entries if fast_forward is None else fast_forward)
     forced: set[Path] = set()
     writes: Sequence[Change]
     if not found:

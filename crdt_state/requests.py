@@ -86,6 +86,15 @@ class RequestMemory:
             )
         return keys
 
+    def tokens_of(self, keys: Iterable[RequestKey]) -> dict[RequestKey, VersionVector]:
+        """The token each remembered request of ``keys`` gave (forgotten ones left out)."""
+        out: dict[RequestKey, VersionVector] = {}
+        for key in keys:
+            known = self._done.get(key)
+            if known is not None:
+                out[key] = known.token
+        return out
+
     def is_clean(self, key: RequestKey) -> bool:
         """True when ``key`` is remembered as applied without any conflict."""
         known = self._done.get(key)

@@ -326,11 +326,25 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
             done = self._requests.result(key)
             if done is not None:  # answered once the original is durable too
                 return done, self._store.last_ticket() if self._store is not None else None
-            seq, entries = self._log.since_token(base)
+            seq = self._log.seq_of(base)
+            targets = {op.path: op.kind == "append" for op in ops}
             if chain:  # the chain's own changes, and what they overwrote, are part of the base
-                entries = unseen_by_chain(entries, self._requests.chain_keys(scope, chain))
+                mine = self._requests.chain_keys(scope, chain)
+                links = self._log.made_by(seq, self._requests.tokens_of(mine))
+                entries = unseen_by_chain(self._log.related(seq, targets, base, links), mine)
+                moved = self._log.moved(seq, base, mine, links)
+            else:  # only the entries that concern ops (see ChangeLog.for_merge)
+                entries = self._log.for_merge(seq, targets, base)
+                moved = self._log.moved(seq, base)
             result, ticket = self._merge_now(
-                ops, seq, agent, resolvers, default, entries=entries, request_id=key
+                ops,
+                seq,
+                agent,
+                resolvers,
+                default,
+                entries=entries,
+                fast_forward=not moved,
+                request_id=key,
             )
             if key is not None and (result.conflicts or not result.applied):
                 ticket = self._remember_request(key, result, ticket)
@@ -399,15 +413,14 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         with self._lock:
             current = tree_get(self._mirror, path)
             if seq != self._log.head_seq:
-                current = read_at(current, path, self._log.since(seq))
+                current = read_at(current, path, self._log.for_reading(seq, path))
             return copy_value(current)
 
     def _read_at_keys(self, seq: int) -> set[str]:
         """Every top-level key that may have had a value at log position ``seq``."""
         with self._lock:
             keys = set(self._mirror)
-            for entry in self._log.since(seq):
-                keys.update(path[0] for path, _ in entry.undo)
+            keys.update(self._log.keys_since(seq))
             return keys
 
     def _merge_now(
@@ -419,13 +432,17 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         default: object | None,
         *,
         entries: list[Entry] | None = None,
+        fast_forward: bool | None = None,
         request_id: RequestKey | None = None,
     ) -> tuple[MergeResult, int | None]:
         """Judge and apply a merge under the lock; returns the result and its journal ticket.
 
-        The judging is :func:`crdt_state.planner.plan_merge`; a refused plan
-        raises :class:`ConflictError` and changes nothing. A ``request_id`` (the
-        request's key) is remembered with the change (and journaled with it).
+        The judging is :func:`crdt_state.planner.plan_merge`, on ``entries``
+        (and ``fast_forward``) when given, else on the log's entries after
+        ``base_seq`` that concern ``ops`` (:meth:`ChangeLog.for_merge`); a
+        refused plan raises :class:`ConflictError` and changes nothing. A
+        ``request_id`` (the request's key) is remembered with the change (and
+        journaled with it).
         """
         table = self._policies.overlay(resolvers, default)
         ticket: int | None = None
@@ -433,7 +450,9 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
             if self._closed:
                 self._check_open()
             if entries is None:
-                entries = self._log.since(base_seq)
+                targets = {op.path: op.kind == "append" for op in ops}
+                entries = self._log.for_merge(base_seq, targets)
+                fast_forward = base_seq == self._log.head_seq
             head = self._log.head_token
             plan = plan_merge(
                 ops,
@@ -443,6 +462,7 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
                 agent=agent,
                 head=head,
                 base_token=lambda: self._log.token_at(base_seq),
+                fast_forward=fast_forward,
             )
             if plan.refused:
                 if self._store is not None:  # the conflict audit log keeps refusals too

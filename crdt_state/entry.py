@@ -1,0 +1,67 @@
+"""One entry of the change log: what a merged change set did and how to undo it (pure).
+
+Kept apart from :mod:`crdt_state.changelog` so that the path index
+(:mod:`crdt_state.pathindex`) can read entries without importing the log.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from .paths import Path
+from .version import VersionVector
+
+if TYPE_CHECKING:
+    from .requests import RequestKey
+
+__all__ = ["Entry", "TruncateTo", "WriteKind", "clock_delta"]
+
+WriteKind = Literal["set", "delete", "append"]
+
+
+@dataclass(frozen=True, slots=True)
+class TruncateTo:
+    """Undo record of an append: the list had ``length`` items before."""
+
+    length: int
+
+
+@dataclass(slots=True)
+class Entry:
+    """One integrated change set.
+
+    ``writes`` maps each written path to how it was written; ``undo`` lists
+    ``(path, value before)`` in application order (``MISSING`` = was absent,
+    :class:`TruncateTo` = list was shorter); ``delta`` maps each client to
+    the clock range ``[start, end)`` this entry added. ``request`` is the
+    :class:`~crdt_state.requests.RequestKey` of the merge that made the entry
+    (``None`` for merges without a request id and for received updates): a
+    later merge of the same writer that builds on it does not conflict with it.
+    """
+
+    seq: int
+    agent: str | None
+    token: VersionVector
+    delta: dict[int, tuple[int, int]]
+    writes: dict[Path, WriteKind]
+    undo: list[tuple[Path, Any]]
+    time: float = field(default_factory=time.time)
+    origin: str = "local"
+    request: RequestKey | None = None
+
+    def covered_by(self, token: VersionVector) -> bool:
+        """True when ``token`` has seen every operation of this entry."""
+        return all(token.get_clock(c) >= end for c, (_, end) in self.delta.items())
+
+
+def clock_delta(before: VersionVector, after: VersionVector) -> dict[int, tuple[int, int]]:
+    """The clock ranges ``after`` has beyond ``before``."""
+    start_of = before.get_clock
+    delta: dict[int, tuple[int, int]] = {}
+    for client, clock in after.items():
+        start = start_of(client)
+        if clock > start:
+            delta[client] = (start, clock)
+    return delta

@@ -1,0 +1,282 @@
+"""Which change-log entries touched which paths: the index behind cheap merges (pure logic).
+
+A merge only has to look at the entries since its fork base that wrote a
+path overlapping one of its own (the same path, an ancestor or a
+descendant). :class:`PathIndex` lists, for every path an entry touched, the
+sequence numbers of those entries in increasing order, so the entries after
+a base that touch a path are found with a binary search per list instead of
+a scan of everything merged since the base.
+:class:`~crdt_state.changelog.ChangeLog` feeds it as it appends and trims.
+
+"Touched" means written (``Entry.writes``) or restored by an undo record
+(``Entry.undo``, which may name an ancestor of a written path): conflict
+detection reads the first, rolling a value back reads the second.
+
+Even the entries that touched a path can be many (a thousand agents forked
+from one base all incrementing one counter). :func:`choose_for_merge` and
+:func:`reading_entries` pick among them the few that decide the outcome,
+walking the lists from their ends: the newest write (whose agent a conflict
+names), a write that is not a concurrent append (which makes appends
+conflict), and the entries back to the one that restores the path whole
+(all that rolling the value back to the base needs).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from heapq import merge
+from itertools import islice
+
+from .entry import Entry, TruncateTo
+from .paths import Path, is_prefix
+from .version import VersionVector
+
+__all__ = ["PathIndex", "choose_for_merge", "index_paths", "reading_entries"]
+
+Lists = list[tuple[list[int], int, int]]
+"""Index lists as :meth:`PathIndex.related` gives them: ``(seqs, start, relation)``."""
+
+
+class PathIndex:
+    """Sequence numbers of log entries by the paths they touched.
+
+    ``at[p]``: entries that touched exactly ``p``; ``replaced[p]``: entries that
+    wrote exactly ``p`` other than by an append (a set or a delete);
+    ``below[p]``: entries that touched a path strictly below ``p``. Every list
+    is increasing and holds a seq once. ``roots`` keeps, per top-level key, the
+    newest seq that touched anything under it. Entries are added in seq order
+    and dropped oldest first (:meth:`drop`), so memory follows what the log
+    retains.
+    """
+
+    __slots__ = ("_at", "_below", "_replaced", "_roots")
+
+    def __init__(self) -> None:
+        self._at: dict[Path, list[int]] = {}
+        self._replaced: dict[Path, list[int]] = {}
+        self._below: dict[Path, list[int]] = {}
+        self._roots: dict[str, int] = {}
+
+    def add(self, seq: int, touched: Iterable[Path], replaced: Iterable[Path]) -> None:
+        """Index entry ``seq`` (newer than every seq indexed so far)."""
+        at, below, roots = self._at, self._below, self._roots
+        for path in touched:
+            _push(at, path, seq)
+            for i in range(1, len(path)):
+                _push(below, path[:i], seq)
+            roots[path[0]] = seq
+        for path in replaced:
+            _push(self._replaced, path, seq)
+
+    def drop(self, first_seq: int, touched: Iterable[Path], replaced: Iterable[Path]) -> None:
+        """Forget every seq below ``first_seq``; ``touched``/``replaced`` name (at least)
+        every path the dropped entries were indexed under."""
+        prefixes: set[Path] = set()
+        roots: set[str] = set()
+        exact: set[Path] = set()
+        for path in touched:
+            if path not in exact:
+                exact.add(path)
+                roots.add(path[0])
+                prefixes.update(path[:i] for i in range(1, len(path)))
+        _cut(self._at, exact, first_seq)
+        _cut(self._below, prefixes, first_seq)
+        _cut(self._replaced, set(replaced), first_seq)
+        for key in roots:
+            if self._roots.get(key, first_seq) < first_seq:
+                del self._roots[key]
+
+    # -- queries ---------------------------------------------------------------------
+    def related(self, path: Path, after: int) -> Lists:
+        """The lists of entries touching a path that overlaps ``path``, each as
+        ``(seqs, start, relation)``; ``seqs[start:]`` are those above ``after``.
+
+        ``relation`` is how the indexed path relates to ``path``: ``0`` the path
+        itself, ``-1`` strictly below it, or ``i`` (``1 <= i < len(path)``) the
+        ancestor ``path[:i]``. Empty lists are left out.
+        """
+        out: Lists = []
+        seqs = self._at.get(path)
+        if seqs is not None and seqs[-1] > after:
+            out.append((seqs, bisect_right(seqs, after), 0))
+        seqs = self._below.get(path)
+        if seqs is not None and seqs[-1] > after:
+            out.append((seqs, bisect_right(seqs, after), -1))
+        for i in range(1, len(path)):
+            seqs = self._at.get(path[:i])
+            if seqs is not None and seqs[-1] > after:
+                out.append((seqs, bisect_right(seqs, after), i))
+        return out
+
+    def replacing(self, path: Path, after: int) -> tuple[list[int], int]:
+        """The seqs of entries that set or deleted exactly ``path``, and where those
+        above ``after`` start."""
+        seqs = self._replaced.get(path, _EMPTY)
+        return seqs, bisect_right(seqs, after)
+
+    def roots_after(self, after: int) -> Iterator[str]:
+        """The top-level keys under which some entry newer than ``after`` touched a path."""
+        return (key for key, seq in self._roots.items() if seq > after)
+
+    @property
+    def root_count(self) -> int:
+        """How many top-level keys the retained entries touched."""
+        return len(self._roots)
+
+
+def ascending(lists: Lists) -> Iterator[int]:
+    """The seqs of ``lists`` (as given by :meth:`PathIndex.related`), merged: increasing,
+    each once."""
+    parts = [islice(seqs, start, None) for seqs, start, _ in lists]
+    stream: Iterable[int] = parts[0] if len(parts) == 1 else merge(*parts)
+    last = -1
+    for seq in stream:
+        if seq != last:
+            last = seq
+            yield seq
+
+
+def _push(table: dict[Path, list[int]], path: Path, seq: int) -> None:
+    seqs = table.get(path)
+    if seqs is None:
+        table[path] = [seq]
+    elif seqs[-1] != seq:
+        seqs.append(seq)
+
+
+def _cut(table: dict[Path, list[int]], paths: set[Path], first_seq: int) -> None:
+    for path in paths:
+        seqs = table.get(path)
+        if seqs is None:
+            continue
+        keep = bisect_left(seqs, first_seq)
+        if keep == len(seqs):
+            del table[path]
+        elif keep:
+            del seqs[:keep]
+
+
+_EMPTY: list[int] = []
+
+
+def index_paths(
+    writes: Mapping[Path, str], undo: Iterable[tuple[Path, object]]
+) -> tuple[set[Path], list[Path]]:
+    """What to index an entry under: every path written or restored, and those
+    written other than by an append."""
+    touched = set(writes)
+    touched.update(path for path, _ in undo)
+    return touched, [path for path, kind in writes.items() if kind != "append"]
+
+
+# -- what a read and a merge need -------------------------------------------------------
+EntryAt = Callable[[int], Entry]
+
+
+def reading_entries(index: PathIndex, base_seq: int, path: Path, entry_at: EntryAt) -> list[Entry]:
+    """The entries after ``base_seq`` that rolling ``path`` back needs, oldest first.
+
+    Those that touched the path, up to the first that restores it whole (see
+    :func:`restores`): processed newest first, :func:`~crdt_state.changelog.read_at`
+    lets that one overwrite whatever the newer ones did.
+    """
+    out: list[Entry] = []
+    lists = index.related(path, base_seq)
+    if lists:
+        for seq in ascending(lists):
+            entry = entry_at(seq)
+            out.append(entry)
+            if restores(entry, path):
+                break
+    return out
+
+
+def choose_for_merge(
+    index: PathIndex,
+    base_seq: int,
+    targets: Mapping[Path, bool],
+    entry_at: EntryAt,
+    token: VersionVector | None,
+) -> set[int]:
+    """The seqs of the entries after ``base_seq`` a merge writing ``targets`` is judged on.
+
+    See :meth:`~crdt_state.changelog.ChangeLog.for_merge` for the contract;
+    ``targets`` maps each written path to whether the merge appends there,
+    and entries ``token`` covers count as seen (left out).
+    """
+    chosen: set[int] = set()
+    for path, appends in targets.items():
+        lists = index.related(path, base_seq)
+        if lists:
+            _choose(index, path, appends, lists, base_seq, entry_at, token, chosen)
+    return chosen
+
+
+def _choose(
+    index: PathIndex,
+    path: Path,
+    appends: bool,
+    lists: Lists,
+    base_seq: int,
+    entry_at: EntryAt,
+    token: VersionVector | None,
+    chosen: set[int],
+) -> None:
+    """Add to ``chosen`` what one target needs (see :func:`choose_for_merge`)."""
+    newest = _newest(path, lists, entry_at, token)
+    if newest is None:
+        return  # nothing unseen wrote an overlapping path: no conflict, no read
+    chosen.add(newest)
+    if appends:  # appends alone on both sides are no conflict: find a write that is not one
+        seqs, start = index.replacing(path, base_seq)
+        others = [(seqs, start, 0), *(item for item in lists if item[2] != 0)]
+        witness = _newest(path, others, entry_at, token)
+        if witness is None:
+            return
+        chosen.add(witness)
+    for seq in ascending(lists):  # what read_at needs for the value at the base
+        entry = entry_at(seq)
+        if token is not None and entry.covered_by(token):
+            continue
+        chosen.add(seq)
+        if restores(entry, path):
+            break
+
+
+def _newest(path: Path, lists: Lists, entry_at: EntryAt, token: VersionVector | None) -> int | None:
+    """The newest entry of ``lists`` that ``token`` does not cover and that wrote a path
+    related to ``path`` as its list says (each list is walked from its newest end)."""
+    newest = 0
+    for seqs, start, relation in lists:
+        for i in range(len(seqs) - 1, start - 1, -1):
+            seq = seqs[i]
+            if seq <= newest:
+                break
+            entry = entry_at(seq)
+            if wrote(entry.writes, path, relation) and (
+                token is None or not entry.covered_by(token)
+            ):
+                newest = seq
+                break
+    return newest or None
+
+
+def wrote(writes: Mapping[Path, str], path: Path, relation: int) -> bool:
+    """True when ``writes`` has a path related to ``path`` as ``relation`` says
+    (``0`` the path itself, ``-1`` strictly below it, ``i`` its ancestor ``path[:i]``)."""
+    if relation == 0:
+        return path in writes
+    if relation > 0:
+        return path[:relation] in writes
+    n = len(path)
+    return any(len(p) > n and p[:n] == path for p in writes)
+
+
+def restores(entry: Entry, path: Path) -> bool:
+    """True when ``entry`` has an undo record giving ``path`` its whole old value
+    (at the path or an ancestor; a :class:`TruncateTo` only shortens a list)."""
+    return any(
+        is_prefix(written, path) and not isinstance(before, TruncateTo)
+        for written, before in entry.undo
+    )
