@@ -95,7 +95,8 @@ class Hub:
 
     Args:
         host, port: where to listen (port 0 picks a free port; see :attr:`port`).
-        db: a SQLite file for the rooms' state (``None``: in memory only).
+        db: a SQLite file for the rooms' state (``None``: in memory only). With it,
+            no change is sent to any client before it is stored (see :mod:`sync.room`).
         secret: HMAC secret for access tokens; ``None`` accepts everyone, and
             the hub then says so in its log.
         resolvers: server-side conflict policies by room glob (matched like
