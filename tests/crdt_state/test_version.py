@@ -53,9 +53,9 @@ def test_matches_pycrdt_state_vector() -> None:
 
 def test_shared_state_token_is_the_document_state_vector() -> None:
     state = SharedState(client_id=42)
-    assert state.token == VersionVector() == VersionVector.from_state(state._doc.get_state())
+    assert state.token == VersionVector() == VersionVector.from_state(state._core.doc.get_state())
     state.commit({"a": 1, "b": [1, 2]}, state.token, "x")
-    assert state.token == VersionVector.from_state(state._doc.get_state())
+    assert state.token == VersionVector.from_state(state._core.doc.get_state())
     assert set(state.token) == {42}
 
 
