@@ -9,7 +9,7 @@ import pathlib
 import pytest
 
 import crdt_state
-from crdt_state import errors
+from crdt_state import conflicts, errors
 
 # Codes are part of the API (programs and prompts match on them): pinned here.
 STABLE_CODES = {
@@ -90,10 +90,12 @@ def test_submodule_all_names_exist(module_name: str) -> None:
 
 
 def _error_classes() -> list[type[BaseException]]:
+    """Every exception class of the library (the conflict errors live with Conflict)."""
     return [
         obj
-        for _, obj in inspect.getmembers(errors, inspect.isclass)
-        if issubclass(obj, BaseException) and obj.__module__ == errors.__name__
+        for module in (errors, conflicts)
+        for _, obj in inspect.getmembers(module, inspect.isclass)
+        if issubclass(obj, BaseException) and obj.__module__ == module.__name__
     ]
 
 

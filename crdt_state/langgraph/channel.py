@@ -29,8 +29,8 @@ from typing import Any, Self
 from langgraph.channels.base import BaseChannel
 from langgraph.errors import InvalidUpdateError
 
-from ..conflicts import Change, Conflict
-from ..errors import ConflictError, CrdtStateError
+from ..conflicts import Change, Conflict, ConflictError
+from ..errors import CrdtStateError
 from ..version import VersionVector
 from .binding import Binding, request_id_for
 from .updates import apply_changes, update_changes

@@ -42,11 +42,11 @@ def nested(levels: int, leaf: Any = 1) -> Any:
 
 def agree(state: SharedState) -> None:
     """Document, mirror and log agree (token = the document's state vector)."""
-    assert doc_snapshot(state._doc) == state.snapshot()
-    assert state.token == state._log.head_token
+    assert doc_snapshot(state._core.doc) == state.snapshot()
+    assert state.token == state._core.log.head_token
     from crdt_state import VersionVector
 
-    assert state.token == VersionVector.from_state(state._doc.get_state())
+    assert state.token == VersionVector.from_state(state._core.doc.get_state())
 
 
 # -- depth: limit - 1, limit, limit + 1, and 480 ------------------------------------------

@@ -30,10 +30,10 @@ def test_refused_requests_are_not_remembered() -> None:
     state.commit({"a": 1}, base, "x")
     with pytest.raises(ConflictError):
         state.commit({"a": 2}, base, "y", request_id=5)
-    assert RequestKey("y", 5) not in state._requests
+    assert RequestKey("y", 5) not in state._core.requests
     # settled and sent again with the same id: applied now
     state.commit({"a": 2}, base, "y", request_id=5, resolvers={"a": 2})
-    assert state.get("a") == 2 and RequestKey("y", 5) in state._requests
+    assert state.get("a") == 2 and RequestKey("y", 5) in state._core.requests
 
 
 def test_the_same_request_id_of_two_writers_is_two_requests() -> None:
@@ -139,7 +139,7 @@ def test_a_broken_chain_is_refused(why: str) -> None:
         state.commit({"n": 2}, base, "a", request_id=2, writer="w", builds_on=[1])
     assert info.value.code == "broken_chain"
     assert info.value.details == {"writer": "w", "request_ids": [1]}
-    assert RequestKey("w", 2) not in state._requests
+    assert RequestKey("w", 2) not in state._core.requests
 
 
 def test_a_request_that_wrote_nothing_is_remembered_and_can_be_built_on() -> None:
@@ -195,7 +195,7 @@ def test_a_format_1_file_is_migrated(tmp_path: Path) -> None:
 def test_a_repeated_request_is_answered_once_the_original_is_durable(tmp_path: Path) -> None:
     state = SharedState.open(tmp_path / "state.db", durability="full")
     base = state.token
-    store = state._store
+    store = state.store
     assert store is not None
     state.commit({"n": 1}, base, "a", request_id=1, writer="w")
     waited: list[int] = []

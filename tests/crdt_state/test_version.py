@@ -53,9 +53,9 @@ def test_matches_pycrdt_state_vector() -> None:
 
 def test_shared_state_token_is_the_document_state_vector() -> None:
     state = SharedState(client_id=42)
-    assert state.token == VersionVector() == VersionVector.from_state(state._doc.get_state())
+    assert state.token == VersionVector() == VersionVector.from_state(state._core.doc.get_state())
     state.commit({"a": 1, "b": [1, 2]}, state.token, "x")
-    assert state.token == VersionVector.from_state(state._doc.get_state())
+    assert state.token == VersionVector.from_state(state._core.doc.get_state())
     assert set(state.token) == {42}
 
 
@@ -130,3 +130,20 @@ def test_str_is_stable_across_runs() -> None:
     assert str(VersionVector({1: 2, 3: 4})) == str(VersionVector({3: 4, 1: 2}))
     v = VersionVector({1: 2, 3: 4})
     assert str(v) == "6@" + __import__("hashlib").blake2b(v.to_state(), digest_size=4).hexdigest()
+
+
+def test_the_strict_decoder_refuses_what_the_lenient_one_reads() -> None:
+    twice = bytes([2, 5, 1, 5, 3])  # client 5 listed twice
+    assert VersionVector.from_state(twice) == VersionVector({5: 3})
+    with pytest.raises(InvalidUpdate) as info:
+        VersionVector.from_state(twice, strict=True)
+    assert info.value.details["reason"] == "duplicate_client"
+    with pytest.raises(InvalidUpdate) as info:
+        VersionVector.from_state(bytes([100, 1, 1]), strict=True)
+    assert info.value.details["reason"] == "too_many_entries"
+    for bad in (b"", bytes([1, 5]), bytes([1, 5, 1, 0])):
+        with pytest.raises(InvalidUpdate):
+            VersionVector.from_state(bad, strict=True)
+    token = VersionVector({3: 7, 1: 2})
+    assert VersionVector.from_state(token.to_state(), strict=True) == token
+    assert VersionVector.from_state(b"\x00", strict=True) == VersionVector()

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from pycrdt import Array, Doc, Map
 
 from crdt_state import MAX_DEPTH, InvalidUpdate, SharedState, UnsupportedValue
+from crdt_state._replication import update_depth
 from crdt_state.document import doc_snapshot
-from crdt_state.replication import update_depth
 from crdt_state.update_scan import depth_bound
 from crdt_state.values import nesting
 
@@ -192,7 +192,7 @@ def test_replica_refuses_remote_values_past_the_limit(levels: int, kinds: tuple[
     assert info.value.details["limit"] == MAX_DEPTH
     assert info.value.details["depth"] > MAX_DEPTH
     assert replica.read() == before  # nothing applied
-    assert doc_snapshot(replica._doc) == {"keep": 1}
+    assert doc_snapshot(replica._core.doc) == {"keep": 1}
 
 
 def test_a_value_hung_below_an_existing_deep_one_is_measured_exactly() -> None:
@@ -236,7 +236,7 @@ def test_pending_structs_are_checked_when_their_parent_arrives() -> None:
     replica = SharedState()
     replica.apply_update(chain)  # its parent is missing: Yjs keeps it pending
     assert replica.snapshot() == {}
-    assert replica._held is not None
+    assert replica._core.held is not None
     with pytest.raises(UnsupportedValue):
         replica.apply_update(parent)
     assert replica.snapshot() == {}
@@ -252,7 +252,7 @@ def test_pending_structs_are_checked_when_their_parent_arrives() -> None:
         small_root["x"]["k"] = build(["map"] * 3, 1)
     ok.apply_update(small.get_update(mid))
     ok.apply_update(first)
-    assert ok._held is None
+    assert ok._core.held is None
     assert ok.get("x") == {"k": {"k": {"k": {"k": 1}}}}
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from crdt_state import Branch, SharedState, StaleBase, resolvers
-from crdt_state import storage as storage_module
+from crdt_state import _sqlite_reads as storage_module
 
 
 @pytest.fixture(autouse=True)
@@ -26,14 +26,14 @@ def churn(state: SharedState, rounds: int, start: int = 0) -> dict[str, int]:
 
 
 def doc_size(state: SharedState) -> int:
-    return len(state._doc.get_update())  # not get_update(): that would share the document
+    return len(state._core.doc.get_update())  # not get_update(): that would share the document
 
 
 def test_overwrites_do_not_grow_the_document_or_the_file(tmp_path: Path) -> None:
     file = tmp_path / "epochs.db"
     state = SharedState.open(file, keep_history=100, durability="normal")
     expected = churn(state, 3_000)
-    state._require_store().flush()
+    state._reader().flush()
     assert state.epoch >= 1
     assert doc_size(state) < 20_000  # 3,000 overwrites leave ~36 KB of tombstones otherwise
     assert state.snapshot() == expected
@@ -55,7 +55,7 @@ def test_a_branch_from_an_earlier_epoch_is_stale_and_can_rebase(tmp_path: Path) 
     old.set("owner", "slow-agent")
     old_token = state.token
     churn(state, 1_500)
-    state._require_store().flush()
+    state._reader().flush()
     assert state.epoch >= 1
     assert old.get("owner") == "slow-agent"  # its own writes stay readable
     with pytest.raises(StaleBase):
@@ -81,7 +81,7 @@ def test_a_shared_document_keeps_its_identity(tmp_path: Path) -> None:
     replica = SharedState()
     replica.apply_update(state.get_update())  # the document is now shared
     churn(state, 1_500)
-    state._require_store().flush()
+    state._reader().flush()
     assert state.epoch == 0
     replica.apply_update(state.get_update(replica.token))
     assert replica.snapshot() == state.snapshot()
@@ -94,7 +94,7 @@ def test_compact_document_can_be_turned_off(tmp_path: Path) -> None:
         tmp_path / "off.db", keep_history=50, durability="normal", compact_document=False
     )
     churn(state, 1_500)
-    state._require_store().flush()
+    state._reader().flush()
     assert state.epoch == 0
     state.close()
 
@@ -108,7 +108,7 @@ def test_conflicts_and_policies_work_across_an_epoch(tmp_path: Path) -> None:
     )
     state.commit({"calls": 0}, state.token, "init")
     churn(state, 1_500)
-    state._require_store().flush()
+    state._reader().flush()
     assert state.epoch >= 1
     one, two = state.fork("a"), state.fork("b")
     one.set("calls", 1)

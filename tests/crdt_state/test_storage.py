@@ -405,7 +405,7 @@ def test_compaction_bounds_the_file_and_loses_nothing(tmp_path: FilePath) -> Non
             state.commit({key: {"n": i, "text": "x" * 20}}, state.token, f"agent{i % 7}")
             expected[key] = {"n": i, "text": "x" * 20}
         if i in (2_499, 4_999):
-            state._require_store().flush()
+            state._reader().flush()
             sizes.append(file_size(file))
     assert state.snapshot() == expected
     assert len(state.history()) >= 200

@@ -23,6 +23,8 @@ import pytest
 
 from crdt_state import SharedState
 
+pytestmark = pytest.mark.slow  # real processes killed mid-write (still run by default)
+
 ROOT = FilePath(__file__).resolve().parents[2]
 
 CHILD = textwrap.dedent(

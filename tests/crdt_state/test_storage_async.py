@@ -63,7 +63,7 @@ async def test_async_apply_update_is_durable(tmp_path: Path) -> None:
 
 async def test_on_durable_calls_back_at_once_when_already_durable(tmp_path: Path) -> None:
     state = SharedState.open(tmp_path / "closed.db")
-    store = state._store
+    store = state.store
     assert store is not None
     seen: list[BaseException | None] = []
     await state.acommit({"x": 1}, state.token, "a")

@@ -345,7 +345,7 @@ def test_state_merges_match_a_full_scan_state() -> None:
 
     indexed = SharedState(client_id=5, history=40, resolvers={"c.**": policy})
     scanned = SharedState(client_id=5, history=40, resolvers={"c.**": policy})
-    scanned._log = FullScan(VersionVector(), limit=40)
+    scanned._core.log = FullScan(VersionVector(), limit=40)
     import random
 
     rng = random.Random(3)

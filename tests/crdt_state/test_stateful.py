@@ -205,12 +205,12 @@ class Replicas(RuleBasedStateMachine):
     @invariant()
     def mirror_equals_document(self) -> None:
         for replica in self.replicas:
-            assert canon(doc_snapshot(replica._doc)) == canon(replica.snapshot())
+            assert canon(doc_snapshot(replica._core.doc)) == canon(replica.snapshot())
 
     @invariant()
     def token_is_state_vector(self) -> None:
         for replica in self.replicas:
-            assert replica.token == VersionVector.from_state(replica._doc.get_state())
+            assert replica.token == VersionVector.from_state(replica._core.doc.get_state())
 
     @invariant()
     def equal_tokens_equal_content(self) -> None:
@@ -234,13 +234,13 @@ class Replicas(RuleBasedStateMachine):
             assert replica.token == first.token
             assert canon(replica.snapshot()) == canon(first.snapshot())
         for replica in self.replicas:
-            assert canon(doc_snapshot(replica._doc)) == canon(replica.snapshot())
+            assert canon(doc_snapshot(replica._core.doc)) == canon(replica.snapshot())
         rebuilt = SharedState(client_id=99999)
         for update in self.sent:
             rebuilt.apply_update(update)
         assert rebuilt.token == first.token
         assert canon(rebuilt.snapshot()) == canon(first.snapshot())
-        assert canon(doc_snapshot(rebuilt._doc)) == canon(rebuilt.snapshot())
+        assert canon(doc_snapshot(rebuilt._core.doc)) == canon(rebuilt.snapshot())
 
 
 Replicas.TestCase.settings = settings(
