@@ -87,6 +87,36 @@ async def test_send_fanout_loses_nothing_and_reports_every_overlap(workers: int)
     assert len(merges) == 1 + workers  # plan, then one merge per worker
 
 
+def test_sends_are_judged_against_the_snapshot_they_were_computed_from() -> None:
+    """Another writer merges after the fan-out read the count but before the workers'
+    step: their increments must add to it, and its priority must not be overwritten (the
+    race the LangGraph example hit about once in six runs: calls == 1, priority == 4)."""
+    state = SharedState(resolvers={"calls": resolvers.counter, "priority": resolvers.maximum})
+    state.commit({"calls": 0, "priority": 0}, state.token, "setup")
+
+    class Graph(TypedDict):
+        shared: Annotated[dict[str, Any], SharedChannel(state)]
+
+    def fan_out(graph: Graph) -> list[Send]:
+        calls = graph["shared"]["calls"]  # what every worker starts from
+        # meanwhile another graph escalates (deterministically, between read and merge)
+        state.commit({"calls": calls + 1, "priority": 5}, state.token, "escalation")
+        return [Send("worker", {"i": i, "calls": calls}) for i in range(5)]
+
+    def worker(job: dict[str, Any]) -> dict[str, Any]:
+        return {"shared": {"calls": job["calls"] + 1, "priority": job["i"]}}
+
+    builder = StateGraph(Graph)
+    builder.add_node("plan", lambda _g: {"shared": {"status": "planned"}})
+    builder.add_node("worker", worker)
+    builder.add_edge(START, "plan")
+    builder.add_conditional_edges("plan", fan_out, ["worker"])
+    builder.add_edge("worker", END)
+    builder.compile().invoke({})
+    assert state.get("calls") == 6 and state.get("priority") == 5
+    assert state.get("status") == "planned"
+
+
 def parallel_graph(state: SharedState, writes: dict[str, dict[str, Any]], **channel: Any) -> Any:
     """START -> every node in ``writes`` in parallel (one superstep) -> END."""
 
