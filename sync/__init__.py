@@ -5,12 +5,15 @@
 - :func:`connect`: a remote agent's live replica of a room, with the
   fork/merge API of :class:`crdt_state.SharedState`, working offline too;
   :func:`connect_blocking` is the same for threaded code.
-- :mod:`sync.protocol`: the pure codec; ``docs/protocol.md`` has the layouts.
+- :mod:`sync.wire.protocol`: the pure codec; ``docs/protocol.md`` has the layouts.
 """
 
-from sync.auth import AuthError, Grant, mint_token, verify_token
-from sync.blocking import BlockingBranch, BlockingRemote, connect_blocking
-from sync.changes import (
+from sync.client.blocking import BlockingBranch, BlockingRemote, connect_blocking
+from sync.client.remote import RemoteBranch, RemoteError, RemoteState, RemoteToken, connect
+from sync.server.auth import AuthError, Grant, mint_token, verify_token
+from sync.server.hub import Hub
+from sync.server.limits import Limits
+from sync.wire.changes import (
     MISSING,
     Change,
     ChangeKind,
@@ -20,11 +23,8 @@ from sync.changes import (
     Missing,
     Path,
 )
-from sync.client import RemoteBranch, RemoteError, RemoteState, RemoteToken, connect
-from sync.errors import CloseCode, ErrorCode, ProtocolError, SyncError
-from sync.hub import Hub
-from sync.limits import Limits
-from sync.protocol import (
+from sync.wire.errors import CloseCode, ErrorCode, ProtocolError, SyncError
+from sync.wire.protocol import (
     MERGE_MESSAGE_TYPE,
     Awareness,
     MergeRequest,

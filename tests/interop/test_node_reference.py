@@ -16,8 +16,8 @@ import pytest
 from pycrdt_client import PycrdtClient
 from yjs_node import NodeYjsClient, ReferenceServer, interop_required, node_missing_reason
 
-from sync.changes import Change, ChangeKind
-from sync.protocol import Awareness, MergeResult, encode_merge_request
+from sync.wire.changes import Change, ChangeKind
+from sync.wire.protocol import Awareness, MergeResult, encode_merge_request
 
 pytestmark = pytest.mark.interop
 
