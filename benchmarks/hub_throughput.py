@@ -55,7 +55,7 @@ from pycrdt import Doc, Map
 from websockets.asyncio.client import connect as ws_connect
 
 from crdt_state import VersionVector
-from sync import Change, ChangeKind, connect
+from sync import ChangeKind, WireChange, connect
 from sync.wire import protocol
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -227,7 +227,7 @@ async def _wire_agent(url: str, i: int, stack: contextlib.AsyncExitStack) -> Any
     assert isinstance(first, protocol.SyncStep1)
     await ws.send(protocol.encode_sync_step1(b"\x00"))
     base = [first.state_vector]
-    waiters: dict[int, asyncio.Future[protocol.MergeResult]] = {}
+    waiters: dict[int, asyncio.Future[protocol.MergeReply]] = {}
     agent = f"a{i}"
     ids = itertools.count(i * 1_000_000_000 + 1)
 
@@ -236,7 +236,7 @@ async def _wire_agent(url: str, i: int, stack: contextlib.AsyncExitStack) -> Any
             async for data in ws:
                 if data[0] == protocol.MERGE_MESSAGE_TYPE:
                     reply = protocol.decode_message(data)
-                    assert isinstance(reply, protocol.MergeResult)
+                    assert isinstance(reply, protocol.MergeReply)
                     waiters.pop(reply.request_id).set_result(reply)
 
     reader = asyncio.create_task(read())
@@ -246,7 +246,7 @@ async def _wire_agent(url: str, i: int, stack: contextlib.AsyncExitStack) -> Any
         rid = next(ids)
         waiter = asyncio.get_running_loop().create_future()
         waiters[rid] = waiter
-        change = Change(ChangeKind.SET, (agent,), n)
+        change = WireChange(ChangeKind.SET, (agent,), n)
         await ws.send(protocol.encode_merge_request(rid, agent, base[0], [change]))
         reply = await waiter
         if reply.status is not protocol.MergeStatus.OK:

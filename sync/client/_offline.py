@@ -19,8 +19,7 @@ from typing import Any
 
 from crdt_state import MISSING, Change, VersionVector
 from sync.client._overlay import from_runs, to_runs
-from sync.wire.changes import Change as WireChange
-from sync.wire.changes import ChangeKind, decode_change_set, encode_change_set
+from sync.wire.changes import ChangeKind, WireChange, decode_change_set, encode_change_set
 from sync.wire.convert import core_changes, wire_changes
 
 __all__ = ["OfflineStore", "PendingMerge"]

@@ -292,7 +292,7 @@ class Outbox:
             return merge.request_id in self._order_of
 
     # -- answers ---------------------------------------------------------------------------
-    def on_result(self, reply: p.MergeResult) -> list[Event]:
+    def on_result(self, reply: p.MergeReply) -> list[Event]:
         """Take the hub's answer to a request; returns what to do next."""
         with self._lock:
             order = self._order_of.get(reply.request_id)

@@ -33,7 +33,7 @@ Path = tuple[str, ...]
 
 
 def settle_refusal(
-    reply: p.MergeResult, ops: list[Change], table: PolicyTable
+    reply: p.MergeReply, ops: list[Change], table: PolicyTable
 ) -> tuple[list[Change], list[Conflict]]:
     """Resolve a refused merge's conflicts with ``table``.
 

@@ -485,7 +485,7 @@ class RemoteState:
                 await self._apply([message.update])
             if isinstance(message, p.SyncStep2):
                 self._synced.set()
-        elif isinstance(message, p.MergeResult):
+        elif isinstance(message, p.MergeReply):
             self._in_flight.discard(message.request_id)
             await self._carry_out(self._outbox.on_result(message))
             if self._held and not self._in_flight:

@@ -20,17 +20,26 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Literal
 
+from sync.wire.errors import SyncError
+
 __all__ = ["AuthError", "Grant", "Role", "mint_token", "verify_token"]
 
 Role = Literal["read", "write"]
 
 
-class AuthError(Exception):
-    """A token was refused. ``status`` is the HTTP status for the handshake (401/403)."""
+class AuthError(SyncError, PermissionError):
+    """An access token was refused.
 
-    def __init__(self, status: int, code: str, reason: str) -> None:
+    Attributes:
+        code: why, as a stable string (``missing_token``, ``malformed_token``,
+            ``bad_signature``, ``expired_token``, ``wrong_room``).
+        http_status: the HTTP status the handshake is refused with (401 or 403).
+        reason: for people.
+    """
+
+    def __init__(self, http_status: int, code: str, reason: str) -> None:
         super().__init__(reason)
-        self.status = status
+        self.http_status = http_status
         self.code = code
         self.reason = reason
 

@@ -19,31 +19,23 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from fnmatch import fnmatchcase
 from http import HTTPStatus
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NoReturn
-from urllib.parse import parse_qs, urlsplit
+from typing import Any
 
 from websockets.asyncio.server import Server, ServerConnection, serve
-from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from crdt_state import (
-    Change,
-    Conflict,
-    ConflictError,
     CrdtStateError,
-    MergeResult,
     SharedState,
-    VersionVector,
-    resolvers,
 )
-from crdt_state.paths import Pattern
-from crdt_state.resolvers import Escalation
+from sync.server._handshake import peer_address, refuse, request_token, room_name
+from sync.server._merge import DOCUMENT_TOO_LARGE, judge_merge
 from sync.server._room import Room, Session
 from sync.server.auth import AuthError, Grant, verify_token
 from sync.server.limits import Limits
@@ -57,9 +49,7 @@ from sync.server.peer import (
     UpdateReceived,
 )
 from sync.wire import protocol as p
-from sync.wire.changes import ErrorRecord
-from sync.wire.convert import conflict_to_record, core_changes
-from sync.wire.errors import CloseCode, ProtocolError
+from sync.wire.errors import CloseCode
 
 __all__ = ["Hub"]
 
@@ -67,26 +57,6 @@ log = logging.getLogger("crdt_state.hub")
 
 _ROOM_NAME = re.compile(r"^[A-Za-z0-9._~\-]+(/[A-Za-z0-9._~\-]+)*$")
 _TRY_AGAIN_LATER = 1013
-
-
-def room_name(path: str) -> str | None:
-    """The room named by a request path (``/triage/42?token=..`` → ``triage/42``), or None."""
-    name = urlsplit(path).path.strip("/")
-    if not name or len(name) > 200 or not _ROOM_NAME.match(name):
-        return None
-    return name
-
-
-def request_token(request: Request) -> str | None:
-    """The access token of a handshake: ``?token=`` or ``Authorization: Bearer``."""
-    query = parse_qs(urlsplit(request.path).query)
-    if query.get("token"):
-        return query["token"][0]
-    header = request.headers.get("Authorization", "")
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() == "bearer" and value.strip():
-        return value.strip()
-    return None
 
 
 class Hub:
@@ -239,19 +209,19 @@ class Hub:
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         name = room_name(request.path)
         if name is None:
-            return _refuse(connection, HTTPStatus.BAD_REQUEST, "bad room name")
+            return refuse(connection, HTTPStatus.BAD_REQUEST, "bad room name")
         if self._connections >= self.limits.max_connections:
-            return _refuse(connection, HTTPStatus.SERVICE_UNAVAILABLE, "too many connections")
+            return refuse(connection, HTTPStatus.SERVICE_UNAVAILABLE, "too many connections")
         room = self.rooms.get(name)
         if room is not None and len(room.sessions) >= self.limits.max_room_connections:
-            return _refuse(connection, HTTPStatus.SERVICE_UNAVAILABLE, "room is full")
+            return refuse(connection, HTTPStatus.SERVICE_UNAVAILABLE, "room is full")
         grant: Grant | None = None
         if self.secret is not None:
             try:
                 grant = verify_token(self.secret, request_token(request), name)
             except AuthError as exc:
-                log.info("refused %s for room %s: %s", _peer(connection), name, exc.code)
-                return _refuse(connection, HTTPStatus(exc.status), exc.reason)
+                log.info("refused %s for room %s: %s", peer_address(connection), name, exc.code)
+                return refuse(connection, HTTPStatus(exc.http_status), exc.reason)
         self._grants[connection.id] = (name, grant)
         return None
 
@@ -269,7 +239,7 @@ class Hub:
             room = await self.room(name)
             session = Session(
                 grant=grant,
-                remote=_peer(ws),
+                remote=peer_address(ws),
                 max_outbox=self.limits.max_outbox,
                 on_overflow=lambda _: _close_later(ws, _TRY_AGAIN_LATER, "client too slow"),
                 connection=ws,
@@ -283,15 +253,15 @@ class Hub:
                 if event is not None:
                     await self._on_event(room, session, event)
         except PeerRefused as exc:
-            log.info("closing %s: %d %s", _peer(ws), exc.code, exc.reason)
+            log.info("closing %s: %d %s", peer_address(ws), exc.close_code, exc.reason)
             if exc.permission_denied:
                 with contextlib.suppress(ConnectionClosed):
                     await ws.send(p.encode_permission_denied(exc.reason))
-            await ws.close(exc.code, exc.reason)
+            await ws.close(exc.close_code, exc.reason)
         except ConnectionClosed:
             pass
         except Exception:
-            log.exception("internal error on connection %s", _peer(ws))
+            log.exception("internal error on connection %s", peer_address(ws))
             await ws.close(CloseCode.INTERNAL_ERROR, "internal error")
         finally:
             self._connections -= 1
@@ -310,12 +280,18 @@ class Hub:
             room.send_durable(session, p.encode_sync_step2(state.get_update(event.since)))
         elif isinstance(event, UpdateReceived):
             if room.would_exceed(len(event.update), self.limits.max_document):
-                raise PeerRefused(CloseCode.MESSAGE_TOO_BIG, "document size limit reached")
+                raise PeerRefused(
+                    DOCUMENT_TOO_LARGE,
+                    "document size limit reached",
+                    close_code=CloseCode.MESSAGE_TOO_BIG,
+                )
             try:
                 await state.aapply_update(event.update, origin=session.label)
             except CrdtStateError as exc:
                 raise PeerRefused(
-                    CloseCode.UNSUPPORTED_DATA, f"update refused: {exc.code}"
+                    "update_refused",
+                    f"update refused: {exc.code}",
+                    close_code=CloseCode.UNSUPPORTED_DATA,
                 ) from exc
         elif isinstance(event, AwarenessReceived):
             room.awareness[session.id] = event.payload
@@ -324,89 +300,15 @@ class Hub:
             for payload in room.awareness.values():
                 session.enqueue(p.encode_awareness(payload))
         else:
-            done = await self._merge(room, session, event.request)
+            max_document = self.limits.max_document
+            done = await judge_merge(
+                state,
+                event.request,
+                agent=session.label,
+                scope=session.writer,
+                too_large=lambda extra: room.would_exceed(extra, max_document),
+            )
             room.reply(session, done)  # after the update frame carrying the merge
-
-    async def _merge(self, room: Room, session: Session, request: p.MergeRequest) -> bytes:
-        state = room.state
-        try:
-            base = VersionVector.from_state(request.base)
-            ops = core_changes(request.changes)
-            extra = sum(len(repr(op.value)) for op in ops)
-            if room.would_exceed(extra, self.limits.max_document):
-                return _error_result(
-                    request, state, "document_too_large", "document size limit reached"
-                )
-            result: MergeResult = await state.acommit(
-                ops,
-                base,
-                request.agent or session.label,
-                resolvers=_client_policies(state, ops, request.policies),
-                default=_unsettled_default(state),
-                request_id=request.request_id,
-                writer=_writer_of(request, session),
-                builds_on=request.chain,
-            )
-        except ConflictError as exc:
-            code = "retry" if exc.retry else exc.code
-            return p.encode_merge_result(
-                request.request_id,
-                p.MergeStatus.ERROR,
-                state.token.to_state(),
-                conflicts=[conflict_to_record(c) for c in exc.conflicts],
-                error=ErrorRecord(code, exc.message),
-            )
-        except CrdtStateError as exc:
-            return _error_result(request, state, exc.code, str(exc))
-        except ProtocolError as exc:
-            return _error_result(request, state, str(exc.code), str(exc))
-        status = p.MergeStatus.CONFLICT if result.conflicts else p.MergeStatus.OK
-        reply = p.encode_merge_result(
-            request.request_id,
-            status,
-            result.token.to_state(),
-            applied=result.applied,
-            conflicts=[conflict_to_record(c) for c in result.conflicts],
-        )
-        return reply
-
-
-def _report_to_client(conflict: Conflict) -> NoReturn:
-    """The hub's default policy: leave the conflict to the merging client's policies."""
-    raise Escalation(False, "left to the merging client")
-
-
-def _unsettled_default(state: SharedState) -> object | None:
-    """The default policy for a merge: every overlap the room's rules do not settle goes
-    back to the client, equal values included (``None``: the room has a default of its own)."""
-    return _report_to_client if state.policies.default is resolvers.raise_conflict else None
-
-
-def _client_policies(
-    state: SharedState, ops: Sequence[Change], named: Sequence[tuple[int, str]]
-) -> dict[Pattern, object] | None:
-    """The policies the client named for its changes, where the room leaves the conflict
-    to the client: no rule of the room governs the path and the room has no default of
-    its own. Unknown names are ignored (the conflict then goes back to the client)."""
-    table = state.policies
-    if not named or table.default is not resolvers.raise_conflict:
-        return None
-    chosen: dict[Pattern, object] = {}
-    for index, name in named:
-        policy = resolvers.NAMED_POLICIES.get(name)
-        path = ops[index].path
-        if policy is None or table.has_rule(path) or any(k in ("*", "**") for k in path):
-            continue
-        chosen[Pattern(path)] = policy
-    return chosen or None
-
-
-def _writer_of(request: p.MergeRequest, session: Session) -> str:
-    """Whose request ids these are: the writer the client names, or else its connection.
-
-    The two are kept apart by a prefix, so no client can name a connection's scope.
-    """
-    return f"w:{request.writer}" if request.writer else f"c:{session.writer}"
 
 
 _closing: set[asyncio.Task[None]] = set()
@@ -417,15 +319,6 @@ def _close_later(ws: ServerConnection, code: int, reason: str) -> None:
     task = asyncio.ensure_future(ws.close(code, reason))
     _closing.add(task)
     task.add_done_callback(_closing.discard)
-
-
-def _error_result(request: p.MergeRequest, state: SharedState, code: str, message: str) -> bytes:
-    return p.encode_merge_result(
-        request.request_id,
-        p.MergeStatus.ERROR,
-        state.token.to_state(),
-        error=ErrorRecord(code, message),
-    )
 
 
 async def _pump(ws: ServerConnection, session: Session) -> None:
@@ -447,17 +340,3 @@ async def _pump(ws: ServerConnection, session: Session) -> None:
                 return
         finally:
             session.busy = False
-
-
-def _refuse(connection: ServerConnection, status: HTTPStatus, reason: str) -> Response:
-    response = connection.respond(status, reason + "\n")
-    response.headers = Headers(response.headers)
-    return response
-
-
-def _peer(ws: ServerConnection) -> str:
-    try:
-        host, port = ws.remote_address[:2]
-        return f"{host}:{port}"
-    except (TypeError, ValueError):
-        return "?"

@@ -15,7 +15,7 @@ from typing import Final, TypeAlias
 
 from crdt_state import InvalidUpdate, VersionVector
 from sync.wire import protocol as p
-from sync.wire.errors import CloseCode, ProtocolError
+from sync.wire.errors import CloseCode, ErrorCode, ProtocolError, SyncError
 
 __all__ = [
     "EMPTY_UPDATE",
@@ -71,21 +71,38 @@ PeerEvent: TypeAlias = (
 )
 
 
-class PeerRefused(Exception):
-    """The connection must be closed with ``code`` and ``reason``.
+class PeerRefused(SyncError):
+    """The connection must be closed with ``close_code`` and ``reason``.
 
-    ``permission_denied`` is true when the peer should first get a
-    y-protocols permission-denied message (stock clients log its reason).
+    Attributes:
+        code: why, as a stable string (a :class:`~sync.wire.errors.ErrorCode` value
+            for a malformed message, ``read_only``, ``document_too_large``,
+            ``update_refused``).
+        close_code: the websocket close code to close the connection with.
+        reason: for people (and the close frame), at most 120 characters.
     """
 
-    def __init__(self, code: int, reason: str) -> None:
+    def __init__(self, code: str, reason: str, *, close_code: int) -> None:
         super().__init__(reason)
         self.code = code
+        self.close_code = close_code
         self.reason = reason[:120]
 
     @property
     def permission_denied(self) -> bool:
-        return self.code == CloseCode.POLICY_VIOLATION
+        """True when the peer should first get a y-protocols permission-denied message
+        (stock clients log its reason)."""
+        return self.close_code == CloseCode.POLICY_VIOLATION
+
+
+READ_ONLY: Final = "read_only"
+"""The code of :class:`PeerRefused` for a write from a read-only connection."""
+
+
+def _read_only(what: str) -> PeerRefused:
+    return PeerRefused(
+        READ_ONLY, f"read-only token: {what} are refused", close_code=CloseCode.POLICY_VIOLATION
+    )
 
 
 class HubPeer:
@@ -106,28 +123,36 @@ class HubPeer:
         message (1002/1003) or a write from a read-only connection (1008).
         """
         if isinstance(data, str):
-            raise PeerRefused(CloseCode.UNSUPPORTED_DATA, "text frames are not supported")
+            raise PeerRefused(
+                ErrorCode.UNSUPPORTED_FRAME,
+                "text frames are not supported",
+                close_code=CloseCode.UNSUPPORTED_DATA,
+            )
         try:
             message = p.decode_message(data)
         except ProtocolError as exc:
-            raise PeerRefused(exc.close_code, exc.close_reason) from exc
+            raise PeerRefused(exc.code, exc.close_reason, close_code=exc.close_code) from exc
         if isinstance(message, p.SyncStep1):
             try:
                 return SyncRequested(VersionVector.from_state(message.state_vector))
             except InvalidUpdate as exc:
-                raise PeerRefused(CloseCode.PROTOCOL_ERROR, "bad state vector") from exc
+                raise PeerRefused(
+                    ErrorCode.INVALID_STATE_VECTOR,
+                    "bad state vector",
+                    close_code=CloseCode.PROTOCOL_ERROR,
+                ) from exc
         if isinstance(message, (p.SyncStep2, p.SyncUpdate)):
             if self.can_write:
                 return UpdateReceived(message.update)
             if message.update == EMPTY_UPDATE:
                 return None  # a read-only peer answering sync step 1 with nothing
-            raise PeerRefused(CloseCode.POLICY_VIOLATION, "read-only token: writes are refused")
+            raise _read_only("writes")
         if isinstance(message, p.Awareness):
             return AwarenessReceived(message.payload)
         if isinstance(message, p.QueryAwareness):
             return AwarenessQueried()
         if isinstance(message, p.MergeRequest):
             if not self.can_write:
-                raise PeerRefused(CloseCode.POLICY_VIOLATION, "read-only token: merges are refused")
+                raise _read_only("merges")
             return MergeRequested(message)
         return None  # results, permission-denied and unknown types from clients

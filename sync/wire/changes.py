@@ -29,13 +29,13 @@ from sync.wire.errors import ErrorCode, ProtocolError
 
 __all__ = [
     "MISSING",
-    "Change",
+    "WireChange",
     "ChangeKind",
-    "ConflictRecord",
+    "WireConflict",
     "ErrorRecord",
     "JsonValue",
     "Missing",
-    "Path",
+    "WirePath",
     "decode_change_set",
     "decode_result_body",
     "encode_change_set",
@@ -45,7 +45,7 @@ __all__ = [
 JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
 """A value JSON carries exactly (lists, not tuples; ``str`` keys only; finite floats)."""
 
-Path: TypeAlias = tuple[str, ...]
+WirePath: TypeAlias = tuple[str, ...]
 """A path from the root map ``state``: one string key per level, never empty."""
 
 
@@ -63,7 +63,7 @@ class ChangeKind(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Change:
+class WireChange:
     """One write of a branch: ``set``/``append`` carry a value, ``delete`` carries none.
 
     Construction checks the shape (non-empty path of ``str``; ``value`` is :data:`MISSING`
@@ -71,7 +71,7 @@ class Change:
     """
 
     kind: ChangeKind
-    path: Path
+    path: WirePath
     value: JsonValue | Missing = MISSING
 
     def __post_init__(self) -> None:
@@ -85,7 +85,7 @@ class Change:
 
 
 @dataclass(frozen=True, slots=True)
-class ConflictRecord:
+class WireConflict:
     """A same-path conflict found by the hub, and how it was resolved.
 
     ``base`` is the value at the branch's fork base, ``current`` the hub's value before the
@@ -96,7 +96,7 @@ class ConflictRecord:
     conflict: "both decided 1" and "both incremented 0" look alike).
     """
 
-    path: Path
+    path: WirePath
     base: JsonValue | Missing
     current: JsonValue | Missing
     incoming: JsonValue | Missing
@@ -121,7 +121,7 @@ class ErrorRecord:
 # ---------------------------------------------------------------------------- encoding
 
 
-def encode_change_set(changes: Sequence[Change]) -> bytes:
+def encode_change_set(changes: Sequence[WireChange]) -> bytes:
     """Encode changes as a UTF-8 JSON array (order kept).
 
     Each element is ``{"kind": k, "path": [..]}`` plus ``"value"`` for ``set``/``append``.
@@ -139,14 +139,14 @@ def encode_change_set(changes: Sequence[Change]) -> bytes:
 
 
 def encode_result_body(
-    applied: Sequence[Path],
-    conflicts: Sequence[ConflictRecord],
+    applied: Sequence[WirePath],
+    conflicts: Sequence[WireConflict],
     error: ErrorRecord | None,
 ) -> bytes:
     """Encode a merge-result body as a UTF-8 JSON object.
 
     Layout: ``{"applied": [path..], "conflicts": [conflict..], "error": null |
-    {"code": str, "message": str}}``; a conflict has the fields of :class:`ConflictRecord`.
+    {"code": str, "message": str}}``; a conflict has the fields of :class:`WireConflict`.
     """
     body: dict[str, JsonValue] = {
         "applied": [list(path) for path in applied],
@@ -222,7 +222,7 @@ def _dump(value: JsonValue) -> bytes:
 # ---------------------------------------------------------------------------- decoding
 
 
-def decode_change_set(data: bytes) -> tuple[Change, ...]:
+def decode_change_set(data: bytes) -> tuple[WireChange, ...]:
     """Decode :func:`encode_change_set` output; raise :class:`ProtocolError` on anything else.
 
     Codes: ``invalid_utf8``, ``invalid_json``, ``invalid_change_set`` (wrong shape),
@@ -234,7 +234,7 @@ def decode_change_set(data: bytes) -> tuple[Change, ...]:
     bad = ErrorCode.INVALID_CHANGE_SET
     if not isinstance(items, list):
         raise ProtocolError(bad, "change set must be a JSON array")
-    changes: list[Change] = []
+    changes: list[WireChange] = []
     for index, item in enumerate(items):
         where = f"change {index}"
         obj = _object(item, bad, where, required={"kind", "path"}, optional={"value", "combine"})
@@ -253,20 +253,20 @@ def decode_change_set(data: bytes) -> tuple[Change, ...]:
         if kind is ChangeKind.DELETE:
             if "value" in obj:
                 raise ProtocolError(bad, f"{where}: delete carries no value")
-            changes.append(Change(kind, path))
+            changes.append(WireChange(kind, path))
             continue
         if "value" not in obj:
             raise ProtocolError(bad, f"{where}: {kind.value} needs a value")
         value = obj["value"]
         if _is_missing_json(value):
             raise ProtocolError(bad, f"{where}: {kind.value} of the missing sentinel")
-        changes.append(Change(kind, path, value))
+        changes.append(WireChange(kind, path, value))
     return tuple(changes)
 
 
 def decode_result_body(
     data: bytes,
-) -> tuple[tuple[Path, ...], tuple[ConflictRecord, ...], ErrorRecord | None]:
+) -> tuple[tuple[WirePath, ...], tuple[WireConflict, ...], ErrorRecord | None]:
     """Decode :func:`encode_result_body` output into ``(applied, conflicts, error)``.
 
     Codes: ``invalid_utf8``, ``invalid_json``, ``invalid_result_body`` (wrong shape).
@@ -292,7 +292,7 @@ def decode_result_body(
     return applied, conflicts, error
 
 
-def _conflict(raw: JsonValue, where: str) -> ConflictRecord:
+def _conflict(raw: JsonValue, where: str) -> WireConflict:
     bad = ErrorCode.INVALID_RESULT_BODY
     fields = {"path", "base", "current", "incoming", "current_agent", "incoming_agent"}
     # same_value is optional: hubs before it existed do not send it
@@ -309,7 +309,7 @@ def _conflict(raw: JsonValue, where: str) -> ConflictRecord:
     resolution = obj["resolution"]
     if not isinstance(resolution, str):
         raise ProtocolError(bad, f"{where}: resolution must be a string")
-    return ConflictRecord(
+    return WireConflict(
         path=_path(obj["path"], bad, where),
         base=_from_slot(obj["base"]),
         current=_from_slot(obj["current"]),
@@ -348,7 +348,7 @@ def _object(
     return raw
 
 
-def _path(raw: JsonValue, code: ErrorCode, where: str) -> Path:
+def _path(raw: JsonValue, code: ErrorCode, where: str) -> WirePath:
     if not isinstance(raw, list):
         raise ProtocolError(code, f"{where}: path must be an array of strings")
     path = tuple(key for key in raw if isinstance(key, str))

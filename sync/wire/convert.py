@@ -1,7 +1,7 @@
 """Conversions between the core's objects and the wire records (pure logic).
 
 The core speaks :class:`crdt_state.Change` and :class:`crdt_state.Conflict`;
-the codec speaks :class:`sync.wire.changes.Change` and :class:`ConflictRecord`
+the codec speaks :class:`~sync.wire.changes.WireChange` and :class:`WireConflict`
 (both use the core's :data:`crdt_state.MISSING` for absent values).
 A conflict the policies did not settle travels with ``resolution`` set to
 :data:`UNRESOLVED_NAME`.
@@ -27,22 +27,22 @@ __all__ = [
 UNRESOLVED_NAME: Final = "unresolved"
 
 
-def wire_changes(ops: Iterable[crdt_state.Change]) -> list[wire.Change]:
+def wire_changes(ops: Iterable[crdt_state.Change]) -> list[wire.WireChange]:
     """The core's changes as wire records."""
-    return [wire.Change(wire.ChangeKind(op.kind), tuple(op.path), op.value) for op in ops]
+    return [wire.WireChange(wire.ChangeKind(op.kind), tuple(op.path), op.value) for op in ops]
 
 
-def core_changes(records: Sequence[wire.Change]) -> list[crdt_state.Change]:
+def core_changes(records: Sequence[wire.WireChange]) -> list[crdt_state.Change]:
     """Wire records as the core's changes (validation happens in ``SharedState.commit``)."""
     return [
         crdt_state.Change(record.kind.value, tuple(record.path), record.value) for record in records
     ]
 
 
-def conflict_to_record(conflict: Conflict) -> wire.ConflictRecord:
+def conflict_to_record(conflict: Conflict) -> wire.WireConflict:
     """A core conflict as a wire record."""
     resolved = conflict.resolution is not UNRESOLVED
-    return wire.ConflictRecord(
+    return wire.WireConflict(
         path=tuple(conflict.path),
         base=conflict.base,
         current=conflict.current,
@@ -55,7 +55,7 @@ def conflict_to_record(conflict: Conflict) -> wire.ConflictRecord:
     )
 
 
-def conflict_from_record(record: wire.ConflictRecord) -> Conflict:
+def conflict_from_record(record: wire.WireConflict) -> Conflict:
     """A wire record as a core conflict (``resolution`` is UNRESOLVED when unsettled)."""
     resolved = record.resolution != UNRESOLVED_NAME
     return Conflict(

@@ -1,17 +1,19 @@
-"""Exceptions raised by the ``sync`` package, and the websocket close codes they map to.
+"""The exceptions of the ``sync`` package, and the websocket close codes they map to.
 
 Hierarchy::
 
-    SyncError                      root of every error raised by ``sync``
-    └── ProtocolError(ValueError)  bytes that are not a valid frame of our wire protocol,
-                                   or a value that cannot be encoded into one
+    SyncError                               root of every error ``sync`` raises
+    ├── ProtocolError(ValueError)           bytes that are not a valid message of the wire
+    │                                       protocol, or a value that cannot be encoded
+    ├── RemoteError(crdt_state.CrdtStateError)
+    │                                       the hub refused a merge (``code``: the hub's code)
+    ├── sync.server.auth.AuthError(PermissionError)
+    │                                       an access token was refused (``http_status``)
+    └── sync.server.peer.PeerRefused        a connection must be closed (``close_code``)
 
-    crdt_state.CrdtStateError
-    └── RemoteError                the hub refused a merge (``code`` from the hub)
-
-A :class:`ProtocolError` carries a stable machine-readable :class:`ErrorCode` (agents and
-tests match on it, never on the message) and the websocket close code a server should use
-when the bad bytes came from its peer.
+Every error has one meaning of ``code``: a stable, machine-readable string (agents and
+tests match on it, never on the message). Transport details are separate fields:
+``close_code`` (the websocket close code), ``http_status`` (the handshake's HTTP status).
 """
 
 from __future__ import annotations
@@ -79,7 +81,13 @@ _CLOSE_CODES: Final[dict[ErrorCode, CloseCode]] = {
 
 
 class SyncError(Exception):
-    """Root of every exception raised by the ``sync`` package."""
+    """Root of every exception raised by the ``sync`` package.
+
+    Attributes:
+        code: a stable machine-readable string naming what went wrong.
+    """
+
+    code: str = "sync_error"
 
 
 class ProtocolError(SyncError, ValueError):
@@ -93,8 +101,10 @@ class ProtocolError(SyncError, ValueError):
     PROTOCOL_ERROR: Final = CloseCode.PROTOCOL_ERROR
     UNSUPPORTED_DATA: Final = CloseCode.UNSUPPORTED_DATA
 
+    code: ErrorCode
+
     def __init__(self, code: ErrorCode, reason: str) -> None:
-        self.code: Final = code
+        self.code = code
         self.reason: Final = reason
         super().__init__(f"{code.value}: {reason}")
 
@@ -113,11 +123,14 @@ class ProtocolError(SyncError, ValueError):
         return (type(self), (self.code, self.reason))
 
 
-class RemoteError(CrdtStateError):
+class RemoteError(SyncError, CrdtStateError):
     """The hub refused a merge for a reason other than a conflict.
 
-    ``code`` is the hub's error code (``document_too_large``, ``wrong_type``,
-    ``broken_chain``, ...); ``details["hub_code"]`` repeats it.
+    It is also a :class:`~crdt_state.CrdtStateError`, as every other way a merge can fail.
+
+    Attributes:
+        code: the hub's error code (``document_too_large``, ``wrong_type``,
+            ``broken_chain``, ...); ``details["hub_code"]`` repeats it.
     """
 
     code = "remote_error"

@@ -35,10 +35,10 @@ from itertools import pairwise
 from typing import Final, TypeAlias
 
 from sync.wire.changes import (
-    Change,
-    ConflictRecord,
     ErrorRecord,
-    Path,
+    WireChange,
+    WireConflict,
+    WirePath,
     decode_change_set,
     decode_result_body,
     encode_change_set,
@@ -61,7 +61,7 @@ __all__ = [
     "MERGE_MESSAGE_TYPE",
     "Awareness",
     "MergeRequest",
-    "MergeResult",
+    "MergeReply",
     "MergeStatus",
     "MergeStep",
     "Message",
@@ -195,7 +195,7 @@ class PermissionDenied:
 class MergeRequest:
     """A branch asks the hub to merge its changes.
 
-    ``request_id`` is chosen by the client and echoed in the :class:`MergeResult`;
+    ``request_id`` is chosen by the client and echoed in the :class:`MergeReply`;
     ``base`` is the branch's fork-base token (a Yjs state vector, validated on both
     encode and decode); ``changes`` are applied in order. ``writer`` is the stable
     identity of the sending client (``""``: none; the hub then scopes the request to
@@ -214,7 +214,7 @@ class MergeRequest:
     request_id: int
     agent: str
     base: bytes
-    changes: tuple[Change, ...]
+    changes: tuple[WireChange, ...]
     writer: str = ""
     chain: tuple[int, ...] = ()
     policies: tuple[tuple[int, str], ...] = ()
@@ -241,7 +241,7 @@ class MergeRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class MergeResult:
+class MergeReply:
     """The hub's answer to :class:`MergeRequest` with the same ``request_id``.
 
     ``token`` is the room's state vector right after the merge (or at refusal).
@@ -252,8 +252,8 @@ class MergeResult:
     request_id: int
     status: MergeStatus
     token: bytes
-    applied: tuple[Path, ...] = ()
-    conflicts: tuple[ConflictRecord, ...] = ()
+    applied: tuple[WirePath, ...] = ()
+    conflicts: tuple[WireConflict, ...] = ()
     error: ErrorRecord | None = None
 
     def __post_init__(self) -> None:
@@ -282,7 +282,7 @@ Message: TypeAlias = (
     | QueryAwareness
     | PermissionDenied
     | MergeRequest
-    | MergeResult
+    | MergeReply
     | UnknownMessage
 )
 
@@ -331,7 +331,7 @@ def encode_merge_request(
     request_id: int,
     agent: str,
     base: bytes,
-    changes: Sequence[Change],
+    changes: Sequence[WireChange],
     writer: str = "",
     chain: Sequence[int] = (),
     policies: Sequence[tuple[int, str]] = (),
@@ -413,12 +413,12 @@ def encode_merge_result(
     request_id: int,
     status: MergeStatus,
     token: bytes,
-    applied: Sequence[Path] = (),
-    conflicts: Sequence[ConflictRecord] = (),
+    applied: Sequence[WirePath] = (),
+    conflicts: Sequence[WireConflict] = (),
     error: ErrorRecord | None = None,
 ) -> bytes:
-    """Encode a merge result; the status rules of :class:`MergeResult` are enforced."""
-    result = MergeResult(request_id, status, token, tuple(applied), tuple(conflicts), error)
+    """Encode a merge result; the status rules of :class:`MergeReply` are enforced."""
+    result = MergeReply(request_id, status, token, tuple(applied), tuple(conflicts), error)
     return encode_message(result)
 
 
@@ -439,7 +439,7 @@ def encode_message(message: Message) -> bytes:
             return encode_permission_denied(reason)
         case MergeRequest(request_id, agent, base, changes, writer, chain, policies):
             return encode_merge_request(request_id, agent, base, changes, writer, chain, policies)
-        case MergeResult():
+        case MergeReply():
             validate_state_vector(message.token)
             return b"".join(
                 (
@@ -544,5 +544,5 @@ def _decode_merge(reader: Reader) -> Message:
             ) from None
         token = validate_state_vector(reader.read_var_bytes())
         applied, conflicts, error = decode_result_body(reader.read_var_bytes())
-        return MergeResult(request_id, status, token, applied, conflicts, error)
+        return MergeReply(request_id, status, token, applied, conflicts, error)
     raise ProtocolError(ErrorCode.UNKNOWN_MERGE_STEP, f"unknown merge step {step}")

@@ -66,7 +66,7 @@ def test_token_command_without_secret_fails_clearly() -> None:
 def test_refusals(token: str | None, room: str, status: int, code: str) -> None:
     with pytest.raises(AuthError) as info:
         verify_token("secret", token, room)
-    assert (info.value.status, info.value.code) == (status, code)
+    assert (info.value.http_status, info.value.code) == (status, code)
 
 
 def test_tampered_claims_are_refused() -> None:
@@ -88,7 +88,7 @@ def test_expiry_and_room_globs() -> None:
     assert expired.value.code == "expired_token"
     with pytest.raises(AuthError) as wrong:
         verify_token("secret", token, "other/x", now=1_005)
-    assert (wrong.value.status, wrong.value.code) == (403, "wrong_room")
+    assert (wrong.value.http_status, wrong.value.code) == (403, "wrong_room")
 
 
 def test_minting_refuses_bad_arguments() -> None:

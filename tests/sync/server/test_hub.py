@@ -269,8 +269,7 @@ async def test_malformed_frames_close_only_that_connection(
 
 def _seed_frames() -> list[bytes]:
     """Valid frames of every kind, to be mutated."""
-    from sync.wire.changes import Change as WireChange
-    from sync.wire.changes import ChangeKind
+    from sync.wire.changes import ChangeKind, WireChange
 
     source = SharedState()
     source.commit({"a": {"b": [1, "x"]}, "n": 3}, source.token, "seed")
@@ -412,8 +411,7 @@ async def test_awareness_is_relayed_and_retired_when_a_peer_leaves(hub: Hub) -> 
 
 
 async def test_a_resent_merge_request_is_applied_once(tmp_path: Path) -> None:
-    from sync.wire.changes import Change as WireChange
-    from sync.wire.changes import ChangeKind
+    from sync.wire.changes import ChangeKind, WireChange
 
     db = tmp_path / "hub.db"
     frame = p.encode_merge_request(  # the writer id scopes the request id
@@ -424,13 +422,13 @@ async def test_a_resent_merge_request_is_applied_once(tmp_path: Path) -> None:
         writer="writer-of-the-resender",
     )
 
-    async def send_and_wait(url: str) -> p.MergeResult:
+    async def send_and_wait(url: str) -> p.MergeReply:
         async with ws_connect(url, compression=None) as ws:
             await ws.send(frame)
             async with asyncio.timeout(5):
                 while True:
                     message = p.decode_message(await ws.recv())  # type: ignore[arg-type]
-                    if isinstance(message, p.MergeResult):
+                    if isinstance(message, p.MergeReply):
                         return message
 
     async with Hub(port=0, db=db) as hub:

@@ -26,7 +26,7 @@ from websockets.exceptions import ConnectionClosed
 from crdt_state import storage
 from sync.server.hub import Hub
 from sync.wire import protocol as p
-from sync.wire.changes import Change, ChangeKind
+from sync.wire.changes import ChangeKind, WireChange
 
 
 class Peer:
@@ -84,7 +84,7 @@ def disk(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
 
 def merge_request(request_id: int, path: str, value: int) -> bytes:
     return p.encode_merge_request(
-        request_id, "w", b"\x00", [Change(ChangeKind.SET, (path,), value)], writer="w"
+        request_id, "w", b"\x00", [WireChange(ChangeKind.SET, (path,), value)], writer="w"
     )
 
 
@@ -115,13 +115,13 @@ async def test_changes_leave_the_hub_only_once_durable(
         await asyncio.sleep(0.3)
         for peer in (observer, writer, yjs):
             assert not peer.of(p.SyncUpdate), "an update left the hub before it was durable"
-        assert not writer.of(p.MergeResult)
+        assert not writer.of(p.MergeReply)
         assert not late.of(p.SyncStep2), "a sync answer held changes that were not durable"
         disk.set()
         for peer in (observer, writer, yjs, late):
             await eventually(lambda peer=peer: peer.content() == {"x": 1, "y": 2})  # type: ignore[misc]
-        await eventually(lambda: bool(writer.of(p.MergeResult)))
-        result = writer.of(p.MergeResult)[0]
+        await eventually(lambda: bool(writer.of(p.MergeReply)))
+        result = writer.of(p.MergeReply)[0]
         assert result.status is p.MergeStatus.OK
         first_update = next(i for i, m in enumerate(writer.messages) if isinstance(m, p.SyncUpdate))
         assert first_update < writer.messages.index(result), "the update comes before the answer"
@@ -143,8 +143,8 @@ async def test_changes_that_cannot_be_stored_are_sent_to_no_one(
 
         monkeypatch.setattr(storage.Store, "_commit", broken)
         await writer.ws.send(merge_request(8, "x", 1))
-        await eventually(lambda: bool(writer.of(p.MergeResult)))
-        result = writer.of(p.MergeResult)[0]
+        await eventually(lambda: bool(writer.of(p.MergeReply)))
+        result = writer.of(p.MergeReply)[0]
         assert result.status is p.MergeStatus.ERROR
         assert result.error is not None and result.error.code == "storage"
         await asyncio.sleep(0.2)

@@ -17,10 +17,10 @@ from websockets.asyncio.client import connect as ws_connect
 
 from crdt_state import Change, ConflictError, SharedState, resolvers
 from sync.client.remote import connect
-from sync.server.hub import Hub, _client_policies
+from sync.server._merge import client_policies
+from sync.server.hub import Hub
 from sync.wire import protocol as p
-from sync.wire.changes import Change as WireChange
-from sync.wire.changes import ChangeKind
+from sync.wire.changes import ChangeKind, WireChange
 
 
 async def test_a_hot_counter_is_settled_on_the_hub_in_one_round() -> None:
@@ -89,14 +89,14 @@ def test_only_known_names_where_the_room_has_no_rule_reach_the_merge() -> None:
         Change("set", ("*",), 1),
     ]
     named = [(0, "counter"), (1, "counter"), (2, "no_such_policy"), (3, "counter")]
-    chosen = _client_policies(state, ops, named)
+    chosen = client_policies(state, ops, named)
     assert chosen is not None
     assert {tuple(pattern.keys): policy for pattern, policy in chosen.items()} == {
         ("n",): resolvers.counter
     }
     # a room with a default of its own decides everything itself
     own_default = SharedState(default=resolvers.last_writer_wins)
-    assert _client_policies(own_default, ops, named) is None
+    assert client_policies(own_default, ops, named) is None
 
 
 async def test_a_retry_policy_still_goes_back_to_the_agent() -> None:
@@ -132,7 +132,7 @@ async def test_an_unknown_policy_name_from_a_raw_client_is_left_to_it() -> None:
                 await ws.send(frame)
                 while True:
                     message = p.decode_message(await ws.recv())  # type: ignore[arg-type]
-                    if isinstance(message, p.MergeResult):
+                    if isinstance(message, p.MergeReply):
                         break
                 if name == "not_a_policy":
                     assert message.status is p.MergeStatus.ERROR

@@ -18,10 +18,10 @@ from sync.server.peer import (
     UpdateReceived,
 )
 from sync.wire import protocol as p
-from sync.wire.changes import Change, ChangeKind
+from sync.wire.changes import ChangeKind, WireChange
 
 UPDATE = SharedState().get_update()
-MERGE = p.encode_merge_request(1, "a", b"\x00", [Change(ChangeKind.SET, ("x",), 1)])
+MERGE = p.encode_merge_request(1, "a", b"\x00", [WireChange(ChangeKind.SET, ("x",), 1)])
 
 
 def test_writer_events() -> None:
@@ -45,17 +45,19 @@ def test_read_only_peers_may_sync_but_not_write() -> None:
     for frame in (p.encode_update(b"\x01\x02"), p.encode_sync_step2(b"\x01\x02"), MERGE):
         with pytest.raises(PeerRefused) as info:
             peer.receive(frame)
-        assert info.value.code == 1008 and info.value.permission_denied
+        assert info.value.close_code == 1008 and info.value.permission_denied
+        assert info.value.code == "read_only"
 
 
 def test_bad_frames_are_refused_with_their_close_code() -> None:
     peer = HubPeer(can_write=True)
     with pytest.raises(PeerRefused) as text:
         peer.receive("hello")
-    assert text.value.code == 1003
+    assert (text.value.close_code, text.value.code) == (1003, "unsupported_frame")
     with pytest.raises(PeerRefused) as truncated:
         peer.receive(b"\x00")
-    assert truncated.value.code == 1002 and not truncated.value.permission_denied
+    assert truncated.value.close_code == 1002 and not truncated.value.permission_denied
+    assert truncated.value.code == "truncated"
 
 
 def test_greeting_is_step1_then_awareness() -> None:
@@ -70,4 +72,4 @@ def test_any_bytes_give_an_event_or_a_refusal(data: bytes, can_write: bool) -> N
     try:
         HubPeer(can_write=can_write).receive(data)
     except PeerRefused as exc:
-        assert exc.code in (1002, 1003, 1008)
+        assert exc.close_code in (1002, 1003, 1008)

@@ -12,20 +12,20 @@ from crdt_state import Retry
 from sync.client.remote import RemoteState, connect
 from sync.server.hub import Hub
 from sync.wire import protocol as p
-from sync.wire.changes import Change, ChangeKind
+from sync.wire.changes import ChangeKind, WireChange
 
 
-async def merge_over(ws: ClientConnection, frame: bytes) -> p.MergeResult:
+async def merge_over(ws: ClientConnection, frame: bytes) -> p.MergeReply:
     await ws.send(frame)
     async with asyncio.timeout(5):
         while True:
             message = p.decode_message(await ws.recv())  # type: ignore[arg-type]
-            if isinstance(message, p.MergeResult):
+            if isinstance(message, p.MergeReply):
                 return message
 
 
 def set_frame(request_id: int, key: str, value: int, writer: str = "") -> bytes:
-    change = Change(ChangeKind.SET, (key,), value)
+    change = WireChange(ChangeKind.SET, (key,), value)
     return p.encode_merge_request(request_id, key, b"\x00", [change], writer=writer)
 
 

@@ -12,13 +12,13 @@ from hypothesis import strategies as st
 
 from sync.wire.changes import (
     MISSING,
-    Change,
     ChangeKind,
-    ConflictRecord,
     ErrorRecord,
     JsonValue,
     Missing,
-    Path,
+    WireChange,
+    WireConflict,
+    WirePath,
     decode_change_set,
     decode_result_body,
     encode_change_set,
@@ -33,8 +33,8 @@ from sync.wire.lib0 import (
 )
 from sync.wire.protocol import (
     Awareness,
+    MergeReply,
     MergeRequest,
-    MergeResult,
     MergeStatus,
     Message,
     MessageType,
@@ -76,23 +76,25 @@ json_values: st.SearchStrategy[JsonValue] = st.recursive(
     ),
     max_leaves=12,
 ).filter(lambda v: v != {"$missing": True})
-paths: st.SearchStrategy[Path] = st.lists(st.text(max_size=8), min_size=1, max_size=4).map(tuple)
+paths: st.SearchStrategy[WirePath] = st.lists(st.text(max_size=8), min_size=1, max_size=4).map(
+    tuple
+)
 slot_values: st.SearchStrategy[JsonValue | Missing] = st.one_of(st.just(MISSING), json_values)
 state_vectors = st.dictionaries(var_uints, var_uints, max_size=4).map(encode_state_vector)
 payloads = st.binary(max_size=64)
 
 
 @st.composite
-def changes(draw: st.DrawFn) -> Change:
+def changes(draw: st.DrawFn) -> WireChange:
     kind = draw(st.sampled_from(ChangeKind))
     path = draw(paths)
     if kind is ChangeKind.DELETE:
-        return Change(kind, path)
-    return Change(kind, path, draw(json_values))
+        return WireChange(kind, path)
+    return WireChange(kind, path, draw(json_values))
 
 
 conflict_records = st.builds(
-    ConflictRecord,
+    WireConflict,
     path=paths,
     base=slot_values,
     current=slot_values,
@@ -107,20 +109,20 @@ error_records = st.builds(ErrorRecord, code=st.text(max_size=12), message=st.tex
 
 
 @st.composite
-def merge_results(draw: st.DrawFn) -> MergeResult:
+def merge_results(draw: st.DrawFn) -> MergeReply:
     status = draw(st.sampled_from(MergeStatus))
     request_id, token = draw(var_uints), draw(state_vectors)
     if status is MergeStatus.OK:
-        return MergeResult(request_id, status, token, tuple(draw(st.lists(paths, max_size=3))))
+        return MergeReply(request_id, status, token, tuple(draw(st.lists(paths, max_size=3))))
     if status is MergeStatus.CONFLICT:
-        return MergeResult(
+        return MergeReply(
             request_id,
             status,
             token,
             tuple(draw(st.lists(paths, max_size=3))),
             tuple(draw(st.lists(conflict_records, min_size=1, max_size=3))),
         )
-    return MergeResult(
+    return MergeReply(
         request_id,
         status,
         token,
@@ -282,7 +284,7 @@ def test_state_vector_malformed(data: bytes) -> None:
 
 
 @given(st.lists(changes(), max_size=5))
-def test_change_set_round_trip(items: list[Change]) -> None:
+def test_change_set_round_trip(items: list[WireChange]) -> None:
     assert decode_change_set(encode_change_set(items)) == tuple(items)
 
 
@@ -323,21 +325,21 @@ def test_unknown_change_kind_closes_with_unsupported_data() -> None:
 )
 def test_change_value_must_round_trip_exactly(value: object) -> None:
     with pytest.raises(ProtocolError) as info:
-        encode_change_set([Change(ChangeKind.SET, ("a",), value)])  # type: ignore[arg-type]
+        encode_change_set([WireChange(ChangeKind.SET, ("a",), value)])  # type: ignore[arg-type]
     assert info.value.code is ErrorCode.INVALID_VALUE
 
 
 def test_change_shape_checked_on_construction() -> None:
     with pytest.raises(ProtocolError):
-        Change(ChangeKind.DELETE, ("a",), 1)
+        WireChange(ChangeKind.DELETE, ("a",), 1)
     with pytest.raises(ProtocolError):
-        Change(ChangeKind.SET, ("a",))
+        WireChange(ChangeKind.SET, ("a",))
     with pytest.raises(ProtocolError):
-        Change(ChangeKind.SET, (), 1)
+        WireChange(ChangeKind.SET, (), 1)
 
 
 def test_missing_sentinel_layout() -> None:
-    conflict = ConflictRecord(("a",), MISSING, 1, {"$missing": False}, "x", None, "lww", 1)
+    conflict = WireConflict(("a",), MISSING, 1, {"$missing": False}, "x", None, "lww", 1)
     reader = Reader(encode_merge_result(1, MergeStatus.CONFLICT, b"\x00", (), [conflict]))
     header = [reader.read_var_uint() for _ in range(4)]  # type, step, request id, status
     assert header == [100, 1, 1, 1]
@@ -447,17 +449,17 @@ def test_unknown_type_is_returned_not_raised() -> None:
 
 
 def test_merge_result_status_rules() -> None:
-    conflict = ConflictRecord(("a",), 1, 2, 3, None, None, "lww", 3)
+    conflict = WireConflict(("a",), 1, 2, 3, None, None, "lww", 3)
     error = ErrorRecord("bad_token", "token is not a state vector")
     with pytest.raises(ProtocolError):
-        MergeResult(1, MergeStatus.OK, b"\x00", conflicts=(conflict,))
+        MergeReply(1, MergeStatus.OK, b"\x00", conflicts=(conflict,))
     with pytest.raises(ProtocolError):
-        MergeResult(1, MergeStatus.CONFLICT, b"\x00")
+        MergeReply(1, MergeStatus.CONFLICT, b"\x00")
     with pytest.raises(ProtocolError):
-        MergeResult(1, MergeStatus.ERROR, b"\x00")
+        MergeReply(1, MergeStatus.ERROR, b"\x00")
     with pytest.raises(ProtocolError):
-        MergeResult(1, MergeStatus.ERROR, b"\x00", applied=(("a",),), error=error)
-    MergeResult(1, MergeStatus.ERROR, b"\x00", conflicts=(conflict,), error=error)
+        MergeReply(1, MergeStatus.ERROR, b"\x00", applied=(("a",),), error=error)
+    MergeReply(1, MergeStatus.ERROR, b"\x00", conflicts=(conflict,), error=error)
 
 
 def test_merge_request_refuses_bad_token() -> None:
@@ -500,7 +502,7 @@ def test_bad_writer_or_chain_is_refused(kwargs: dict[str, Any]) -> None:
 
 
 def test_a_merge_request_with_policies_is_step_3() -> None:
-    ops = [Change(ChangeKind.SET, ("n",), 1), Change(ChangeKind.SET, ("m",), 2)]
+    ops = [WireChange(ChangeKind.SET, ("n",), 1), WireChange(ChangeKind.SET, ("m",), 2)]
     frame = encode_merge_request(1, "a", b"\x00", ops, writer="w", policies=[(1, "counter")])
     assert frame[:2] == b"\x64\x03"
     assert frame.endswith(b"\x01w\x00\x01\x01\x07counter")  # no chain; 1 policy: change 1
@@ -514,7 +516,7 @@ def test_a_merge_request_with_policies_is_step_3() -> None:
     [[(1, "counter")], [(0, "counter"), (0, "maximum")], [(-1, "counter")], [(0, "x" * 33)]],
 )
 def test_bad_policies_are_refused(policies: list[tuple[int, str]]) -> None:
-    one = [Change(ChangeKind.SET, ("n",), 1)]
+    one = [WireChange(ChangeKind.SET, ("n",), 1)]
     with pytest.raises(ProtocolError) as info:
         encode_merge_request(1, "a", b"\x00", one, policies=policies)
     assert info.value.code is ErrorCode.INVALID_MERGE_REQUEST
@@ -531,7 +533,7 @@ def test_frames_of_the_previous_version_still_decode() -> None:
         b'[{"kind":"set","path":["n"],"value":1,"combine":true}]'
     )
     assert decode_message(old) == MergeRequest(
-        1, "a", b"\x00", (Change(ChangeKind.SET, ("n",), 1),)
+        1, "a", b"\x00", (WireChange(ChangeKind.SET, ("n",), 1),)
     )
     # a conflict record from a hub that does not send same_value
     body = (
@@ -540,14 +542,14 @@ def test_frames_of_the_previous_version_still_decode() -> None:
         b'"error":null}'
     )
     result = decode_message(b"\x64\x01\x01\x01\x01\x00" + encode_var_bytes(body))
-    assert isinstance(result, MergeResult) and result.conflicts[0].same_value is False
+    assert isinstance(result, MergeReply) and result.conflicts[0].same_value is False
 
 
 def test_same_value_travels_in_conflict_records() -> None:
-    record = ConflictRecord(("n",), 0, 1, 1, "b", "a", "counter", 2, same_value=True)
+    record = WireConflict(("n",), 0, 1, 1, "b", "a", "counter", 2, same_value=True)
     frame = encode_merge_result(1, MergeStatus.CONFLICT, b"\x00", (("n",),), (record,))
     decoded = decode_message(frame)
-    assert isinstance(decoded, MergeResult) and decoded.conflicts == (record,)
+    assert isinstance(decoded, MergeReply) and decoded.conflicts == (record,)
     assert b'"same_value":true' in frame
 
 
