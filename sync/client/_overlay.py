@@ -16,12 +16,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from crdt_state import MISSING, Change
+from crdt_state import MISSING, Change, VersionVector
+from crdt_state.paths import related
 from crdt_state.values import copy_value, tree_delete, tree_get, tree_set
 
 __all__ = [
     "Overlay",
     "OverlayEntry",
+    "RemoteToken",
     "apply_changes",
     "chain_of",
     "depends_on",
@@ -62,6 +64,25 @@ class Overlay:
     entries: tuple[OverlayEntry, ...] = ()
     keys: frozenset[str] = frozenset()
     generation: int = 0
+
+
+class RemoteToken(VersionVector):
+    """The hub's confirmed token, plus the agent's overlay that went with a snapshot.
+
+    It compares, hashes and encodes exactly as the :class:`VersionVector` it
+    extends (the overlay is not part of the token's value and never goes on the
+    wire as such). ``RemoteState.acommit(changes, token)`` uses ``overlay`` to
+    name, as the merge's chain, the agent's own merges the snapshot included.
+    """
+
+    __slots__ = ("overlay", "seq")
+
+    def __init__(self, token: VersionVector, seq: int, overlay: Overlay | None = None) -> None:
+        super().__init__(dict(token))
+        self.seq = seq
+        """The replica's change-log position of the token."""
+        self.overlay = overlay or Overlay()
+        """The agent's own merges that the snapshot showed on top of the token."""
 
 
 def apply_changes(tree: dict[str, Any], ops: Iterable[Change]) -> None:
@@ -121,17 +142,12 @@ def view_snapshot(snapshot: dict[str, Any], entries: Iterable[OverlayEntry]) -> 
     return snapshot
 
 
-def _related(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
-    n = min(len(a), len(b))
-    return a[:n] == b[:n]
-
-
 def _overlap(earlier: Change, later: Change) -> bool:
     """True when ``later`` depends on ``earlier``: related paths, unless both append to one list.
 
     Two appends to the same list never conflict and do not build on each other.
     """
-    if not _related(earlier.path, later.path):
+    if not related(earlier.path, later.path):
         return False
     return not (earlier.kind == later.kind == "append" and earlier.path == later.path)
 

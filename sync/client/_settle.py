@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from crdt_state import MISSING, Change, Conflict, ConflictError
+from crdt_state import MISSING, Change, Conflict
+from crdt_state.planner import MergePlan
 from crdt_state.resolvers import Escalation, PolicyTable
 from crdt_state.values import same
 from sync.wire import protocol as p
@@ -110,14 +111,9 @@ def rejudge(
 
 
 def _raise_if(escalated: list[Escalation], conflicts: list[Conflict]) -> None:
+    """Refuse the merge as the core refuses one: the plan's own :class:`ConflictError`."""
     if escalated:
-        unresolved = [c for c in conflicts if not c.resolved]
-        raise ConflictError(
-            f"{len(escalated)} conflicting write(s) not resolved by policy",
-            conflicts=conflicts,
-            retry=all(e.retry for e in escalated),
-            path=unresolved[0].path if unresolved else None,
-        )
+        raise MergePlan([], conflicts, escalated, fast_forward=False).error()
 
 
 def _write(path: Path, value: Any) -> Change:

@@ -14,6 +14,8 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
+from pydantic import BaseModel
+
 from crdt_state import Change, MergeResult, VersionVector
 from sync.client.remote import RemoteBranch, RemoteState
 
@@ -23,24 +25,116 @@ T = TypeVar("T")
 
 
 class BlockingBranch:
-    """A remote branch whose ``merge`` blocks; everything else is the branch's own API."""
+    """A remote branch whose :meth:`merge` blocks until the hub answers.
+
+    Reading and editing are local and immediate, exactly as on the
+    :class:`~sync.client.branch.RemoteBranch` it wraps (:attr:`branch`).
+    """
 
     def __init__(self, owner: BlockingRemote, branch: RemoteBranch) -> None:
         self._owner = owner
         self.branch = branch
 
-    def __getattr__(self, name: str) -> Any:  # get, set, delete, append, changes, ...
-        return getattr(self.branch, name)
+    # -- identity ----------------------------------------------------------------------
+    @property
+    def agent(self) -> str:
+        """The agent that owns this branch."""
+        return self.branch.agent
+
+    @property
+    def base(self) -> VersionVector:
+        """The replica's token at the fork."""
+        return self.branch.base
+
+    @property
+    def status(self) -> str:
+        """``"open"``, ``"merged"`` or ``"discarded"``."""
+        return self.branch.status
+
+    @property
+    def result(self) -> MergeResult | None:
+        """The result of the merge once merged."""
+        return self.branch.result
+
+    @property
+    def dirty(self) -> bool:
+        """True when the branch has changes to merge."""
+        return self.branch.dirty
+
+    # -- reading -----------------------------------------------------------------------
+    def get(self, path: Any, default: Any = None) -> Any:
+        """The branch's value at ``path`` (a copy), or ``default`` when absent."""
+        return self.branch.get(path, default)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The whole state as this branch sees it."""
+        return self.branch.snapshot()
+
+    def model(self) -> BaseModel:
+        """The branch's view as an instance of the schema (``TypeError`` without one)."""
+        return self.branch.model()
+
+    def changes(self) -> tuple[tuple[str, ...], ...]:
+        """The paths this branch changed (root-most)."""
+        return self.branch.changes()
+
+    def ops(self) -> list[Change]:
+        """The branch's changes, as a merge sends them."""
+        return self.branch.ops()
 
     def __getitem__(self, key: str) -> Any:
         return self.branch[key]
 
+    def __contains__(self, path: object) -> bool:
+        return path in self.branch
+
+    # -- writing -----------------------------------------------------------------------
+    def set(self, path: Any, value: Any) -> None:
+        """Write ``value`` at ``path`` (see :meth:`crdt_state.Branch.set`)."""
+        self.branch.set(path, value)
+
+    def delete(self, path: Any) -> None:
+        """Remove ``path`` (see :meth:`crdt_state.Branch.delete`)."""
+        self.branch.delete(path)
+
+    def append(self, path: Any, *items: Any) -> None:
+        """Add ``items`` at the end of the list at ``path`` (created when absent)."""
+        self.branch.append(path, *items)
+
+    def extend(self, path: Any, items: Iterable[Any]) -> None:
+        """Like :meth:`append`, with the items as one iterable."""
+        self.branch.extend(path, items)
+
+    def update(self, values: BaseModel | Mapping[str, Any]) -> None:
+        """Write every field given (see :meth:`crdt_state.Branch.update`)."""
+        self.branch.update(values)
+
     def __setitem__(self, key: str, value: Any) -> None:
         self.branch[key] = value
 
-    def merge(self, **options: Any) -> MergeResult:
-        """Send the branch to the hub and wait for the outcome (see ``RemoteBranch.amerge``)."""
-        return self._owner._call(self.branch.amerge(**options))
+    def __delitem__(self, key: str) -> None:
+        del self.branch[key]
+
+    def rebase(self) -> None:
+        """Move the fork base to the replica's current version, replaying own edits."""
+        self.branch.rebase()
+
+    def discard(self) -> None:
+        """Drop the branch's changes."""
+        self.branch.discard()
+
+    # -- merging -----------------------------------------------------------------------
+    def merge(
+        self, *, resolvers: Mapping[Any, object] | None = None, default: object | None = None
+    ) -> MergeResult:
+        """Send the branch to the hub and wait for the outcome (see ``RemoteBranch.amerge``).
+
+        Raises:
+            ConflictError: conflicts the policies did not settle.
+            BrokenChain: an earlier merge of the agent that this one builds on failed.
+            RemoteError: the hub refused the merge for another reason.
+        """
+        return self._owner._call(self.branch.amerge(resolvers=resolvers, default=default))
 
     def __enter__(self) -> BlockingBranch:
         return self

@@ -13,31 +13,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from crdt_state import MISSING, Branch, MergeResult, VersionVector
-from sync.client._overlay import Overlay
+from sync.client._overlay import Overlay, RemoteToken
 
 if TYPE_CHECKING:
     from sync.client.remote import RemoteState
 
 __all__ = ["RemoteBranch", "RemoteToken"]
-
-
-class RemoteToken(VersionVector):
-    """The hub's confirmed token, plus the agent's overlay that went with a snapshot.
-
-    It compares, hashes and encodes exactly as the :class:`VersionVector` it
-    extends (the overlay is not part of the token's value and never goes on the
-    wire as such). ``RemoteState.acommit(changes, token)`` uses ``overlay`` to
-    name, as the merge's chain, the agent's own merges the snapshot included.
-    """
-
-    __slots__ = ("overlay", "seq")
-
-    def __init__(self, token: VersionVector, seq: int, overlay: Overlay | None = None) -> None:
-        super().__init__(dict(token))
-        self.seq = seq
-        """The replica's change-log position of the token."""
-        self.overlay = overlay or Overlay()
-        """The agent's own merges that the snapshot showed on top of the token."""
 
 
 class RemoteBranch(Branch):

@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from pycrdt import merge_updates
 from pydantic import BaseModel
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
@@ -49,7 +48,6 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from crdt_state import (
     MISSING,
     Branch,
-    BrokenChain,
     Change,
     Conflict,
     CrdtStateError,
@@ -63,11 +61,10 @@ from crdt_state import (
 from crdt_state.transact import arun_transaction
 from crdt_state.values import tree_get
 from sync.client._offline import OfflineStore, PendingMerge
-from sync.client._outbox import Event, Finished, Outbox, Send
-from sync.client._overlay import chain_of, view_snapshot
+from sync.client._outbox import Finished, Send
+from sync.client._overlay import view_snapshot
 from sync.client.branch import RemoteBranch, RemoteToken
-from sync.wire import protocol as p
-from sync.wire.convert import wire_changes
+from sync.client.core import ClientCore, ClientEvent, Frame
 from sync.wire.errors import RemoteError
 
 __all__ = ["RemoteBranch", "RemoteError", "RemoteState", "RemoteToken", "connect"]
@@ -101,10 +98,12 @@ class RemoteState:
             resolvers=resolvers, default=default, schema=schema, initialize=False, follower=True
         )
         """The hub's confirmed state (without this agent's unconfirmed merges)."""
-        self._store = OfflineStore(local) if local is not None else None
-        self.writer = self._store.writer() if self._store is not None else secrets.token_hex(16)
+        store = OfflineStore(local) if local is not None else None
+        self.writer = store.writer() if store is not None else secrets.token_hex(16)
         """This client's identity for the hub's deduplication (see ``docs/protocol.md``)."""
-        self._outbox = Outbox(self.replica, self._store)
+        self._core = ClientCore(self.replica, self.writer, store)
+        self._outbox = self._core.outbox
+        self._local = store is not None
         self._backoff = reconnect or Retry(attempts=1, base_delay=0.05, max_delay=2.0)
         self._max_message = max_message
         self._ws: ClientConnection | None = None
@@ -114,8 +113,6 @@ class RemoteState:
         self._task: asyncio.Task[None] | None = None
         self._later: set[asyncio.Task[None]] = set()
         self._waiting: dict[int, tuple[asyncio.Future[MergeResult], PendingMerge]] = {}
-        self._in_flight: set[int] = set()  # request ids sent on this connection, unanswered
-        self._held: list[bytes] = []  # hub updates received while merges are in flight
         self._fatal: BaseException | None = None
         self.failed: list[CrdtStateError] = []
         """Merges that failed after their caller stopped waiting (queued offline, or in
@@ -123,7 +120,6 @@ class RemoteState:
         self.conflicted: list[Conflict] = []
         """Conflicts, with their resolutions, of merges that were applied after their
         caller stopped waiting."""
-        self.connects = 0
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self, timeout: float = 10.0) -> None:
@@ -133,15 +129,12 @@ class RemoteState:
         (the agent works offline); without one, :class:`ConnectionError` is
         raised after ``timeout`` seconds.
         """
-        if self._store is not None:
-            for update in self._store.load_replica():
-                self.replica.apply_update(update, origin="local-file")
-            self._outbox.load(self._store.load_pending(), self._store.load_confirmed())
+        self._core.load()
         self._task = asyncio.create_task(self._run())
         try:
             await asyncio.wait_for(self._wait_synced(), timeout)
         except TimeoutError:
-            if self._store is None:
+            if not self._local:
                 await self.close()
                 raise ConnectionError(f"could not sync with {self.url} in {timeout} s") from None
 
@@ -166,9 +159,7 @@ class RemoteState:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         self._release_waiters()
-        if self._store is not None:
-            self._store.save_replica(self.replica.get_update())
-            self._store.close()
+        self._core.save()
 
     async def __aenter__(self) -> RemoteState:
         await self.start()
@@ -180,7 +171,7 @@ class RemoteState:
     @property
     def connected(self) -> bool:
         """True while a synced connection to the hub is up."""
-        return self._ws is not None and self._synced.is_set()
+        return self._ws is not None and self._core.synced
 
     @property
     def pending(self) -> int:
@@ -302,18 +293,7 @@ class RemoteState:
         when the merge fails while this call still waits.
         """
         table = self.replica.policies.overlay(resolvers_, default)
-        chain, seen = self._chain(ops, base)
-        merge = PendingMerge(
-            self._outbox.new_id(),
-            self._outbox.new_order(),
-            agent,
-            VersionVector.from_state(base.to_state()),
-            ops,
-            chain,
-            seen,
-        )
-        wire_changes(ops)  # refuse what the wire cannot carry before queueing it
-        self._outbox.submit(merge, table)
+        merge = self._core.submit(ops, base, agent, table)
         if self._ws is None:
             return _pending_result(merge)
         future: asyncio.Future[MergeResult] = asyncio.get_running_loop().create_future()
@@ -322,77 +302,32 @@ class RemoteState:
             await self._send(merge)
         return await future
 
-    def _chain(
-        self, ops: list[Change], base: VersionVector
-    ) -> tuple[tuple[int, ...], dict[tuple[str, ...], Any] | None]:
-        """The ids of the unconfirmed merges ``ops`` build on, and what the agent saw.
-
-        ``seen`` holds the value the agent's view had, before its own changes,
-        at each path ``ops`` set or delete (``None`` without a chain). Raises
-        :class:`BrokenChain` when one it depends on already failed.
-        """
-        if not isinstance(base, RemoteToken) or not base.overlay.entries:
-            return (), None
-        chained = chain_of(base.overlay.entries, ops)
-        if not chained:
-            return (), None
-        gone = sorted(e.request_id for e in chained if self._outbox.is_failed(e.request_id))
-        if gone:  # computed on top of a change that will never be applied
-            raise BrokenChain(
-                "this merge builds on an earlier merge of the agent that failed",
-                details={"request_ids": gone},
-            )
-        views: dict[str, Any] = {}
-        seen: dict[tuple[str, ...], Any] = {}
-        for op in ops:
-            if op.kind == "append":
-                continue
-            key = op.path[0]
-            if key not in views:
-                views[key] = self._outbox.view_of(key, base.seq, base.overlay)
-            value = views[key]
-            seen[op.path] = MISSING if value is MISSING else tree_get({key: value}, op.path)
-        # the chain names every merge the view held (a superset of those it builds on,
-        # mostly one run of consecutive ids); only those it depends on can fail it
-        ids = sorted(
-            e.request_id for e in base.overlay.entries if not self._outbox.is_failed(e.request_id)
-        )
-        return tuple(ids), seen
-
     async def _send(self, merge: PendingMerge) -> None:
-        ws = self._ws
-        if ws is None or merge.request_id in self._in_flight:
-            return  # offline, or already sent on this connection
-        self._in_flight.add(merge.request_id)
-        frame = p.encode_merge_request(
-            merge.request_id,
-            merge.agent,
-            merge.base.to_state(),
-            wire_changes(merge.ops),
-            self.writer,
-            merge.chain,
-            self._outbox.named_policies(merge),
-        )
-        with contextlib.suppress(ConnectionClosed):
-            await ws.send(frame)
+        """Send ``merge`` now, unless offline or already sent on this connection."""
+        ws, frame = self._ws, self._core.frame_for(merge)
+        if ws is not None and frame is not None:
+            with contextlib.suppress(ConnectionClosed):
+                await ws.send(frame)
 
     async def _send_later(self, merge: PendingMerge, delay: float, connection: int) -> None:
         await asyncio.sleep(delay)
-        # after a reconnect, every live merge was sent again already
-        if self.connects == connection and self._outbox.is_live(merge):
-            await self._send(merge)
+        if self._core.still_due(merge, connection):
+            async with self._send_lock:
+                await self._send(merge)
 
-    async def _carry_out(self, events: list[Event]) -> None:
+    async def _carry_out(self, events: list[ClientEvent]) -> None:
+        """Do what the core asks: send frames, schedule delayed sends, tell callers."""
         for event in events:
-            if isinstance(event, Send):
-                if event.delay:
-                    task = asyncio.create_task(
-                        self._send_later(event.merge, event.delay, self.connects)
-                    )
-                    self._later.add(task)
-                    task.add_done_callback(self._later.discard)
-                else:
-                    await self._send(event.merge)
+            if isinstance(event, Frame):
+                ws = self._ws
+                if ws is not None:
+                    with contextlib.suppress(ConnectionClosed):
+                        await ws.send(event.data)
+            elif isinstance(event, Send):
+                connection = self._core.connection
+                task = asyncio.create_task(self._send_later(event.merge, event.delay, connection))
+                self._later.add(task)
+                task.add_done_callback(self._later.discard)
             else:
                 self._finished(event)
 
@@ -432,18 +367,14 @@ class RemoteState:
                 ) as ws:
                     self._ws = ws
                     attempt = 0
-                    self.connects += 1
-                    self._in_flight.clear()
-                    self._held.clear()  # what the hub sent before is in its sync step 2
                     async with self._send_lock:
-                        # queued merges first: their answers come before the sync step 2
-                        # (a merge applied before a disconnect comes back deduplicated)
-                        for merge in self._outbox.to_send():
-                            await self._send(merge)
-                        await ws.send(p.encode_sync_step1(self.replica.token.to_state()))
+                        for frame in self._core.connected():
+                            await ws.send(frame)
                     async for data in ws:
                         if isinstance(data, bytes):
-                            await self._receive(ws, data)
+                            await self._carry_out(self._core.receive(data))
+                            if self._core.synced:
+                                self._synced.set()
             except InvalidStatus as exc:
                 status = exc.response.status_code
                 if status in (401, 403):
@@ -457,6 +388,7 @@ class RemoteState:
                 log.exception("unexpected data from %s; reconnecting", self.url)
             finally:
                 self._ws = None
+                self._core.disconnected()
                 self._synced.clear()
                 self._release_waiters()
             if self._closing:
@@ -470,41 +402,6 @@ class RemoteState:
         for future, merge in waiting.values():
             if not future.done():
                 future.set_result(_pending_result(merge))
-
-    async def _receive(self, ws: ClientConnection, data: bytes) -> None:
-        message = p.decode_message(data)
-        if isinstance(message, p.SyncStep1):
-            since = VersionVector.from_state(message.state_vector)
-            await ws.send(p.encode_sync_step2(self.replica.get_update(since)))
-        elif isinstance(message, (p.SyncStep2, p.SyncUpdate)):
-            if self._in_flight:  # it may carry a merge whose answer has not come yet
-                self._held.append(message.update)
-                if len(self._held) > 64:
-                    self._held = [bytes(merge_updates(*self._held))]
-            else:
-                await self._apply([message.update])
-            if isinstance(message, p.SyncStep2):
-                self._synced.set()
-        elif isinstance(message, p.MergeReply):
-            self._in_flight.discard(message.request_id)
-            await self._carry_out(self._outbox.on_result(message))
-            if self._held and not self._in_flight:
-                held, self._held = self._held, []
-                await self._apply(held)
-
-    async def _apply(self, updates: list[bytes]) -> None:
-        """Take the hub's updates into the replica (and the local file).
-
-        Updates that arrive while merges are in flight are held until their
-        answers came: the hub sends a merge's update before its answer, and
-        until the answer the merge is still shown from the overlay, so taking
-        the update earlier would show it twice (appends) or hide later writes.
-        """
-        for update in updates:
-            self.replica.apply_update(update, origin="hub")
-            if self._store is not None and self._store.append_replica(update) > 1_000:
-                self._store.save_replica(self.replica.get_update())  # fold the rows into one
-        await self._carry_out(self._outbox.on_replica_update())
 
 
 def _pending_result(merge: PendingMerge) -> MergeResult:

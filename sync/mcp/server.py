@@ -37,6 +37,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Res
 from pydantic import ValidationError
 
 from crdt_state import CrdtStateError, PathNotFound, StateUpdate, parse_path
+from crdt_state.paths import related
 from sync.mcp.tools import TOOL_DESCRIPTIONS, TOOL_MODELS, StateTools
 
 __all__ = [
@@ -81,11 +82,8 @@ def touched_uris(uris: Sequence[str], written: Sequence[Sequence[str]]) -> list[
             if written:
                 out.append(uri)
             continue
-        for w in written:
-            n = min(len(w), len(path))
-            if tuple(w[:n]) == path[:n]:
-                out.append(uri)
-                break
+        if any(related(tuple(w), path) for w in written):
+            out.append(uri)
     return out
 
 

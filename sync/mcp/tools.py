@@ -35,6 +35,7 @@ from crdt_state import (
     format_path,
     parse_path,
 )
+from crdt_state.values import tree_get
 
 __all__ = [
     "TOOL_DESCRIPTIONS",
@@ -229,9 +230,7 @@ class StateTools:
         values: dict[str, Any] = {}
         missing: list[str] = []
         for text in args.paths:
-            node: Any = snapshot
-            for key in parse_path(text):
-                node = node.get(key, MISSING) if isinstance(node, dict) else MISSING
+            node = tree_get(snapshot, parse_path(text))
             if node is MISSING:
                 missing.append(text)
             else:
