@@ -37,7 +37,7 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from pydantic import BaseModel
@@ -62,7 +62,7 @@ from crdt_state.transact import arun_transaction
 from crdt_state.values import tree_get
 from sync.client._offline import OfflineStore, PendingMerge
 from sync.client._outbox import Finished, Send
-from sync.client._overlay import view_snapshot
+from sync.client._overlay import Overlay, view_snapshot
 from sync.client.branch import RemoteBranch, RemoteToken
 from sync.client.core import ClientCore, ClientEvent, Frame
 from sync.wire.errors import RemoteError
@@ -233,10 +233,14 @@ class RemoteState:
 
     def fork(self, agent: str | None = None) -> RemoteBranch:
         """A branch at the replica's version, with this agent's unconfirmed merges (O(1))."""
-        with self.replica.lock:
+        with self.replica.lock:  # the overlay and the fork taken at one moment
             overlay = self._outbox.snapshot()
-            replica = self.replica
-            return RemoteBranch(self, agent or self.agent, replica.position, replica.token, overlay)
+            branch = self.replica.fork(agent or self.agent)
+            return RemoteBranch(self, branch, self.replica.position, overlay)
+
+    def _view_of(self, key: str, base_seq: int, overlay: Overlay) -> Any:
+        """Top-level ``key`` at replica position ``base_seq`` with ``overlay`` applied."""
+        return self._outbox.view_of(key, base_seq, overlay)
 
     async def acommit(
         self,
@@ -269,8 +273,10 @@ class RemoteState:
 
         See :meth:`crdt_state.SharedState.transact` for the contract.
         """
+        # a RemoteBranch offers the public API of a Branch (by composition)
+        fork = cast("Callable[[str], Branch]", self.fork)
         return await arun_transaction(
-            self.fork,
+            fork,
             fn,
             agent=agent or self.agent,
             retry=retry,
