@@ -6,7 +6,7 @@
 - ``postgres_dsn``: a throwaway database per test module, created on the server of
   ``CRDT_STATE_TEST_POSTGRES`` (default ``host=127.0.0.1 user=postgres dbname=postgres``)
   and dropped ``WITH (FORCE)`` at the end, with the cluster schema migrated;
-- ``pool``, ``redis``: clients (``sync.cluster.postgres_pool``, ``redis_client``).
+- ``pool``, ``redis``: clients (``sync.server.cluster.postgres_pool``, ``redis_client``).
 
 A server that does not answer fails the test with the reason: ``scripts/test.sh``
 installs and starts the servers.
@@ -35,7 +35,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
-from sync.cluster import migrate, postgres_pool, redis_client
+from sync.server.cluster import migrate, postgres_pool, redis_client
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
     python tests/cluster/lease_holder.py --redis URL --postgres DSN --room R --ttl S --name N
 
-Waits until it owns the room (``sync.cluster.acquire``), then obeys one command per stdin
+Waits until it owns the room (``sync.server.cluster.acquire``), then obeys one command per stdin
 line and reports each event as one JSON line on stdout:
 
 - ``{"event": "acquired", "fence": F, "token": T}`` once it owns the room;
@@ -23,7 +23,7 @@ import json
 import sys
 from typing import Any
 
-from sync.cluster import (
+from sync.server.cluster import (
     ClusterError,
     LeaseLost,
     Ownership,

@@ -6,10 +6,10 @@ import pickle
 
 import pytest
 
-import sync.cluster as cluster
+import sync.server.cluster as cluster
 from crdt_state import CrdtStateError
 from sync import SyncError
-from sync.cluster import (
+from sync.server.cluster import (
     ClusterError,
     ClusterSchemaError,
     ClusterUnavailable,
@@ -29,7 +29,7 @@ STABLE_CODES = {
 
 def test_star_import_gives_exactly_all() -> None:
     namespace: dict[str, object] = {}
-    exec("from sync.cluster import *", namespace)
+    exec("from sync.server.cluster import *", namespace)
     assert set(namespace) - {"__builtins__"} == set(cluster.__all__)
     assert len(cluster.__all__) == len(set(cluster.__all__))
 

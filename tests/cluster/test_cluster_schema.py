@@ -10,8 +10,8 @@ import pytest
 from cluster_servers import create_database, drop_database, postgres_admin_dsn
 from psycopg import AsyncConnection
 
-from sync.cluster import MIGRATIONS, ClusterSchemaError, Migration, migrate, schema_version
-from sync.cluster.schema import check_migrations
+from sync.server.cluster import MIGRATIONS, ClusterSchemaError, Migration, migrate, schema_version
+from sync.server.cluster.schema import check_migrations
 
 
 @pytest.fixture

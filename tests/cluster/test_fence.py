@@ -20,7 +20,7 @@ from hypothesis.stateful import (
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from sync.cluster import (
+from sync.server.cluster import (
     ClusterError,
     Fence,
     Fenced,

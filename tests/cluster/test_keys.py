@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
-from sync.cluster.keys import OWNER, hash_tag, parse_room_key, room_key, room_tag
+from sync.server.cluster.keys import OWNER, hash_tag, parse_room_key, room_key, room_tag
 
 rooms = st.text(min_size=1, max_size=40) | st.text(alphabet="{}%:ab/", min_size=1, max_size=20)
 parts = st.sampled_from([OWNER, "in", "out", "awareness", "a:b"])

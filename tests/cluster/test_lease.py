@@ -11,7 +11,7 @@ import pytest
 from cluster_servers import RedisServer
 from redis.asyncio import Redis
 
-from sync.cluster import (
+from sync.server.cluster import (
     LeaseKeeper,
     LeaseLost,
     LossReason,

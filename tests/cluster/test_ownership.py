@@ -20,7 +20,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
-from sync.cluster import (
+from sync.server.cluster import (
     Fenced,
     LeaseLost,
     LossReason,
