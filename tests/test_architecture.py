@@ -1,10 +1,5 @@
 """The layering rules of the code base, checked from the source with ``ast``.
 
-Not collected yet (the name has no ``test_`` prefix): the tree breaks the rules until
-the restructure of the open issue "One-way core, and a sync package in three layers";
-that work renames this file to ``tests/test_architecture.py``. Run it by hand with
-``python -m pytest tests/architecture_rules.py`` to see what is left.
-
 The rules (see docs/architecture.md):
 
 - no import cycle between modules of ``crdt_state`` or ``sync``, counting every
