@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from pycrdt import Doc, Map
 
 from . import document as ydoc
-from .changelog import ChangeLog, Entry, TruncateTo, WriteKind, read_at, unseen_by_chain
+from .changelog import ChangeLog, Entry, TruncateTo, WriteKind, read_at
 from .conflicts import Change, Conflict, MergeResult
 from .durable import DurableMixin
 from .errors import INTERRUPTS, CrdtStateError, WrongType
@@ -307,9 +307,9 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
             targets = {op.path: op.kind == "append" for op in ops}
             if chain:  # the chain's own changes, and what they overwrote, are part of the base
                 mine = self._requests.chain_keys(scope, chain)
-                links = self._log.made_by(seq, self._requests.tokens_of(mine))
-                entries = unseen_by_chain(self._log.related(seq, targets, base, links), mine)
-                moved = self._log.moved(seq, base, mine, links)
+                entries, moved = self._log.for_chain(
+                    seq, targets, base, mine, self._requests.tokens_of
+                )
             else:  # only the entries that concern ops (see ChangeLog.for_merge)
                 entries = self._log.for_merge(seq, targets, base)
                 moved = self._log.moved(seq, base)
