@@ -18,27 +18,39 @@ values only; plain values with one small dict in eight): raw pycrdt
 n-item list, a typed state's commit, a replica's ``apply_update`` of the
 list, and raw pycrdt applying a Yjs update carrying the same items (the floor).
 
+Then fan-outs: N branches forked from one base, each merged in turn, so the
+k-th merge has k-1 merges since its base: each branch setting its own key,
+each incrementing one counter (``resolvers.counter``), each appending to one
+list. A merge is judged on the entries that touched its paths, so its cost
+should not grow with N. With ``--against DIR`` (a checkout of another
+revision, e.g. made with ``git worktree add DIR REV``) the same fan-outs also
+run on that revision's library, printed side by side with the ratio.
+
 Machines are noisy, so every figure is a median over repeated runs and the
 goals are checked as ratios measured in the same run. Run it with
 ``python benchmarks/merge_cost.py`` (``--quick`` for a shorter run,
-``--lists`` for the list table alone).
+``--lists`` for the list table alone, ``--fanout`` for the fan-out table
+alone, ``--against DIR`` to compare the fan-outs with another checkout).
 """
 
 from __future__ import annotations
 
 import gc
+import json
+import os
 import statistics
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from pycrdt import Array, Doc, Map
 from pydantic import BaseModel
 
-from crdt_state import SharedState
+from crdt_state import SharedState, resolvers
 
 SIZES = (10, 1_000, 100_000)
 CYCLE_KEYS = 100
@@ -52,6 +64,10 @@ ROUNDS = 3 if QUICK else 5
 LIST_SIZES = (1_000, 10_000, 100_000)
 LIST_GOAL_S = 1.0  # writing or appending 100,000 items, in seconds
 RAW_CAP_S = 20.0  # raw pycrdt is not run where it is expected to take longer
+FANOUT_SIZES = (1_000, 10_000)
+FANOUT_SHAPES = ("own key", "one counter", "one list")
+GOAL_FANOUT = 2.0  # mean merge at the largest fan-out / at the smallest
+FANOUT_CAP_S = 900.0  # a fan-out run on another checkout is given up after this
 
 
 def median_us(samples: list[float]) -> float:
@@ -349,11 +365,121 @@ def list_table() -> list[tuple[str, bool]]:
     return verdicts
 
 
+# -- fan-outs: N branches from one base -------------------------------------------------
+def fanout_run(shape: str, n: int) -> dict[str, float]:
+    """Fork ``n`` branches from one base, edit each, merge them in turn; time the merges."""
+    state = SharedState(resolvers={"n": resolvers.counter}, history=2 * n)
+    state.commit({"n": 0, "l": []}, state.token, "seed")
+    branches = [state.fork(f"agent{i}") for i in range(n)]
+    for i, branch in enumerate(branches):
+        if shape == "own key":
+            branch.set(f"k{i}", i)
+        elif shape == "one counter":
+            branch.set("n", branch.get("n") + 1)
+        else:
+            branch.append("l", i)
+    gc.collect()
+    clock = time.perf_counter
+    durations = []
+    for branch in branches:
+        start = clock()
+        branch.merge()
+        durations.append(clock() - start)
+    final = state.snapshot()
+    expected = {"own key": n, "one counter": 0, "one list": 0}[shape]
+    assert len(final) - 2 == expected and final["n"] in (0, n) and len(final["l"]) in (0, n)
+    return {
+        "total_s": sum(durations),
+        "mean_us": statistics.fmean(durations) * 1e6,
+        "last_us": statistics.median(durations[-max(n // 100, 1) :]) * 1e6,
+    }
+
+
+def fanout_in(checkout: str | None, shape: str, n: int) -> dict[str, float] | None:
+    """``fanout_run`` in a subprocess on the library of ``checkout`` (this one: None).
+
+    None when it ran past :data:`FANOUT_CAP_S`.
+    """
+    env = dict(os.environ)
+    if checkout is not None:
+        env["PYTHONPATH"] = str(Path(checkout).resolve())
+    try:
+        done = subprocess.run(
+            [sys.executable, __file__, "--fanout-run", shape, str(n)],
+            capture_output=True,
+            text=True,
+            timeout=FANOUT_CAP_S,
+            check=True,
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        return None
+    figures: dict[str, float] = json.loads(done.stdout)
+    return figures
+
+
+def fanout_table(against: str | None) -> list[tuple[str, bool]]:
+    """Print the fan-out table (and the other checkout's figures); return its verdicts."""
+    print("N branches forked from one base, each merged in turn (merge time only)")
+    print(
+        "mean = mean merge (us); last = median of the last 1% of merges (us), "
+        "those with the most merges since their base"
+    )
+    header = f"{'shape':<12} | {'N':>7} | {'total s':>8} | {'mean':>8} | {'last':>8}"
+    if against is not None:
+        header += f" || {'other: total s':>14} | {'mean':>8} | {'last':>8} | {'other/this':>10}"
+    print(header)
+    print("-" * len(header))
+    verdicts: list[tuple[str, bool]] = []
+    for shape in FANOUT_SHAPES:
+        means: dict[int, float] = {}
+        for n in FANOUT_SIZES:
+            ours = fanout_in(None, shape, n)
+            assert ours is not None, "this checkout ran past the cap"
+            means[n] = ours["mean_us"]
+            line = (
+                f"{shape:<12} | {n:>7,} | {ours['total_s']:>8.2f} | "
+                f"{ours['mean_us']:>8.1f} | {ours['last_us']:>8.1f}"
+            )
+            if against is not None:
+                other = fanout_in(against, shape, n)
+                if other is None:
+                    line += f" || {'> ' + format(FANOUT_CAP_S, '.0f'):>14} |"
+                else:
+                    line += (
+                        f" || {other['total_s']:>14.2f} | {other['mean_us']:>8.1f} | "
+                        f"{other['last_us']:>8.1f} | "
+                        f"{other['total_s'] / ours['total_s']:>9.1f}x"
+                    )
+            print(line, flush=True)
+        small, large = FANOUT_SIZES[0], FANOUT_SIZES[-1]
+        growth = means[large] / means[small]
+        verdicts.append(
+            (
+                f"{shape}: mean merge at N={large:,} within {GOAL_FANOUT}x of N={small:,}"
+                f" ({growth:.2f}x)",
+                growth <= GOAL_FANOUT,
+            )
+        )
+    return verdicts
+
+
 def main() -> int:
     if "--raw" in sys.argv:  # the capped raw measurement, in its own process
         shape, n = sys.argv[sys.argv.index("--raw") + 1 :][:2]
         print(raw_array_s(list_items(shape, int(n))))
         return 0
+    if "--fanout-run" in sys.argv:  # one fan-out, in its own process (see fanout_in)
+        shape, n = sys.argv[sys.argv.index("--fanout-run") + 1 :][:2]
+        print(json.dumps(fanout_run(shape, int(n))))
+        return 0
+    against = sys.argv[sys.argv.index("--against") + 1] if "--against" in sys.argv else None
+    if "--fanout" in sys.argv:
+        fan_verdicts = fanout_table(against)
+        print()
+        for text, ok in fan_verdicts:
+            print(f"{'PASS' if ok else 'FAIL'}  {text}")
+        return 0 if all(ok for _, ok in fan_verdicts) else 1
     if "--lists" in sys.argv:
         list_verdicts = list_table()
         print()
@@ -429,6 +555,8 @@ def main() -> int:
 
     print()
     verdicts += list_table()
+    print()
+    verdicts += fanout_table(against)
 
     print()
     for text, ok in verdicts:

@@ -23,7 +23,7 @@ from typing import Any
 
 from ._core import StateCore
 from ._writes import apply_writes
-from .changelog import Entry, unseen_by_chain
+from .changelog import Entry
 from .conflicts import Change, Conflict, MergeResult
 from .errors import CrdtStateError, WrongType
 from .paths import parse_path
@@ -181,9 +181,7 @@ def commit(
         targets = {op.path: op.kind == "append" for op in ops}
         if chain:  # the chain's own changes, and what they overwrote, are part of the base
             mine = core.requests.chain_keys(writer, chain)
-            links = log.made_by(seq, core.requests.tokens_of(mine))
-            entries = unseen_by_chain(log.related(seq, targets, base, links), mine)
-            moved = log.moved(seq, base, mine, links)
+            entries, moved = log.for_chain(seq, targets, base, mine, core.requests.tokens_of)
         else:  # only the entries that concern ops (see ChangeLog.for_merge)
             entries = log.for_merge(seq, targets, base)
             moved = log.moved(seq, base)

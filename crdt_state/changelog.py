@@ -10,9 +10,8 @@ size of the state.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from .entry import Entry, TruncateTo, WriteKind, clock_delta
@@ -239,12 +238,12 @@ class ChangeLog:
         list exactly as over every entry since the base. Raises like :meth:`since`.
         """
         self._check_base(base_seq)
-        seqs: set[int] = {entry.seq for entry in also if entry.seq > base_seq}
         if base_seq == self._head_seq:
             return []
+        seqs: set[int] = {entry.seq for entry in also if entry.seq > base_seq}
         for path in paths:
             for listed, start, _ in self._index.related(path, base_seq):
-                seqs.update(islice(listed, start, None))
+                seqs.update(listed[start:])
         entries = [self._entry(seq) for seq in sorted(seqs)]
         if token is not None:
             return [entry for entry in entries if not entry.covered_by(token)]
@@ -290,13 +289,27 @@ class ChangeLog:
         if base_seq == self._head_seq:
             return []
         chosen = choose_for_merge(self._index, base_seq, targets, self._entry, token)
-        return [self._entry(seq) for seq in sorted(chosen)]
+        return [self._entry(seq) for seq in sorted(chosen)] if chosen else []
 
-    def made_by(self, base_seq: int, tokens: Mapping[RequestKey, VersionVector]) -> list[Entry]:
-        """The retained entries after ``base_seq`` made by the given requests, found by
-        the token each request's merge gave (a request that wrote nothing has none)."""
+    def made_by(
+        self,
+        base_seq: int,
+        chain: Collection[RequestKey],
+        tokens_of: Callable[[Collection[RequestKey]], Mapping[RequestKey, VersionVector]],
+    ) -> list[Entry]:
+        """The retained entries after ``base_seq`` made by the requests of ``chain``.
+
+        With fewer entries since the base than requests, those entries are
+        looked at; otherwise each request's entry is found by the token its
+        merge gave (``tokens_of(chain)``, from the request memory; a request
+        that wrote nothing has no entry). Raises like :meth:`since`.
+        """
+        self._check_base(base_seq)
+        if self._head_seq - base_seq <= len(chain):
+            since = self._entries[base_seq - self._first_seq + 1 :]
+            return [entry for entry in since if entry.request in chain]
         out: list[Entry] = []
-        for key, token in tokens.items():
+        for key, token in tokens_of(chain).items():
             seq = self._token_seq.get(token)
             while seq is not None and seq > base_seq:
                 entry = self._entry(seq)
@@ -307,6 +320,29 @@ class ChangeLog:
                     break
                 seq -= 1  # entries that added no clock share their predecessor's token
         return out
+
+    def for_chain(
+        self,
+        base_seq: int,
+        paths: Iterable[Path],
+        token: VersionVector | None,
+        chain: Collection[RequestKey],
+        tokens_of: Callable[[Collection[RequestKey]], Mapping[RequestKey, VersionVector]],
+    ) -> tuple[list[Entry], bool]:
+        """What a merge built on ``chain`` is judged on, and whether it is no fast-forward.
+
+        The entries :func:`unseen_by_chain` leaves of those after
+        ``base_seq`` that ``token`` does not cover, narrowed to those that
+        touched ``paths`` (for ``paths``, the same answers as all of them),
+        and :meth:`moved`. ``tokens_of`` is as for :meth:`made_by`. Costs
+        about the length of the chain plus the entries that touched ``paths``.
+        Raises like :meth:`since`.
+        """
+        links = self.made_by(base_seq, chain, tokens_of)
+        if len(links) == self._head_seq - base_seq:
+            return [], False  # everything since the base is the chain's own
+        entries = unseen_by_chain(self.related(base_seq, paths, token, links), chain)
+        return entries, self.moved(base_seq, token, chain, links)
 
     def moved(
         self,
@@ -325,8 +361,8 @@ class ChangeLog:
         """
         self._check_base(base_seq)
         count = self._head_seq - base_seq
-        if not count:
-            return False
+        if not count or (token is None and not chain):
+            return count > 0
         later = [e for e in links if e.seq > base_seq]
         if chain and len({e.seq for e in later}) == count:
             return False  # everything since the base is the chain's own
@@ -350,13 +386,13 @@ class ChangeLog:
         """The top-level keys under which an entry after ``base_seq`` wrote or restored
         a path. Raises like :meth:`since`."""
         self._check_base(base_seq)
-        if self._head_seq - base_seq <= self._index.root_count:
+        if self._head_seq - base_seq <= len(self._index):
             keys: set[str] = set()
             for entry in self._entries[base_seq - self._first_seq + 1 :]:
                 keys.update(path[0] for path in entry.writes)
                 keys.update(path[0] for path, _ in entry.undo)
             return keys
-        return set(self._index.roots_after(base_seq))
+        return self._index.roots_after(base_seq)
 
     def entries(self) -> Iterator[Entry]:
         """The retained entries, oldest first."""

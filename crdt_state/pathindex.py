@@ -26,7 +26,6 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from heapq import merge
-from itertools import islice
 
 from .entry import Entry, TruncateTo
 from .paths import Path, is_prefix
@@ -34,6 +33,8 @@ from .version import VersionVector
 
 __all__ = ["PathIndex", "choose_for_merge", "index_paths", "reading_entries"]
 
+Seqs = int | list[int]
+"""The seqs indexed under one path: one seq alone, or an increasing list."""
 Lists = list[tuple[list[int], int, int]]
 """Index lists as :meth:`PathIndex.related` gives them: ``(seqs, start, relation)``."""
 
@@ -43,49 +44,53 @@ class PathIndex:
 
     ``at[p]``: entries that touched exactly ``p``; ``replaced[p]``: entries that
     wrote exactly ``p`` other than by an append (a set or a delete);
-    ``below[p]``: entries that touched a path strictly below ``p``. Every list
-    is increasing and holds a seq once. ``roots`` keeps, per top-level key, the
-    newest seq that touched anything under it. Entries are added in seq order
-    and dropped oldest first (:meth:`drop`), so memory follows what the log
-    retains.
+    ``below[p]``: entries that touched a path strictly below ``p``. Each is an
+    increasing list holding a seq once, or the seq alone when there is one
+    (most paths are touched by one retained entry: a big commit then costs one
+    dictionary slot per path and table). Entries are added in seq order and
+    dropped oldest first (:meth:`drop`), so memory follows what the log retains.
     """
 
-    __slots__ = ("_at", "_below", "_replaced", "_roots")
+    __slots__ = ("_at", "_below", "_replaced")
 
     def __init__(self) -> None:
-        self._at: dict[Path, list[int]] = {}
-        self._replaced: dict[Path, list[int]] = {}
-        self._below: dict[Path, list[int]] = {}
-        self._roots: dict[str, int] = {}
+        self._at: dict[Path, Seqs] = {}
+        self._replaced: dict[Path, Seqs] = {}
+        self._below: dict[Path, Seqs] = {}
+
+    def __len__(self) -> int:
+        """How many distinct paths the retained entries touched."""
+        return len(self._at)
 
     def add(self, seq: int, touched: Iterable[Path], replaced: Iterable[Path]) -> None:
         """Index entry ``seq`` (newer than every seq indexed so far)."""
-        at, below, roots = self._at, self._below, self._roots
+        at, below, replacing = self._at, self._below, self._replaced
         for path in touched:
-            _push(at, path, seq)
-            for i in range(1, len(path)):
-                _push(below, path[:i], seq)
-            roots[path[0]] = seq
+            if path in at:
+                _push(at, path, seq)
+            else:  # the common case, inlined: a big commit touches many new paths
+                at[path] = seq
+            if len(path) > 1:
+                for i in range(1, len(path)):
+                    _push(below, path[:i], seq)
         for path in replaced:
-            _push(self._replaced, path, seq)
+            if path in replacing:
+                _push(replacing, path, seq)
+            else:
+                replacing[path] = seq
 
     def drop(self, first_seq: int, touched: Iterable[Path], replaced: Iterable[Path]) -> None:
         """Forget every seq below ``first_seq``; ``touched``/``replaced`` name (at least)
         every path the dropped entries were indexed under."""
         prefixes: set[Path] = set()
-        roots: set[str] = set()
         exact: set[Path] = set()
         for path in touched:
             if path not in exact:
                 exact.add(path)
-                roots.add(path[0])
                 prefixes.update(path[:i] for i in range(1, len(path)))
         _cut(self._at, exact, first_seq)
         _cut(self._below, prefixes, first_seq)
         _cut(self._replaced, set(replaced), first_seq)
-        for key in roots:
-            if self._roots.get(key, first_seq) < first_seq:
-                del self._roots[key]
 
     # -- queries ---------------------------------------------------------------------
     def related(self, path: Path, after: int) -> Lists:
@@ -94,42 +99,48 @@ class PathIndex:
 
         ``relation`` is how the indexed path relates to ``path``: ``0`` the path
         itself, ``-1`` strictly below it, or ``i`` (``1 <= i < len(path)``) the
-        ancestor ``path[:i]``. Empty lists are left out.
+        ancestor ``path[:i]``. Lists with nothing above ``after`` are left out.
         """
         out: Lists = []
-        seqs = self._at.get(path)
-        if seqs is not None and seqs[-1] > after:
-            out.append((seqs, bisect_right(seqs, after), 0))
-        seqs = self._below.get(path)
-        if seqs is not None and seqs[-1] > after:
-            out.append((seqs, bisect_right(seqs, after), -1))
+        _after(self._at.get(path), after, 0, out)
+        _after(self._below.get(path), after, -1, out)
         for i in range(1, len(path)):
-            seqs = self._at.get(path[:i])
-            if seqs is not None and seqs[-1] > after:
-                out.append((seqs, bisect_right(seqs, after), i))
+            _after(self._at.get(path[:i]), after, i, out)
         return out
 
-    def replacing(self, path: Path, after: int) -> tuple[list[int], int]:
-        """The seqs of entries that set or deleted exactly ``path``, and where those
-        above ``after`` start."""
-        seqs = self._replaced.get(path, _EMPTY)
-        return seqs, bisect_right(seqs, after)
+    def replacing(self, path: Path, after: int) -> Lists:
+        """The entries that set or deleted exactly ``path`` after ``after``, as
+        :meth:`related` gives lists (relation ``0``; empty when there are none)."""
+        out: Lists = []
+        _after(self._replaced.get(path), after, 0, out)
+        return out
 
-    def roots_after(self, after: int) -> Iterator[str]:
-        """The top-level keys under which some entry newer than ``after`` touched a path."""
-        return (key for key, seq in self._roots.items() if seq > after)
-
-    @property
-    def root_count(self) -> int:
-        """How many top-level keys the retained entries touched."""
-        return len(self._roots)
+    def roots_after(self, after: int) -> set[str]:
+        """The top-level keys under which some entry newer than ``after`` touched a path
+        (a pass over every indexed path)."""
+        return {
+            path[0]
+            for path, seqs in self._at.items()
+            if (seqs if isinstance(seqs, int) else seqs[-1]) > after
+        }
 
 
 def ascending(lists: Lists) -> Iterator[int]:
     """The seqs of ``lists`` (as given by :meth:`PathIndex.related`), merged: increasing,
-    each once."""
-    parts = [islice(seqs, start, None) for seqs, start, _ in lists]
-    stream: Iterable[int] = parts[0] if len(parts) == 1 else merge(*parts)
+    each once. Lazy: taking the first few costs a few steps, whatever the lengths."""
+    if len(lists) == 1:
+        seqs, start, _ = lists[0]
+        return _tail(seqs, start)
+    return _unique(merge(*[_tail(seqs, start) for seqs, start, _ in lists]))
+
+
+def _tail(seqs: list[int], start: int) -> Iterator[int]:
+    """``seqs[start:]`` without copying (``islice`` would step over the first ``start``)."""
+    for i in range(start, len(seqs)):
+        yield seqs[i]
+
+
+def _unique(stream: Iterable[int]) -> Iterator[int]:
     last = -1
     for seq in stream:
         if seq != last:
@@ -137,27 +148,42 @@ def ascending(lists: Lists) -> Iterator[int]:
             yield seq
 
 
-def _push(table: dict[Path, list[int]], path: Path, seq: int) -> None:
+def _push(table: dict[Path, Seqs], path: Path, seq: int) -> None:
     seqs = table.get(path)
     if seqs is None:
-        table[path] = [seq]
+        table[path] = seq
+    elif isinstance(seqs, int):
+        if seqs != seq:
+            table[path] = [seqs, seq]
     elif seqs[-1] != seq:
         seqs.append(seq)
 
 
-def _cut(table: dict[Path, list[int]], paths: set[Path], first_seq: int) -> None:
+def _after(seqs: Seqs | None, after: int, relation: int, out: Lists) -> None:
+    """Append ``seqs`` to ``out`` (as a list, with its start) if some are above ``after``."""
+    if seqs is None:
+        return
+    if isinstance(seqs, int):
+        if seqs > after:
+            out.append(([seqs], 0, relation))
+    elif seqs[-1] > after:
+        out.append((seqs, bisect_right(seqs, after), relation))
+
+
+def _cut(table: dict[Path, Seqs], paths: set[Path], first_seq: int) -> None:
     for path in paths:
         seqs = table.get(path)
         if seqs is None:
+            continue
+        if isinstance(seqs, int):
+            if seqs < first_seq:
+                del table[path]
             continue
         keep = bisect_left(seqs, first_seq)
         if keep == len(seqs):
             del table[path]
         elif keep:
             del seqs[:keep]
-
-
-_EMPTY: list[int] = []
 
 
 def index_paths(
@@ -229,8 +255,7 @@ def _choose(
         return  # nothing unseen wrote an overlapping path: no conflict, no read
     chosen.add(newest)
     if appends:  # appends alone on both sides are no conflict: find a write that is not one
-        seqs, start = index.replacing(path, base_seq)
-        others = [(seqs, start, 0), *(item for item in lists if item[2] != 0)]
+        others = index.replacing(path, base_seq) + [item for item in lists if item[2] != 0]
         witness = _newest(path, others, entry_at, token)
         if witness is None:
             return

@@ -271,18 +271,22 @@ def test_chain_judging_on_related_entries_matches_the_full_scan(
         seq = log.seq_of(token)
     except (StaleBase, UnknownBase):
         return
-    made = [e.request for e in retained(log) if e.request is not None]
-    chain = frozenset(data.draw(st.lists(st.sampled_from(made), unique=True)) if made else [])
+    keys = [e.request for e in retained(log) if e.request is not None]
+    keys += [RequestKey("w", 99)]  # a request that made no retained entry
+    chain = frozenset(data.draw(st.lists(st.sampled_from(keys), unique=True)))
     full = unseen_by_chain(reference_unseen(log, seq, token), chain)
-    tokens = {e.request: e.token for e in retained(log) if e.request in chain}
-    links = log.made_by(seq, tokens)
+    made = {e.request: e.token for e in retained(log) if e.request is not None}
+
+    def tokens_of(keys: Any) -> dict[RequestKey, VersionVector]:
+        return {key: made[key] for key in keys if key in made}
+
+    links = log.made_by(seq, chain, tokens_of)
     assert sorted(e.seq for e in links) == [
         e.seq for e in retained(log) if e.seq > seq and e.request in chain
     ]
     targets = [op.path for op in ops]
-    narrowed = unseen_by_chain(log.related(seq, targets, token, links), chain)
-    moved = log.moved(seq, token, chain, links)
-    assert moved == bool(full)
+    narrowed, moved = log.for_chain(seq, targets, token, chain, tokens_of)
+    assert moved == bool(full) == log.moved(seq, token, chain, links)
     assert same_plan(plan(ops, narrowed, content, not moved), plan(ops, full, content, None))
 
 
@@ -292,10 +296,14 @@ def test_trimming_forgets_dropped_entries_and_keeps_memory_bounded() -> None:
         path = ("hot",) if i % 2 else ("cold", f"k{i}")
         log.append("agent", VersionVector({1: i}), {path: "set"}, [(path, i)])
     index = log._index
-    tracked = sum(len(seqs) for table in (index._at, index._below) for seqs in table.values())
-    assert tracked <= 3 * 13  # at most 1.25 x limit entries, each listed under <= 2 keys
-    assert all(seqs[0] >= log.oldest_base + 1 for seqs in index._at.values())
-    assert len(index._at) <= 13
+    listed = [
+        [seqs] if isinstance(seqs, int) else seqs
+        for table in (index._at, index._below, index._replaced)
+        for seqs in table.values()
+    ]
+    assert sum(map(len, listed)) <= 3 * 13  # <= 1.25 x limit entries, each under <= 3 keys
+    assert all(seqs[0] > log.oldest_base for seqs in listed)
+    assert len(index) <= 13
     assert log.for_reading(log.oldest_base, ("hot",))[0].seq > log.oldest_base
 
 
