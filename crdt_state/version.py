@@ -14,9 +14,14 @@ from typing import Final
 
 from .errors import InvalidUpdate
 
-__all__ = ["VersionVector", "decode_varuint", "encode_varuint"]
+__all__ = ["MAX_STRICT_VARUINT", "VersionVector", "decode_varuint", "encode_varuint"]
 
 _MAX_VARUINT_BYTES: Final = 10
+
+MAX_STRICT_VARUINT: Final = 2**53 - 1
+"""Largest integer the strict decoder reads: JavaScript peers cannot represent more."""
+
+_MAX_STRICT_VARUINT_BYTES: Final = 8  # ceil(53 / 7)
 
 
 def encode_varuint(value: int, out: bytearray) -> None:
@@ -45,6 +50,37 @@ def decode_varuint(data: bytes, pos: int) -> tuple[int, int]:
             return value, pos + i + 1
         shift += 7
     raise InvalidUpdate("varuint longer than 10 bytes", details={"offset": pos})
+
+
+def _strict_varuint(data: bytes, pos: int) -> tuple[int, int]:
+    """Read a canonical varuint of at most :data:`MAX_STRICT_VARUINT` at ``pos``.
+
+    The strict rules of bytes from the network (the same as lib0 peers can write):
+    at most 8 bytes, no superfluous trailing zero group, a value a JavaScript number
+    holds exactly.
+
+    Raises:
+        InvalidUpdate: ``details["reason"]`` is ``"truncated"``, ``"non_canonical_varuint"``
+            or ``"varuint_overflow"``.
+    """
+    value = 0
+    for index in range(_MAX_STRICT_VARUINT_BYTES):
+        if pos + index >= len(data):
+            raise InvalidUpdate("truncated varuint", details={"offset": pos, "reason": "truncated"})
+        byte = data[pos + index]
+        value |= (byte & 0x7F) << (7 * index)
+        if byte < 0x80:
+            if byte == 0 and index > 0:
+                raise InvalidUpdate(
+                    "varuint has a superfluous zero group",
+                    details={"offset": pos, "reason": "non_canonical_varuint"},
+                )
+            if value > MAX_STRICT_VARUINT:
+                break
+            return value, pos + index + 1
+    raise InvalidUpdate(
+        "varuint exceeds 2**53 - 1", details={"offset": pos, "reason": "varuint_overflow"}
+    )
 
 
 class VersionVector(Mapping[int, int]):
@@ -157,14 +193,16 @@ class VersionVector(Mapping[int, int]):
 
         Args:
             state: the encoded state vector (``Doc.get_state()``; ``b"\\x00"`` is empty).
-            strict: also refuse a client listed twice, and a count of entries
-                that cannot fit in the bytes, before reading them.
+            strict: the rules for bytes from the network (the sync wire's one
+                rule set): also refuse a client listed twice, a count of entries
+                that cannot fit in the bytes (before reading them), a varuint
+                that is not canonical or exceeds :data:`MAX_STRICT_VARUINT`.
 
         Raises:
             InvalidUpdate: truncated input, a varuint over 10 bytes, trailing
-                bytes, or (``strict``) a repeated client; ``details["reason"]``
-                is ``"duplicate_client"`` or ``"too_many_entries"`` for the
-                strict-only refusals.
+                bytes, or a ``strict`` refusal; in strict mode ``details["reason"]``
+                is one of ``"truncated"``, ``"trailing_bytes"``, ``"duplicate_client"``,
+                ``"too_many_entries"``, ``"non_canonical_varuint"``, ``"varuint_overflow"``.
         """
         if strict:
             return cls._strict_from_state(state)
@@ -201,7 +239,7 @@ class VersionVector(Mapping[int, int]):
 
     @classmethod
     def _strict_from_state(cls, state: bytes) -> VersionVector:
-        count, pos = decode_varuint(state, 0)
+        count, pos = _strict_varuint(state, 0)
         if count * 2 > len(state) - pos:  # each entry takes at least two bytes
             raise InvalidUpdate(
                 f"a state vector of {len(state)} bytes cannot hold {count} entries",
@@ -209,8 +247,8 @@ class VersionVector(Mapping[int, int]):
             )
         clocks: dict[int, int] = {}
         for _ in range(count):
-            client, pos = decode_varuint(state, pos)
-            clock, pos = decode_varuint(state, pos)
+            client, pos = _strict_varuint(state, pos)
+            clock, pos = _strict_varuint(state, pos)
             if client in clocks:
                 raise InvalidUpdate(
                     f"the state vector lists client {client} twice",
@@ -218,8 +256,11 @@ class VersionVector(Mapping[int, int]):
                 )
             clocks[client] = clock
         if pos != len(state):
-            raise InvalidUpdate("trailing bytes after state vector", details={"offset": pos})
-        return cls(clocks)
+            raise InvalidUpdate(
+                "trailing bytes after state vector",
+                details={"offset": pos, "reason": "trailing_bytes"},
+            )
+        return cls._trusted(clocks)
 
     def to_state(self) -> bytes:
         """Encode as a Yjs state vector, accepted by ``Doc.get_update`` of any Yjs peer."""

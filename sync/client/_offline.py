@@ -173,12 +173,14 @@ class OfflineStore:
                     rid,
                     order,
                     agent,
-                    VersionVector.from_state(bytes(base)),
+                    VersionVector.from_state(bytes(base), strict=True),
                     core_changes(decode_change_set(bytes(ops))),
                     from_runs(json.loads(chain)),
                     _load_seen(seen),
                 ),
-                None if confirmed is None else VersionVector.from_state(bytes(confirmed)),
+                None
+                if confirmed is None
+                else VersionVector.from_state(bytes(confirmed), strict=True),
             )
             for rid, order, agent, base, ops, chain, seen, confirmed in rows
         ]

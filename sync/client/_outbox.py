@@ -304,7 +304,7 @@ class Outbox:
             if reply.status is not p.MergeStatus.ERROR:
                 conflicts = (*live.conflicts, *map(conflict_from_record, reply.conflicts))
                 result = MergeResult(
-                    token=VersionVector.from_state(reply.token),
+                    token=VersionVector.from_state(reply.token, strict=True),
                     applied=tuple(tuple(path) for path in reply.applied),
                     conflicts=conflicts,
                     fast_forward=False,
@@ -322,7 +322,9 @@ class Outbox:
                     events = self._fail(live, exc)
                 else:
                     live.conflicts.extend(conflicts_)
-                    events = self._resend(live, ops, VersionVector.from_state(reply.token))
+                    events = self._resend(
+                        live, ops, VersionVector.from_state(reply.token, strict=True)
+                    )
             return events + self._unblock()
 
     def _finish(self, live: _Live, result: MergeResult) -> list[Event]:

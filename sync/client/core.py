@@ -134,7 +134,7 @@ class ClientCore:
             self.outbox.new_id(),
             self.outbox.new_order(),
             agent,
-            VersionVector.from_state(base.to_state()),
+            VersionVector(base),  # a plain vector, whatever kind of token it was given
             ops,
             chain,
             seen,
@@ -211,7 +211,7 @@ class ClientCore:
         """
         message = p.decode_message(data)
         if isinstance(message, p.SyncStep1):
-            since = VersionVector.from_state(message.state_vector)
+            since = VersionVector.from_state(message.state_vector, strict=True)
             return [Frame(p.encode_sync_step2(self.replica.get_update(since)))]
         if isinstance(message, (p.SyncStep2, p.SyncUpdate)):
             events: list[ClientEvent] = []

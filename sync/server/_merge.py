@@ -58,7 +58,7 @@ async def judge_merge(
         (nothing written; the stable code in ``error.code``).
     """
     try:
-        base = VersionVector.from_state(request.base)
+        base = VersionVector.from_state(request.base, strict=True)
         ops = core_changes(request.changes)
         if too_large(sum(len(repr(op.value)) for op in ops)):
             return _error_reply(request, state, DOCUMENT_TOO_LARGE, "document size limit reached")

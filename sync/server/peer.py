@@ -134,7 +134,7 @@ class HubPeer:
             raise PeerRefused(exc.code, exc.close_reason, close_code=exc.close_code) from exc
         if isinstance(message, p.SyncStep1):
             try:
-                return SyncRequested(VersionVector.from_state(message.state_vector))
+                return SyncRequested(VersionVector.from_state(message.state_vector, strict=True))
             except InvalidUpdate as exc:
                 raise PeerRefused(
                     ErrorCode.INVALID_STATE_VECTOR,

@@ -4,7 +4,8 @@ Bytes in, message objects out, and the reverse; no asyncio, no sockets. Layouts 
 ``docs/protocol.md``.
 
 - :mod:`sync.wire.lib0`: varuint, varbytes, varstring (strict decoder);
-- :mod:`sync.wire.state_vector`: Yjs state vectors (the tokens), strictly validated;
+- :mod:`sync.wire.state_vector`: Yjs state vectors (the tokens): the core's strict decoder
+  with the wire's error code;
 - :mod:`sync.wire.changes`: the JSON payloads (change sets, merge result bodies);
 - :mod:`sync.wire.protocol`: messages and their codec;
 - :mod:`sync.wire.awareness`: just enough of awareness payloads to retire a peer;

@@ -144,6 +144,18 @@ def test_the_strict_decoder_refuses_what_the_lenient_one_reads() -> None:
     for bad in (b"", bytes([1, 5]), bytes([1, 5, 1, 0])):
         with pytest.raises(InvalidUpdate):
             VersionVector.from_state(bad, strict=True)
+    non_canonical = bytes([1, 0x85, 0x00, 1])  # client 5 written in two bytes
+    assert VersionVector.from_state(non_canonical) == VersionVector({5: 1})
+    with pytest.raises(InvalidUpdate) as info:
+        VersionVector.from_state(non_canonical, strict=True)
+    assert info.value.details["reason"] == "non_canonical_varuint"
+    past_js = bytes([1]) + bytes([0xFF] * 7 + [0x7F]) + bytes([1])  # client 2**56 - 1
+    assert VersionVector.from_state(past_js) == VersionVector({2**56 - 1: 1})
+    with pytest.raises(InvalidUpdate) as info:
+        VersionVector.from_state(past_js, strict=True)
+    assert info.value.details["reason"] == "varuint_overflow"
+    largest = VersionVector({2**53 - 1: 2**53 - 1})
+    assert VersionVector.from_state(largest.to_state(), strict=True) == largest
     token = VersionVector({3: 7, 1: 2})
     assert VersionVector.from_state(token.to_state(), strict=True) == token
     assert VersionVector.from_state(b"\x00", strict=True) == VersionVector()

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from crdt_state import VersionVector
 from sync.wire.changes import (
     MISSING,
     ChangeKind,
@@ -54,7 +55,18 @@ from sync.wire.protocol import (
     encode_sync_step2,
     encode_update,
 )
-from sync.wire.state_vector import decode_state_vector, encode_state_vector
+from sync.wire.state_vector import decode_state_vector, validate_state_vector
+
+
+def encode_state_vector(clocks: dict[int, int]) -> bytes:
+    """Raw state-vector bytes as any writer may send them: entries in the dict's order,
+    zero clocks kept (the project's own encoder, ``VersionVector.to_state``, sorts and drops).
+    """
+    parts = [encode_var_uint(len(clocks))]
+    for client, clock in clocks.items():
+        parts += [encode_var_uint(client), encode_var_uint(clock)]
+    return b"".join(parts)
+
 
 # ------------------------------------------------------------------------- strategies
 
@@ -263,17 +275,32 @@ def test_reader_never_raises_anything_else(data: bytes) -> None:
 
 @given(st.dictionaries(var_uints, var_uints, max_size=6))
 def test_state_vector_round_trip(clocks: dict[int, int]) -> None:
-    assert decode_state_vector(encode_state_vector(clocks)) == clocks
+    decoded = decode_state_vector(encode_state_vector(clocks))
+    assert dict(decoded.items()) == {c: k for c, k in clocks.items() if k}
+    assert decoded == VersionVector(clocks)
+    assert validate_state_vector(decoded.to_state()) == decoded.to_state()
 
 
 def test_state_vector_matches_pycrdt() -> None:
     doc = pycrdt.Doc[Any]()
-    assert decode_state_vector(doc.get_state()) == {}
+    assert decode_state_vector(doc.get_state()) == VersionVector()
     doc.get("state", type=pycrdt.Map)["a"] = 1
-    assert decode_state_vector(doc.get_state()) == {doc.client_id: 1}
+    assert dict(decode_state_vector(doc.get_state()).items()) == {doc.client_id: 1}
 
 
-@pytest.mark.parametrize("data", [b"", b"\x01", b"\x01\x05", b"\x00\x00", b"\x02\x01\x01\x01\x02"])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\x01",
+        b"\x01\x05",
+        b"\x00\x00",  # trailing bytes
+        b"\x02\x01\x01\x01\x02",  # client 1 twice
+        b"\x01\x81\x00\x01",  # a non-canonical varuint
+        b"\x01" + b"\xff" * 7 + b"\x7f\x01",  # a client id past 2**53 - 1
+        b"\x05\x01\x01",  # more entries than the bytes can hold
+    ],
+)
 def test_state_vector_malformed(data: bytes) -> None:
     with pytest.raises(ProtocolError) as info:
         decode_state_vector(data)
