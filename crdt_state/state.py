@@ -30,7 +30,7 @@ from .branch import Branch
 from .conflicts import Change, MergeResult, StateUpdate
 from .journal import BlameEntry, ConflictRecord, HistoryEntry, StateStore
 from .paths import Path, parse_path
-from .requests import RequestKey, RequestMemory
+from .requests import RequestKey
 from .resolvers import PolicyTable, raise_conflict
 from .retry import Retry
 from .transact import arun_transaction, run_transaction
@@ -153,12 +153,6 @@ class SharedState:
             core.store = store
         store.on_epoch_due(state._start_epoch)
         return state
-
-    @property
-    def _requests(self) -> RequestMemory:
-        """The remembered requests (kept for tests/sync until the lead merges the
-        restructure; core code uses ``self._core.requests``)."""
-        return self._core.requests
 
     def _start_epoch(self) -> bool:
         """The store asks for a new epoch (see :func:`crdt_state._durable.start_epoch`)."""

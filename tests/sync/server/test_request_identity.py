@@ -8,7 +8,7 @@ from pathlib import Path
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 
-from crdt_state import Retry
+from crdt_state import Retry, VersionVector
 from sync.client.remote import RemoteState, connect
 from sync.server.hub import Hub
 from sync.wire import protocol as p
@@ -100,4 +100,12 @@ async def test_request_ids_are_never_reused_by_a_restarted_client(tmp_path: Path
             assert result.applied == (("second",),)
         state = hub.rooms["ids/restart"].state
         assert state.snapshot() == {"first": 1, "second": 2}
-        assert (f"w:{writer}", 1) in state._requests and (f"w:{writer}", 2) in state._requests
+        # both requests are remembered under the writer's key: asked again, the room
+        # answers the first merge's result and writes nothing
+        before = state.token
+        for request_id, key in ((1, "first"), (2, "second")):
+            again = state.commit(
+                {key: 0}, VersionVector(), "probe", request_id=request_id, writer=f"w:{writer}"
+            )
+            assert again.applied == ((key,),)
+        assert state.token == before and state.snapshot() == {"first": 1, "second": 2}
