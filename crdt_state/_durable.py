@@ -10,20 +10,56 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from . import document as ydoc
 from ._core import StateCore
 from ._events import collect_writes, mirror_writes, root_most
+from ._state_reads import StateReads
 from .changelog import ChangeLog
 from .conflicts import WriteKind
 from .errors import StorageError, translate_failures
-from .journal import BlameEntry, EpochStart, StoredState
+from .journal import BlameEntry, EpochStart, StateStore, StoredState
 from .paths import Path
 from .requests import RequestKey
 from .values import nesting
 from .version import VersionVector
 
-__all__ = ["client_id_for", "initial", "restore", "start_epoch"]
+__all__ = ["client_id_for", "initial", "open_store", "restore", "start_epoch"]
+
+S = TypeVar("S", bound=StateReads)
+
+
+def open_store(make: Callable[..., S], store: StateStore, options: dict[str, Any]) -> S:
+    """Create or reopen the state ``store`` keeps (see ``SharedState.open_store``).
+
+    Args:
+        make: the state's class, called with the constructor's ``options``.
+        store: the storage, freshly opened; closed here if opening fails. The
+            caller then hands the store its epoch handler (``on_epoch_due``).
+        options: the constructor's keyword arguments.
+
+    Raises:
+        StorageError: the stored data is damaged, or ``client_id`` is unsafe.
+    """
+    try:
+        stored = store.load()
+        if stored is None:
+            state = make(**options)
+            store.create(*initial(state._core))
+        else:
+            client_id = client_id_for(stored, options.get("client_id"), store.name)
+            state = make(**{**options, "client_id": client_id, "initialize": False})
+            restore(state._core, stored, store.name)
+    except BaseException:
+        store.close()
+        raise
+    core = state._core
+    with core.lock:
+        core.observe_updates()  # the store needs each change's update bytes
+        core.store = store
+    return state
 
 
 def initial(core: StateCore) -> tuple[StoredState, list[BlameEntry]]:

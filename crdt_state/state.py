@@ -11,43 +11,42 @@ agent made a change is kept in the change log.
 :class:`~crdt_state._core.StateCore` (lock, document, mirror, change log,
 listeners, store), each in its own module: :mod:`crdt_state._merge` (the
 planner judges, the core applies), :mod:`crdt_state._replication` (Yjs
-updates from other replicas) and :mod:`crdt_state._durable` (reopening from a
-:class:`~crdt_state.journal.StateStore`, new epochs). History, blame and the
-conflict audit log are read from the store.
+updates from other replicas), :mod:`crdt_state._durable` (reopening from a
+:class:`~crdt_state.journal.StateStore`, new epochs) and
+:mod:`crdt_state._state_reads` (the read side: content, history from the
+store, typed views).
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from . import _durable, _merge, _replication
 from ._core import Listener, StateCore
+from ._state_reads import StateReads
 from ._writes import apply_writes
 from .branch import Branch
 from .conflicts import Change, MergeResult, StateUpdate
-from .journal import BlameEntry, ConflictRecord, HistoryEntry, StateStore
-from .paths import Path, parse_path
+from .journal import StateStore
+from .paths import Path
 from .requests import RequestKey
 from .resolvers import PolicyTable, raise_conflict
 from .retry import Retry
 from .transact import arun_transaction, run_transaction
-from .values import MISSING, copy_value, tree_get
 from .version import VersionVector
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from .schema import StateSchema
 
 __all__ = ["SharedState", "StateUpdate"]
 
 T = TypeVar("T")
 
 
-class SharedState:
+class SharedState(StateReads):
     """The authoritative, thread-safe state that branches fork from and merge into.
 
     Args:
@@ -135,99 +134,13 @@ class SharedState:
         Raises:
             StorageError: the stored data is damaged, or ``client_id`` is unsafe.
         """
-        try:
-            stored = store.load()
-            if stored is None:
-                state = cls(**options)
-                store.create(*_durable.initial(state._core))
-            else:
-                client_id = _durable.client_id_for(stored, options.get("client_id"), store.name)
-                state = cls(**{**options, "client_id": client_id, "initialize": False})
-                _durable.restore(state._core, stored, store.name)
-        except BaseException:
-            store.close()
-            raise
-        core = state._core
-        with core.lock:
-            core.observe_updates()  # the store needs each change's update bytes
-            core.store = store
-        store.on_epoch_due(state._start_epoch)
+        state = _durable.open_store(cls, store, options)
+        store.on_epoch_due(state._start_epoch)  # kept weakly by the store
         return state
 
     def _start_epoch(self) -> bool:
         """The store asks for a new epoch (see :func:`crdt_state._durable.start_epoch`)."""
         return _durable.start_epoch(self._core)
-
-    # -- reading ------------------------------------------------------------------------
-    @property
-    def token(self) -> VersionVector:
-        """The current version (a Yjs state vector)."""
-        return self._core.log.head_token
-
-    @property
-    def position(self) -> int:
-        """The log position of the current version: how many change sets this state
-        has integrated (merges and received updates). A branch remembers the position
-        it forked at; :meth:`read_at` reads the state as it was at a position."""
-        return self._core.log.head_seq
-
-    @property
-    def lock(self) -> threading.RLock:
-        """The re-entrant lock that guards this state.
-
-        Hold it to read the state together with something of your own in one
-        consistent moment (a hub client reads its replica and its queue of
-        unconfirmed merges so). Never hold it across an ``await`` or a slow call:
-        every merge and update waits for it.
-        """
-        return self._core.lock
-
-    @property
-    def client_id(self) -> int:
-        """This replica's Yjs client id."""
-        return int(self._core.doc.client_id)
-
-    @property
-    def policies(self) -> PolicyTable:
-        """The conflict policies of this state."""
-        return self._policies
-
-    def snapshot(self) -> dict[str, Any]:
-        """A deep copy of the whole state as plain Python data."""
-        with self._core.lock:
-            snapshot: dict[str, Any] = copy_value(self._core.mirror)
-            return snapshot
-
-    def read(self) -> tuple[dict[str, Any], VersionVector]:
-        """``(snapshot, token)`` taken atomically."""
-        with self._core.lock:
-            return copy_value(self._core.mirror), self._core.log.head_token
-
-    def get(self, path: Any, default: Any = None) -> Any:
-        """The value at ``path`` (a copy), or ``default`` when absent."""
-        key = parse_path(path)
-        with self._core.lock:
-            value = tree_get(self._core.mirror, key)
-        return default if value is MISSING else copy_value(value)
-
-    def __contains__(self, path: object) -> bool:
-        with self._core.lock:
-            return tree_get(self._core.mirror, parse_path(path)) is not MISSING
-
-    def read_at(self, path: Any, position: int) -> Any:
-        """A copy of the value ``path`` had at log ``position`` (see :attr:`position`);
-        :data:`MISSING` when absent. Raises :class:`~crdt_state.errors.StaleBase` for
-        a position older than the retained history."""
-        return self._core.read_at(parse_path(path), position)
-
-    def keys_at(self, position: int) -> set[str]:
-        """Every top-level key that may have had a value at log ``position`` (a superset)."""
-        return self._core.keys_at(position)
-
-    def validate_base(self, base: VersionVector) -> None:
-        """Raise :class:`UnknownBase`/:class:`StaleBase` if ``base`` cannot be judged."""
-        with self._core.lock:
-            self._core.log.seq_of(base)
 
     # -- branches and merges ------------------------------------------------------------
     def fork(self, agent: str) -> Branch:
@@ -479,110 +392,6 @@ class SharedState:
                     core.listeners.remove(listener)
 
         return unsubscribe
-
-    # -- durability and history (a state with a store) ----------------------------------------
-    @property
-    def store(self) -> StateStore | None:
-        """The storage of a durable state (``None`` in memory)."""
-        return self._core.store
-
-    @property
-    def epoch(self) -> int:
-        """How many times the document was rebuilt from its content (durable states)."""
-        return self._core.epoch
-
-    def _reader(self) -> StateStore:
-        store = self._core.store
-        if store is None:
-            raise TypeError("history needs a state opened with SharedState.open(path)")
-        self._core.check_open()
-        return store
-
-    def history(self, **filters: Any) -> list[HistoryEntry]:
-        """The recorded changes, oldest first (filters: ``agent``, ``path``, ``since``,
-        ``until``, ``limit``; see :meth:`crdt_state.journal.StateStore.history`)."""
-        return self._reader().history(**filters)
-
-    def at(self, token: VersionVector) -> dict[str, Any]:
-        """The snapshot as it was when the state had exactly ``token``."""
-        return self._reader().at(token)
-
-    def blame(self, path: Any) -> BlameEntry | None:
-        """Who last changed ``path`` (writing it, an ancestor or a descendant), when and where."""
-        return self._reader().blame(parse_path(path))
-
-    def conflicts(self, path: Any = None, since: float | None = None) -> list[ConflictRecord]:
-        """Recorded conflicts and their resolutions, optionally for one path / since a time."""
-        where = parse_path(path) if path is not None else None
-        return self._reader().conflicts(where, since)
-
-    def when_durable(self, callback: Callable[[BaseException | None], None]) -> None:
-        """Call ``callback(None)`` once every change made so far is durable.
-
-        "So far" means every change this state made or received, on any thread,
-        before this call: merges, received updates, and whatever ``get_update``
-        returned before it. ``callback(error)`` (a :class:`StorageError`) when one
-        of them will never be stored (the file failed or was closed first).
-        Durable means per the store's ``durability`` (``"off"``: at once).
-
-        For a state in memory, or once those changes are durable already, the
-        callback runs at once on the caller's thread; otherwise later, on the
-        store's writer thread, so it must be quick and thread-safe (hand over
-        with ``loop.call_soon_threadsafe``, say). Do not call this from a
-        listener of :meth:`subscribe`: the change being told is not recorded yet.
-        """
-        with self._core.lock:  # a change is told and recorded under one hold of the lock
-            store = self._core.store
-            ticket = store.last_ticket() if store is not None else 0
-        if store is None or ticket == 0:
-            callback(None)
-            return
-        store.on_durable(ticket, callback)
-
-    # -- typed states ----------------------------------------------------------------------------
-    @property
-    def schema(self) -> type[BaseModel] | None:
-        """The pydantic model of this state, if it has one."""
-        typed = self._core.schema
-        return typed.model_type if typed is not None else None
-
-    def _typed(self) -> StateSchema:
-        if self._core.schema is None:
-            raise TypeError("this state has no schema")
-        return self._core.schema
-
-    def model(self) -> BaseModel:
-        """The state as a validated instance of its schema (``TypeError`` without one)."""
-        return self._typed().to_model(self.snapshot())
-
-    def to_model(self, data: dict[str, Any]) -> BaseModel:
-        """``data`` (a snapshot of this state, or one like it) validated as an instance
-        of the schema: ``TypeError`` without one, :class:`~crdt_state.errors.SchemaError`
-        for bad data."""
-        return self._typed().to_model(data)
-
-    def json_schema(self) -> dict[str, Any]:
-        """The schema's JSON schema, ready to hand to an LLM as a tool definition."""
-        return self._typed().json_schema()
-
-    def prepare_fields(self, values: BaseModel | Mapping[str, Any]) -> list[tuple[Path, Any]]:
-        """The ``(path, prepared value)`` pairs :meth:`Branch.update` writes for ``values``.
-
-        A typed state takes a model (its set fields) or a partial dict of fields
-        (dotted paths allowed); an untyped state takes a dict of paths.
-
-        Raises:
-            TypeError: a model given to a state without schema.
-            SchemaError: a value the schema refuses.
-        """
-        typed = self._core.schema
-        if typed is not None:
-            items = typed.partial_items(values)
-        elif isinstance(values, Mapping):
-            items = [(parse_path(k), v) for k, v in values.items()]
-        else:
-            raise TypeError("update() takes a dict on a state without schema")
-        return [(path, self._core.prepare_value(path, v)) for path, v in items]
 
     # -- closing -----------------------------------------------------------------------------
     def close(self) -> None:

@@ -24,6 +24,7 @@ from typing import Any, Final
 
 from . import _sqlite_file as sqlfile
 from . import _sqlite_log as sqllog
+from ._group_commit import GroupCommit
 from ._sqlite_reads import SqliteReads, compact
 from .conflicts import Conflict, StateUpdate
 from .errors import StorageError
@@ -107,23 +108,13 @@ class SqliteStore:
         self.compactions = 0
         self.last_compaction_error: StorageError | None = None
         self._epoch_handler: Callable[[], Callable[[], bool] | None] | None = None
-        self._lock = threading.Lock()  # guards the queue and the counters below
-        self._work = threading.Condition(self._lock)
-        self._done = threading.Condition(self._lock)
-        self._queue: list[tuple[int, _Item]] = []
-        self._callbacks: list[tuple[int, DurableCallback]] = []
-        self._issued = 0
-        self._durable = 0
-        self._settled = 0  # tickets whose commit and the compaction after it are done
-        self._failed: StorageError | None = None
-        self._closing = False
-        self._closed = False
         self._ready = False  # loaded or created: closing may write to the file
         self._last_seq = 0
         self._log_rows = 0
         self._margin = max(64, keep_history // 4)
-        self._thread = threading.Thread(target=self._run, name="crdt-state-writer", daemon=True)
-        self._thread.start()
+        self._commits = GroupCommit[_Item](
+            file, self._write, self._after_write, off=durability == "off"
+        )
         _open_stores.add(self)
 
     @classmethod
@@ -232,30 +223,12 @@ class SqliteStore:
         return self._enqueue(_Request(key, token, seq, clean))
 
     def _enqueue(self, item: _Item) -> int:
-        with self._lock:
-            if self._failed is not None:
-                raise StorageError(
-                    "the state file failed earlier; this change is not stored",
-                    details={"file": self.file, "cause": self._failed.message},
-                )
-            if self._closing:
-                raise StorageError(
-                    "the durable state is closed; this change is not stored (reopen the file)",
-                    details={"file": self.file},
-                )
-            self._issued += 1
-            self._queue.append((self._issued, item))
-            self._work.notify()
-            return self._issued
+        return self._commits.enqueue(item)
 
     # -- waiting ---------------------------------------------------------------------
     def wait(self, ticket: int) -> None:
         """Return once ``ticket`` is committed (at once with ``durability="off"``)."""
-        if self.durability == "off":
-            if self._failed is not None:
-                raise self._failure()
-            return
-        self._wait(ticket)
+        self._commits.wait(ticket)
 
     def on_durable(self, ticket: int, done: DurableCallback) -> None:
         """Call ``done(None)`` once ``ticket`` is committed, ``done(error)`` if it never will be.
@@ -263,49 +236,11 @@ class SqliteStore:
         ``done`` runs on the writer thread (or at once, on the caller's). With
         ``durability="off"`` it is called at once.
         """
-        with self._lock:
-            if self.durability == "off" or self._durable >= ticket:
-                error = self._failure() if self._failed is not None else None
-            elif self._failed is not None:
-                error = self._failure()
-            else:
-                self._callbacks.append((ticket, done))
-                return
-        done(error)
-
-    def _fire(self, failed: bool) -> None:
-        """Run the callbacks whose tickets are now durable (all of them on failure)."""
-        with self._lock:
-            if failed:
-                ready, self._callbacks = self._callbacks, []
-            else:
-                ready = [(t, cb) for t, cb in self._callbacks if t <= self._durable]
-                self._callbacks = [(t, cb) for t, cb in self._callbacks if t > self._durable]
-            error = self._failure() if failed else None
-        for _, callback in ready:
-            callback(error)
-
-    def _wait(self, ticket: int, settled: bool = False) -> None:
-        """Wait until ``ticket`` is durable (``settled``: and compacted after, if due)."""
-        with self._lock:
-            while self._reached(ticket, settled) is False and self._failed is None:
-                self._done.wait()
-            if not self._reached(ticket, settled):
-                raise self._failure()
-
-    def _reached(self, ticket: int, settled: bool) -> bool:
-        return (self._settled if settled else self._durable) >= ticket
-
-    def _failure(self) -> StorageError:
-        cause = self._failed.message if self._failed is not None else "closed"
-        return StorageError(
-            "the change could not be stored", details={"file": self.file, "cause": cause}
-        )
+        self._commits.on_durable(ticket, done)
 
     def last_ticket(self) -> int:
         """The ticket of the newest item queued so far (0 when none)."""
-        with self._lock:
-            return self._issued
+        return self._commits.last_ticket()
 
     def flush(self) -> None:
         """Wait until everything recorded so far is committed, whatever the durability,
@@ -314,43 +249,16 @@ class SqliteStore:
         Raises:
             StorageError: the store is closed.
         """
-        with self._lock:
-            if self._closed:
-                raise StorageError("the durable state is closed", details={"file": self.file})
-            ticket = self._issued
-        self._wait(ticket, settled=True)
+        self._commits.flush()
 
-    # -- the writer thread -------------------------------------------------------------
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                while not self._queue and not self._closing:
-                    self._work.wait()
-                if not self._queue:
-                    return
-                batch, self._queue = self._queue, []
-            try:
-                with self._db:
-                    self._commit(batch)
-            except BaseException as exc:
-                error = exc if isinstance(exc, StorageError) else None
-                with self._lock:
-                    self._failed = error or StorageError(
-                        f"writing the state file failed: {exc}", details={"file": self.file}
-                    )
-                    self._done.notify_all()
-                self._fire(failed=True)
-                return
-            with self._lock:
-                self._durable = batch[-1][0]
-                self._done.notify_all()
-            if self._callbacks:
-                self._fire(failed=False)
-            if self._log_rows > self.keep_history + self._margin:
-                self._compact()
-            with self._lock:
-                self._settled = batch[-1][0]
-                self._done.notify_all()
+    # -- the writer thread (see crdt_state._group_commit) ------------------------------
+    def _write(self, batch: list[tuple[int, _Item]]) -> None:
+        with self._db:
+            self._commit(batch)  # looked up per call: tests slow it down
+
+    def _after_write(self) -> None:
+        if self._log_rows > self.keep_history + self._margin:
+            self._compact()
 
     def _commit(self, batch: list[tuple[int, _Item]]) -> None:
         """Write one group of queued items in one transaction, in their order."""
@@ -474,17 +382,10 @@ class SqliteStore:
     # -- closing -------------------------------------------------------------------------
     def close(self) -> None:
         """Commit everything queued, checkpoint the WAL and release the file. Idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            self._closing = True
-            self._work.notify()
-        self._thread.join()
-        if self._callbacks:  # tickets the writer never committed
-            self._fire(failed=True)
+        if not self._commits.close():
+            return
         _open_stores.discard(self)
-        ready = self._ready and self._failed is None
+        ready = self._ready and self._commits.failed is None
         if ready and self._log_rows > self.keep_history + self._margin:
             self._compact()  # the writer is gone: leave a compact file behind
         with self._db:
@@ -499,7 +400,7 @@ class SqliteStore:
     @property
     def closed(self) -> bool:
         """True once :meth:`close` was called."""
-        return self._closed
+        return self._commits.closed
 
 
 Store = SqliteStore

@@ -1,0 +1,199 @@
+"""Group commit: items queued in order, committed in batches by one writer thread.
+
+A store queues each item under the state's lock and gets a ticket (1, 2, ...);
+the writer thread takes everything queued so far and hands it to ``write`` in one
+call (one transaction, one fsync), then runs ``after`` (compaction, say). Tickets
+are durable once their batch was written, and settled once ``after`` ran too.
+After a failed write every later call raises :class:`StorageError`: what was
+queued since is never written. Knows nothing about SQLite.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from .errors import StorageError
+from .journal import DurableCallback
+
+__all__ = ["GroupCommit"]
+
+T = TypeVar("T")
+
+
+class GroupCommit(Generic[T]):
+    """The queue, the tickets and the writer thread of one store.
+
+    Args:
+        file: where the items go, for error messages.
+        write: writes one batch of ``(ticket, item)`` in order (on the writer thread);
+            an exception fails the queue for good.
+        after: runs on the writer thread after each written batch.
+        off: ``durability="off"``: :meth:`wait` and :meth:`on_durable` do not wait.
+    """
+
+    def __init__(
+        self,
+        file: str,
+        write: Callable[[list[tuple[int, T]]], None],
+        after: Callable[[], None],
+        *,
+        off: bool,
+    ) -> None:
+        self.file = file
+        self._write = write
+        self._after = after
+        self._off = off
+        self._lock = threading.Lock()  # guards the queue and the counters below
+        self._work = threading.Condition(self._lock)
+        self._done = threading.Condition(self._lock)
+        self._queue: list[tuple[int, T]] = []
+        self._callbacks: list[tuple[int, DurableCallback]] = []
+        self._issued = 0
+        self._durable = 0
+        self._settled = 0  # tickets whose write and the ``after`` that followed are done
+        self.failed: StorageError | None = None
+        self._closing = False
+        self.closed = False
+        self._thread = threading.Thread(target=self._run, name="crdt-state-writer", daemon=True)
+        self._thread.start()
+
+    def enqueue(self, item: T) -> int:
+        """Queue ``item``; its ticket.
+
+        Raises:
+            StorageError: the queue failed earlier, or is closed.
+        """
+        with self._lock:
+            if self.failed is not None:
+                raise StorageError(
+                    "the state file failed earlier; this change is not stored",
+                    details={"file": self.file, "cause": self.failed.message},
+                )
+            if self._closing:
+                raise StorageError(
+                    "the durable state is closed; this change is not stored (reopen the file)",
+                    details={"file": self.file},
+                )
+            self._issued += 1
+            self._queue.append((self._issued, item))
+            self._work.notify()
+            return self._issued
+
+    # -- waiting ---------------------------------------------------------------------
+    def wait(self, ticket: int) -> None:
+        """Return once ``ticket`` is written (at once when ``off``)."""
+        if self._off:
+            if self.failed is not None:
+                raise self._failure()
+            return
+        self._wait(ticket)
+
+    def on_durable(self, ticket: int, done: DurableCallback) -> None:
+        """Call ``done(None)`` once ``ticket`` is written, ``done(error)`` if it never will be.
+
+        ``done`` runs on the writer thread (or at once, on the caller's); at once when ``off``.
+        """
+        with self._lock:
+            if self._off or self._durable >= ticket:
+                error = self._failure() if self.failed is not None else None
+            elif self.failed is not None:
+                error = self._failure()
+            else:
+                self._callbacks.append((ticket, done))
+                return
+        done(error)
+
+    def _fire(self, failed: bool) -> None:
+        """Run the callbacks whose tickets are now durable (all of them on failure)."""
+        with self._lock:
+            if failed:
+                ready, self._callbacks = self._callbacks, []
+            else:
+                ready = [(t, cb) for t, cb in self._callbacks if t <= self._durable]
+                self._callbacks = [(t, cb) for t, cb in self._callbacks if t > self._durable]
+            error = self._failure() if failed else None
+        for _, callback in ready:
+            callback(error)
+
+    def _wait(self, ticket: int, settled: bool = False) -> None:
+        """Wait until ``ticket`` is durable (``settled``: and ``after`` ran)."""
+        with self._lock:
+            while self._reached(ticket, settled) is False and self.failed is None:
+                self._done.wait()
+            if not self._reached(ticket, settled):
+                raise self._failure()
+
+    def _reached(self, ticket: int, settled: bool) -> bool:
+        return (self._settled if settled else self._durable) >= ticket
+
+    def _failure(self) -> StorageError:
+        cause = self.failed.message if self.failed is not None else "closed"
+        return StorageError(
+            "the change could not be stored", details={"file": self.file, "cause": cause}
+        )
+
+    def last_ticket(self) -> int:
+        """The ticket of the newest item queued so far (0 when none)."""
+        with self._lock:
+            return self._issued
+
+    def flush(self) -> None:
+        """Wait until everything queued so far is written, whatever the durability, and
+        the ``after`` of those writes ran (queries then read a settled file).
+
+        Raises:
+            StorageError: the queue is closed, or failed.
+        """
+        with self._lock:
+            if self.closed:
+                raise StorageError("the durable state is closed", details={"file": self.file})
+            ticket = self._issued
+        self._wait(ticket, settled=True)
+
+    # -- the writer thread -------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._queue and not self._closing:
+                    self._work.wait()
+                if not self._queue:
+                    return
+                batch, self._queue = self._queue, []
+            try:
+                self._write(batch)
+            except BaseException as exc:
+                error = exc if isinstance(exc, StorageError) else None
+                with self._lock:
+                    self.failed = error or StorageError(
+                        f"writing the state file failed: {exc}", details={"file": self.file}
+                    )
+                    self._done.notify_all()
+                self._fire(failed=True)
+                return
+            with self._lock:
+                self._durable = batch[-1][0]
+                self._done.notify_all()
+            if self._callbacks:
+                self._fire(failed=False)
+            self._after()
+            with self._lock:
+                self._settled = batch[-1][0]
+                self._done.notify_all()
+
+    def close(self) -> bool:
+        """Write what is queued, stop the writer; ``False`` when closed already.
+
+        Callbacks of tickets that were never written are called with the error.
+        """
+        with self._lock:
+            if self.closed:
+                return False
+            self.closed = True
+            self._closing = True
+            self._work.notify()
+        self._thread.join()
+        if self._callbacks:  # tickets the writer never committed
+            self._fire(failed=True)
+        return True
