@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from pycrdt import Doc, Map
 
-from . import document as ydoc
+from . import _document as ydoc
+from ._changelog import ChangeLog, Entry, read_at
 from ._events import join_updates
-from .changelog import ChangeLog, Entry, read_at
 from .conflicts import Change, Conflict, StateUpdate, WriteKind
 from .errors import StateClosed
 from .journal import StateStore

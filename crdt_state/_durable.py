@@ -13,11 +13,11 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from . import document as ydoc
+from . import _document as ydoc
+from ._changelog import ChangeLog
 from ._core import StateCore
 from ._events import collect_writes, mirror_writes, root_most
 from ._state_reads import StateReads
-from .changelog import ChangeLog
 from .conflicts import WriteKind
 from .errors import StorageError, translate_failures
 from .journal import BlameEntry, EpochStart, StateStore, StoredState

@@ -2,7 +2,7 @@
 
 Used when a received update is integrated (:mod:`crdt_state._replication`), when
 a stored log is replayed on reopening (:mod:`crdt_state._durable`) and when a
-failed write is rolled back (:mod:`crdt_state.rollback`). No state, no lock.
+failed write is rolled back (:mod:`crdt_state._rollback`). No state, no lock.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from pycrdt import Array, Doc, merge_updates
 
-from . import document as ydoc
+from . import _document as ydoc
 from .conflicts import WriteKind
 from .paths import Path
 from .values import MISSING, depth_of, tree_delete, tree_get, tree_set

@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ._changelog import Entry
 from ._core import StateCore
 from ._writes import apply_writes
-from .changelog import Entry
 from .conflicts import Change, Conflict, MergeResult
 from .errors import CrdtStateError, WrongType
 from .paths import parse_path

@@ -8,7 +8,7 @@ Depth. An update that would store a value deeper than
 :data:`~crdt_state.values.MAX_DEPTH` is refused (:class:`UnsupportedValue`)
 before it is applied, in three steps from cheap to exact: an update of ``n``
 bytes nests at most ``n / 2`` levels, so a small one under a shallow state is
-accepted at once; otherwise :func:`crdt_state.update_scan.depth_bound` reads a
+accepted at once; otherwise :func:`crdt_state._update_scan.depth_bound` reads a
 bound from its bytes (items hanging from the existing document count at the
 state's depth mark, an upper bound of the depth of its values); only when that
 bound is too high is the update tried on a copy of the document and the
@@ -23,13 +23,13 @@ from typing import Any
 
 from pycrdt import Array, Doc, Map, get_update
 
-from . import document as ydoc
+from . import _document as ydoc
 from ._core import StateCore
 from ._events import collect_writes, join_updates, mirror_writes, root_most, written_depth
+from ._update_scan import depth_bound
 from .conflicts import MergeResult, WriteKind
 from .errors import InvalidUpdate, UnsupportedValue, translate_failures
 from .paths import Path
-from .update_scan import depth_bound
 from .values import MAX_DEPTH, MISSING
 from .version import VersionVector
 

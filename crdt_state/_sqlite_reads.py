@@ -13,7 +13,7 @@ from typing import Any, Final
 from pycrdt import Doc
 
 from . import _sqlite_log as sqllog
-from .document import doc_from_content, doc_read, doc_snapshot
+from ._document import doc_from_content, doc_read, doc_snapshot
 from .errors import StaleBase, StorageError, UnknownBase, translate_failures
 from .journal import BlameEntry, ConflictRecord, HistoryEntry, StoredState
 from .paths import Path, parse_path, related

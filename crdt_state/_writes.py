@@ -3,7 +3,7 @@
 Every write is checked against :data:`~crdt_state.values.MAX_DEPTH` first
 (:class:`UnsupportedValue`, nothing touched). If a write still fails half-way,
 every path written so far is restored in the same transaction (see
-:mod:`crdt_state.rollback`); that transaction's update (the partial operations
+:mod:`crdt_state._rollback`); that transaction's update (the partial operations
 and their compensation, no net change) is logged as an entry that writes
 nothing, sent to listeners and stored, so replicas and the store stay
 identical to the document; then :class:`WriteFailed` is raised
@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import document as ydoc
+from . import _document as ydoc
+from ._changelog import Entry, TruncateTo
 from ._core import StateCore
-from .changelog import Entry, TruncateTo
+from ._rollback import roll_back, undo_record, write_failed
 from .conflicts import Change, Conflict, StateUpdate, WriteKind
 from .errors import INTERRUPTS
 from .paths import Path
 from .planner import writes_depth
 from .requests import RequestKey
-from .rollback import roll_back, undo_record, write_failed
 from .values import MISSING, copy_value, tree_delete, tree_get, tree_set
 from .version import VersionVector
 

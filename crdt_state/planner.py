@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .changelog import Entry, overlaps, read_at
+from ._changelog import Entry, overlaps, read_at
 from .conflicts import Change, Conflict, ConflictError
 from .errors import CrdtStateError, WrongType
 from .paths import Path
@@ -84,7 +84,7 @@ def plan_merge(
         ops: the branch's changes.
         entries: the change-log entries after the fork base, oldest first, or
             a sub-list of them that decides the same, such as
-            :meth:`ChangeLog.for_merge <crdt_state.changelog.ChangeLog.for_merge>`
+            :meth:`ChangeLog.for_merge <crdt_state._changelog.ChangeLog.for_merge>`
             gives (only entries that wrote or restored a path overlapping one
             of ``ops`` are ever consulted).
         content: the state's current content (read only; values are copied

@@ -14,7 +14,7 @@ layout as an untyped state (nested models and ``dict[str, X]`` are
   document before it is integrated;
 - **typed reads**: ``state.model()`` / ``branch.model()``;
 - **per-field merge policies** declared with ``Annotated`` (see
-  :mod:`crdt_state.schema_slots`), below explicit ``resolvers=`` rules;
+  :mod:`crdt_state._schema_slots`), below explicit ``resolvers=`` rules;
 - ``state.json_schema()`` for handing to an LLM as a tool definition.
 
 Every refusal is a :class:`~crdt_state.errors.SchemaError` whose ``errors``
@@ -44,11 +44,11 @@ from typing import Any
 from pycrdt import Doc, Map
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from . import document as ydoc
+from . import _document as ydoc
+from ._schema_slots import Slot, error_entry
 from .conflicts import Change
 from .errors import INTERRUPTS, InvalidUpdate, SchemaError, UnsupportedValue
 from .paths import Path, format_path, is_prefix, parse_path
-from .schema_slots import Slot, error_entry
 from .values import MISSING, normalize, patch, tree_get
 
 __all__ = ["StateSchema"]

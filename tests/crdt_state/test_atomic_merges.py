@@ -27,8 +27,8 @@ from crdt_state import (
     WriteFailed,
     resolvers,
 )
-from crdt_state import document as ydoc
-from crdt_state.document import doc_snapshot
+from crdt_state import _document as ydoc
+from crdt_state._document import doc_snapshot
 from crdt_state.values import depth_of, nesting
 
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crdt_state import InvalidUpdate, Path, SharedState, StaleBase, VersionVector
-from crdt_state.changelog import Entry, Overlap, WriteKind, overlaps
+from crdt_state._changelog import Entry, Overlap, WriteKind, overlaps
 
 
 def decode(raw: bytes) -> object:

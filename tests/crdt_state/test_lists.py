@@ -1,7 +1,7 @@
 """Lists at any size: list writes and appends are linear (issue 8, reproduction 5).
 
 pycrdt inserts list items one by one, each insert walking the list (O(n^2));
-``crdt_state.document`` writes the content of big lists and maps as one
+``crdt_state._document`` writes the content of big lists and maps as one
 hand-built Yjs update instead. These tests pin down that the result reads back
 exactly (in the state, in replicas, after reopening a file), that it is the
 very document pycrdt's own API would have written, and that the one update
@@ -23,7 +23,7 @@ from pycrdt import Array, Doc, Map
 from pydantic import BaseModel
 
 from crdt_state import SharedState, StateUpdate, UnsupportedValue
-from crdt_state import document as ydoc
+from crdt_state import _document as ydoc
 from crdt_state.values import normalize
 
 

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crdt_state import MISSING, Change, SharedState, StaleBase, UnknownBase, VersionVector
-from crdt_state.changelog import ChangeLog, Entry, TruncateTo, WriteKind, read_at, unseen_by_chain
+from crdt_state._changelog import ChangeLog, Entry, TruncateTo, WriteKind, read_at, unseen_by_chain
 from crdt_state.paths import Path
 from crdt_state.planner import MergePlan, plan_merge
 from crdt_state.requests import RequestKey

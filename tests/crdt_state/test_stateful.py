@@ -28,7 +28,7 @@ from crdt_state import (
     WrongType,
     resolvers,
 )
-from crdt_state.document import doc_snapshot
+from crdt_state._document import doc_snapshot
 
 KEYS = ("a", "b", "c")
 PATHS = (

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from pycrdt import Array, Doc, Map
 
 from crdt_state import MAX_DEPTH, InvalidUpdate, SharedState, UnsupportedValue
+from crdt_state._document import doc_snapshot
 from crdt_state._replication import update_depth
-from crdt_state.document import doc_snapshot
-from crdt_state.update_scan import depth_bound
+from crdt_state._update_scan import depth_bound
 from crdt_state.values import nesting
 
 KEYS = ("a", "b", "c")

@@ -1,7 +1,7 @@
 """Big lists written by crdt-state's hand-built updates, read and edited by stock Yjs (Node).
 
 A state holding a 10,000-item list (written as one Yjs update, see
-``crdt_state.document``) is decoded by an unmodified ``yjs`` package in Node: it must see
+``crdt_state._document``) is decoded by an unmodified ``yjs`` package in Node: it must see
 the same JSON, a ``Y.Array`` whose dict elements are ``Y.Map`` and whose list elements are
 ``Y.Array``, with one Yjs item per run of plain values. Yjs then appends to the list and
 edits a ``Y.Map`` element; that update must merge back into Python.

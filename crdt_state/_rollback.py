@@ -18,9 +18,9 @@ from typing import Any
 
 from pycrdt import Array, Doc, Map
 
-from . import document as ydoc
+from . import _document as ydoc
+from ._changelog import TruncateTo
 from ._events import mirror_writes
-from .changelog import TruncateTo
 from .errors import INTERRUPTS, WriteFailed
 from .paths import Path
 from .values import MISSING, copy_value, tree_delete, tree_get, tree_set

@@ -17,7 +17,7 @@ after squashing its one-by-one inserts.
 **Writing lists in linear time.** pycrdt 0.14 inserts list items one at a
 time, each insert walking the array (16,000 items: ~10 s). So the content of
 every non-empty list or dict value, and every append, is written as *one*
-hand-built Yjs update (:mod:`crdt_state.yupdate`), applied inside the caller's
+hand-built Yjs update (:mod:`crdt_state._yupdate`), applied inside the caller's
 open transaction: the container itself (or the first item of an empty list)
 is created through pycrdt, the rest is integrated from the update in O(n).
 The result is byte-identical to what pycrdt's own API writes, the transaction
@@ -38,11 +38,11 @@ from typing import Any, Final
 
 from pycrdt import Array, Doc, Map
 
+from ._yupdate import ItemId, UpdateWriter
 from .errors import CrdtStateError
 from .paths import Path
 from .values import MISSING, normalize_number
 from .version import VersionVector
-from .yupdate import ItemId, UpdateWriter
 
 __all__ = [
     "META_ROOT",

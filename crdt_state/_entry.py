@@ -1,7 +1,7 @@
 """One entry of the change log: what a merged change set did and how to undo it (pure).
 
-Kept apart from :mod:`crdt_state.changelog` so that the path index
-(:mod:`crdt_state.pathindex`) can read entries without importing the log.
+Kept apart from :mod:`crdt_state._changelog` so that the path index
+(:mod:`crdt_state._pathindex`) can read entries without importing the log.
 """
 
 from __future__ import annotations

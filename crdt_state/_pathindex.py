@@ -6,7 +6,7 @@ descendant). :class:`PathIndex` lists, for every path an entry touched, the
 sequence numbers of those entries in increasing order, so the entries after
 a base that touch a path are found with a binary search per list instead of
 a scan of everything merged since the base.
-:class:`~crdt_state.changelog.ChangeLog` feeds it as it appends and trims.
+:class:`~crdt_state._changelog.ChangeLog` feeds it as it appends and trims.
 
 "Touched" means written (``Entry.writes``) or restored by an undo record
 (``Entry.undo``, which may name an ancestor of a written path): conflict
@@ -27,7 +27,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from heapq import merge
 
-from .entry import Entry, TruncateTo
+from ._entry import Entry, TruncateTo
 from .paths import Path, is_prefix
 from .version import VersionVector
 
@@ -204,7 +204,7 @@ def reading_entries(index: PathIndex, base_seq: int, path: Path, entry_at: Entry
     """The entries after ``base_seq`` that rolling ``path`` back needs, oldest first.
 
     Those that touched the path, up to the first that restores it whole (see
-    :func:`restores`): processed newest first, :func:`~crdt_state.changelog.read_at`
+    :func:`restores`): processed newest first, :func:`~crdt_state._changelog.read_at`
     lets that one overwrite whatever the newer ones did.
     """
     out: list[Entry] = []
@@ -227,7 +227,7 @@ def choose_for_merge(
 ) -> set[int]:
     """The seqs of the entries after ``base_seq`` a merge writing ``targets`` is judged on.
 
-    See :meth:`~crdt_state.changelog.ChangeLog.for_merge` for the contract;
+    See :meth:`~crdt_state._changelog.ChangeLog.for_merge` for the contract;
     ``targets`` maps each written path to whether the merge appends there,
     and entries ``token`` covers count as seen (left out).
     """

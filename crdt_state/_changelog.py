@@ -14,9 +14,9 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from .entry import Entry, TruncateTo, WriteKind, clock_delta
+from ._entry import Entry, TruncateTo, WriteKind, clock_delta
+from ._pathindex import PathIndex, choose_for_merge, index_paths, reading_entries
 from .errors import StaleBase, UnknownBase
-from .pathindex import PathIndex, choose_for_merge, index_paths, reading_entries
 from .paths import Path, is_prefix
 from .values import patch, tree_get
 from .version import VersionVector
@@ -38,7 +38,7 @@ class ChangeLog:
     ``SharedState._reset_document``): tokens naming them are stale too.
 
     The retained entries are indexed by the paths they touched
-    (:class:`~crdt_state.pathindex.PathIndex`), so judging a merge costs about
+    (:class:`~crdt_state._pathindex.PathIndex`), so judging a merge costs about
     ``O(its paths x log(entries))`` plus the entries that touched its paths,
     whatever else was merged since its base: see :meth:`for_merge`,
     :meth:`related` and :meth:`for_reading`.
