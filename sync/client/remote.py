@@ -46,7 +46,6 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
 from crdt_state import (
-    MISSING,
     Branch,
     Change,
     Conflict,
@@ -55,14 +54,13 @@ from crdt_state import (
     Retry,
     SharedState,
     VersionVector,
-    parse_path,
     resolvers,
 )
 from crdt_state.transact import arun_transaction
-from crdt_state.values import tree_get
 from sync.client._offline import OfflineStore, PendingMerge
 from sync.client._outbox import Finished, Send
-from sync.client._overlay import Overlay, view_snapshot
+from sync.client._overlay import Overlay
+from sync.client._remote_reads import RemoteReads
 from sync.client.branch import RemoteBranch, RemoteToken
 from sync.client.core import ClientCore, ClientEvent, Frame
 from sync.wire.errors import RemoteError
@@ -73,7 +71,7 @@ log = logging.getLogger("crdt_state.client")
 T = TypeVar("T")
 
 
-class RemoteState:
+class RemoteState(RemoteReads):
     """A hub room seen from this process; create it with :func:`connect`."""
 
     def __init__(
@@ -184,53 +182,7 @@ class RemoteState:
             while len(self._outbox):
                 await asyncio.sleep(0.01)
 
-    # -- the SharedState API, through the overlay --------------------------------------
-    @property
-    def token(self) -> VersionVector:
-        """The hub's confirmed token (this agent's unconfirmed merges are not in it)."""
-        return self.replica.token
-
-    def snapshot(self) -> dict[str, Any]:
-        """The room as this agent sees it: confirmed state plus its own unconfirmed merges."""
-        with self.replica.lock:
-            overlay = self._outbox.snapshot()
-            snapshot = self.replica.snapshot()
-        return view_snapshot(snapshot, overlay.entries)
-
-    def read(self) -> tuple[dict[str, Any], RemoteToken]:
-        """``(snapshot, token)`` taken atomically; the snapshot is the one of :meth:`snapshot`.
-
-        The token is the hub's confirmed token (equal to :attr:`token` at that
-        moment): the snapshot may also show this agent's unconfirmed merges,
-        which the token does not include. The token remembers them, so
-        ``acommit(changes, token)`` sends them as the merge's chain and the hub
-        judges the changes against the token plus those merges.
-        """
-        with self.replica.lock:
-            overlay = self._outbox.snapshot()
-            snapshot, token = self.replica.read()
-            seq = self.replica.position
-        return view_snapshot(snapshot, overlay.entries), RemoteToken(token, seq, overlay)
-
-    def get(self, path: Any, default: Any = None) -> Any:
-        """The value at ``path`` as this agent sees it (a copy), or ``default`` when absent."""
-        key = parse_path(path)
-        with self.replica.lock:
-            overlay = self._outbox.snapshot()
-            if key[0] not in overlay.keys:
-                return self.replica.get(key, default)
-            value = self._outbox.view_of(key[0], self.replica.position, overlay)
-        found = MISSING if value is MISSING else tree_get({key[0]: value}, key)
-        return default if found is MISSING else found
-
-    def get_update(self, since: VersionVector | None = None) -> bytes:
-        """A Yjs update of the confirmed state (see :meth:`SharedState.get_update`)."""
-        return self.replica.get_update(since)
-
-    def model(self) -> BaseModel:
-        """The room as this agent sees it, as an instance of the schema given to :func:`connect`."""
-        return self.replica.to_model(self.snapshot())
-
+    # -- branches and merges (reads: sync.client._remote_reads) -------------------------
     def fork(self, agent: str | None = None) -> RemoteBranch:
         """A branch at the replica's version, with this agent's unconfirmed merges (O(1))."""
         with self.replica.lock:  # the overlay and the fork taken at one moment
