@@ -413,9 +413,9 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
             if self._closed:
                 self._check_open()
             if entries is None:
-                targets = {op.path: op.kind == "append" for op in ops}
-                entries = self._log.for_merge(base_seq, targets)
                 fast_forward = base_seq == self._log.head_seq
+                targets = {} if fast_forward else {op.path: op.kind == "append" for op in ops}
+                entries = self._log.for_merge(base_seq, targets)
             head = self._log.head_token
             plan = plan_merge(
                 ops,
