@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from .entry import Entry, TruncateTo, WriteKind
+from .entry import Entry, TruncateTo, WriteKind, advance
 from .errors import StaleBase, UnknownBase
 from .pathindex import PathIndex, choose_for_merge, reading_entries
 from .paths import Path, is_prefix
@@ -93,7 +93,7 @@ class ChangeLog:
         The entry's ``writes`` and ``undo`` must not change afterwards (they are indexed).
         """
         self._head_seq += 1
-        delta, monotone = _advance(self._head_token, token)
+        delta, monotone = advance(self._head_token, token)
         if not monotone:
             self._monotone = False
         entry = Entry(
@@ -394,25 +394,6 @@ class ChangeLog:
     def entries(self) -> Iterator[Entry]:
         """The retained entries, oldest first."""
         return iter(list(self._entries))
-
-
-def _advance(
-    before: VersionVector, after: VersionVector
-) -> tuple[dict[int, tuple[int, int]], bool]:
-    """:func:`~crdt_state.entry.clock_delta` of ``before`` -> ``after``, and whether
-    ``after`` has every clock of ``before`` (tokens of one document only grow)."""
-    start_of = before.get_clock
-    delta: dict[int, tuple[int, int]] = {}
-    kept = 0  # clients of ``before`` that ``after`` has at least as far
-    for client, clock in after.items():
-        start = start_of(client)
-        if clock > start:
-            delta[client] = (start, clock)
-            if start:
-                kept += 1
-        elif clock == start:
-            kept += 1
-    return delta, kept == len(before)
 
 
 def unseen_by_chain(entries: Sequence[Entry], chain: Collection[RequestKey]) -> list[Entry]:
