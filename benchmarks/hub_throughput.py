@@ -2,7 +2,7 @@
 
 Part 1 (merges). A hub runs in its own process (``python -m sync.cli hub``), in
 memory or durable (``--db <dir>``). Agents live in one or more client
-processes (asyncio, one :func:`sync.client.connect` replica and websocket per
+processes (asyncio, one :func:`sync.client.remote.connect` replica and websocket per
 agent). Each agent loops: fork, set its own key ``a<i>`` to its loop counter,
 ``await branch.amerge()``. Reported: acknowledged merges per second, p50/p99
 latency of one fork-edit-merge round trip, CPU use of the hub and of the
@@ -55,7 +55,8 @@ from pycrdt import Doc, Map
 from websockets.asyncio.client import connect as ws_connect
 
 from crdt_state import VersionVector
-from sync import Change, ChangeKind, connect, protocol
+from sync import ChangeKind, WireChange, connect
+from sync.wire import protocol
 
 ROOT = Path(__file__).resolve().parent.parent
 INTEROP = ROOT / "tests" / "interop"
@@ -202,7 +203,7 @@ class AgentReport:
 
 
 async def _replica_agent(url: str, i: int, stack: contextlib.AsyncExitStack) -> Any:
-    """A :func:`sync.client.connect` replica; ``merge(n)`` forks, sets ``a<i>``, merges."""
+    """A :func:`sync.client.remote.connect` replica; ``merge(n)`` forks, sets ``a<i>``, merges."""
     remote = await stack.enter_async_context(connect(url, agent=f"a{i}", timeout=60))
     key = f"a{i}"
 
@@ -226,7 +227,7 @@ async def _wire_agent(url: str, i: int, stack: contextlib.AsyncExitStack) -> Any
     assert isinstance(first, protocol.SyncStep1)
     await ws.send(protocol.encode_sync_step1(b"\x00"))
     base = [first.state_vector]
-    waiters: dict[int, asyncio.Future[protocol.MergeResult]] = {}
+    waiters: dict[int, asyncio.Future[protocol.MergeReply]] = {}
     agent = f"a{i}"
     ids = itertools.count(i * 1_000_000_000 + 1)
 
@@ -235,7 +236,7 @@ async def _wire_agent(url: str, i: int, stack: contextlib.AsyncExitStack) -> Any
             async for data in ws:
                 if data[0] == protocol.MERGE_MESSAGE_TYPE:
                     reply = protocol.decode_message(data)
-                    assert isinstance(reply, protocol.MergeResult)
+                    assert isinstance(reply, protocol.MergeReply)
                     waiters.pop(reply.request_id).set_result(reply)
 
     reader = asyncio.create_task(read())
@@ -245,7 +246,7 @@ async def _wire_agent(url: str, i: int, stack: contextlib.AsyncExitStack) -> Any
         rid = next(ids)
         waiter = asyncio.get_running_loop().create_future()
         waiters[rid] = waiter
-        change = Change(ChangeKind.SET, (agent,), n)
+        change = WireChange(ChangeKind.SET, (agent,), n)
         await ws.send(protocol.encode_merge_request(rid, agent, base[0], [change]))
         reply = await waiter
         if reply.status is not protocol.MergeStatus.OK:
@@ -634,7 +635,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--kinds",
         default="replica,wire",
-        help="agent kinds: replica (sync.client.connect), wire (codec only)",
+        help="agent kinds: replica (sync.client.remote.connect), wire (codec only)",
     )
     parser.add_argument(
         "--target",

@@ -12,17 +12,23 @@ can replicate it.
 from __future__ import annotations
 
 from . import resolvers
-from .branch import Branch
-from .conflicts import UNRESOLVED, Change, Conflict, MergeResult
+from .branch import Branch, BranchHost
+from .conflicts import (
+    UNRESOLVED,
+    Change,
+    Conflict,
+    ConflictError,
+    MergeResult,
+    RetryExhausted,
+    StateUpdate,
+)
 from .errors import (
     BranchClosed,
     BrokenChain,
-    ConflictError,
     CrdtStateError,
     InvalidPath,
     InvalidUpdate,
     PathNotFound,
-    RetryExhausted,
     SchemaError,
     StaleBase,
     StateClosed,
@@ -32,11 +38,11 @@ from .errors import (
     WriteFailed,
     WrongType,
 )
+from .journal import BlameEntry, ConflictRecord, HistoryEntry, StateStore
 from .paths import Path, Pattern, format_path, parse_path
 from .retry import Retry
 from .schema import StateSchema
-from .state import SharedState, StateUpdate
-from .storage import BlameEntry, ConflictRecord, HistoryEntry
+from .state import SharedState
 from .values import MAX_DEPTH, MISSING
 from .version import VersionVector
 
@@ -46,6 +52,7 @@ __all__ = [
     "UNRESOLVED",
     "BlameEntry",
     "Branch",
+    "BranchHost",
     "BranchClosed",
     "BrokenChain",
     "Change",
@@ -66,6 +73,7 @@ __all__ = [
     "SharedState",
     "StaleBase",
     "StateSchema",
+    "StateStore",
     "StateClosed",
     "StateUpdate",
     "StorageError",

@@ -10,11 +10,12 @@ changes and conflicts are judged against the fork base.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from .conflicts import Change, MergeResult
+from .conflicts import Change, MergeResult, WriteKind
 from .errors import BranchClosed, PathNotFound, WrongType
 from .paths import Path, parse_path
 from .values import MISSING, copy_value, same, tree_delete, tree_get, tree_set
@@ -23,11 +24,85 @@ from .version import VersionVector
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from .state import SharedState
-
-__all__ = ["Branch"]
+__all__ = ["Branch", "BranchHost"]
 
 Status = Literal["open", "merged", "discarded"]
+
+
+class BranchHost(Protocol):
+    """What a :class:`Branch` needs from the state it was forked from.
+
+    :class:`~crdt_state.SharedState` implements it; so may any other state
+    (a remote one) that wants plain branches. Positions are the host's
+    change-log positions (:attr:`position`).
+    """
+
+    @property
+    def lock(self) -> threading.RLock:
+        """Held to read several positions in one consistent moment."""
+        ...
+
+    @property
+    def position(self) -> int:
+        """The current log position."""
+        ...
+
+    @property
+    def token(self) -> VersionVector:
+        """The current version."""
+        ...
+
+    def read_at(self, path: Any, position: int) -> Any:
+        """A copy of the value at ``path`` at ``position`` (``MISSING`` when absent)."""
+        ...
+
+    def keys_at(self, position: int) -> set[str]:
+        """Every top-level key that may have had a value at ``position``."""
+        ...
+
+    def ensure_open(self) -> None:
+        """Raise :class:`~crdt_state.errors.StateClosed` once the host takes no writes."""
+        ...
+
+    def prepare_value(self, path: Path, value: Any) -> Any:
+        """``value`` validated and normalised for ``path``."""
+        ...
+
+    def prepare_items(self, path: Path, items: list[Any]) -> list[Any]:
+        """``items`` validated and normalised for appending at ``path``."""
+        ...
+
+    def prepare_fields(self, values: BaseModel | Mapping[str, Any]) -> list[tuple[Path, Any]]:
+        """The ``(path, prepared value)`` pairs :meth:`Branch.update` writes."""
+        ...
+
+    def to_model(self, data: dict[str, Any]) -> BaseModel:
+        """``data`` as an instance of the host's schema (``TypeError`` without one)."""
+        ...
+
+    def merge_at(
+        self,
+        changes: list[Change],
+        position: int,
+        agent: str,
+        *,
+        resolvers: Mapping[Any, object] | None = None,
+        default: object | None = None,
+    ) -> MergeResult:
+        """Merge ``changes`` computed at ``position``; returns once durable."""
+        ...
+
+    async def amerge_at(
+        self,
+        changes: list[Change],
+        position: int,
+        agent: str,
+        *,
+        resolvers: Mapping[Any, object] | None = None,
+        default: object | None = None,
+    ) -> MergeResult:
+        """:meth:`merge_at` for asyncio code."""
+        ...
 
 
 class Branch:
@@ -38,14 +113,14 @@ class Branch:
     exit, discarded when the block raises.
     """
 
-    def __init__(self, state: SharedState, agent: str, base_seq: int, base: VersionVector) -> None:
+    def __init__(self, state: BranchHost, agent: str, base_seq: int, base: VersionVector) -> None:
         self._state = state
         self._agent = agent
         self._base_seq = base_seq
         self._base = base
         self._local: dict[str, Any] = {}
         self._loaded: set[str] = set()
-        self._writes: dict[Path, Literal["set", "delete", "append"]] = {}
+        self._writes: dict[Path, WriteKind] = {}
         self._appends: dict[Path, list[Any]] = {}
         self._status: Status = "open"
         self._result: MergeResult | None = None
@@ -62,7 +137,7 @@ class Branch:
         return self._base
 
     @property
-    def state(self) -> SharedState:
+    def state(self) -> BranchHost:
         """The state this branch was forked from."""
         return self._state
 
@@ -79,7 +154,7 @@ class Branch:
     # -- reading -----------------------------------------------------------------
     def _load(self, key: str) -> None:
         if key not in self._loaded:
-            value = self._state._read_at((key,), self._base_seq)
+            value = self._state.read_at((key,), self._base_seq)
             if value is not MISSING:
                 self._local[key] = value
             self._loaded.add(key)
@@ -87,7 +162,7 @@ class Branch:
     def _view(self, path: Path) -> Any:
         if path[0] in self._loaded:
             return tree_get(self._local, path)
-        return self._state._read_at(path, self._base_seq)
+        return self._state.read_at(path, self._base_seq)
 
     def get(self, path: Any, default: Any = None) -> Any:
         """The branch's value at ``path`` (a copy), or ``default`` when absent."""
@@ -99,8 +174,8 @@ class Branch:
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as this branch sees it (base plus own edits)."""
-        with self._state._lock:
-            for key in self._state._read_at_keys(self._base_seq):
+        with self._state.lock:
+            for key in self._state.keys_at(self._base_seq):
                 self._load(key)
         snapshot: dict[str, Any] = copy_value(self._local)
         return snapshot
@@ -127,10 +202,9 @@ class Branch:
                 f"branch of {self._agent!r} is {self._status}",
                 details={"agent": self._agent, "status": self._status},
             )
-        if self._state._closed:
-            self._state._check_open()  # StateClosed: the state takes no more writes
+        self._state.ensure_open()  # StateClosed: the state takes no more writes
 
-    def _record(self, path: Path, kind: Literal["set", "delete", "append"]) -> None:
+    def _record(self, path: Path, kind: WriteKind) -> None:
         for i in range(1, len(path)):
             if path[:i] in self._writes:
                 # an ancestor's change already covers this path: it now carries a value
@@ -151,7 +225,7 @@ class Branch:
         """
         self._writable()
         key = parse_path(path)
-        clean = self._state._prepare(key, value)
+        clean = self._state.prepare_value(key, value)
         self._load(key[0])
         tree_set(self._local, key, clean)
         self._appends.pop(key, None)
@@ -177,7 +251,7 @@ class Branch:
         """Like :meth:`append`, with the items given as one iterable."""
         self._writable()
         key = parse_path(path)
-        clean = self._state._prepare_items(key, list(items))
+        clean = self._state.prepare_items(key, list(items))
         self._load(key[0])
         current = tree_get(self._local, key)
         if current is MISSING:
@@ -202,10 +276,7 @@ class Branch:
     # -- typed access (states with a schema) -------------------------------------
     def model(self) -> BaseModel:
         """The branch's view as a validated schema instance (``TypeError`` without one)."""
-        schema = self._state._schema
-        if schema is None:
-            raise TypeError("this state has no schema")
-        return schema.to_model(self.snapshot())
+        return self._state.to_model(self.snapshot())
 
     def update(self, values: BaseModel | Mapping[str, Any]) -> None:
         """Write every field given (a model, or a partial dict of fields), validated first.
@@ -217,14 +288,7 @@ class Branch:
         nothing is written.
         """
         self._writable()
-        schema = self._state._schema
-        if schema is not None:
-            items = schema.partial_items(values)
-        elif isinstance(values, Mapping):
-            items = [(parse_path(k), v) for k, v in values.items()]
-        else:
-            raise TypeError("update() takes a dict on a state without schema")
-        prepared = [(path, self._state._prepare(path, v)) for path, v in items]
+        prepared = self._state.prepare_fields(values)
         if not isinstance(values, Mapping):  # a model: only fields that differ from this view
             prepared = [(path, v) for path, v in prepared if not same(self._view(path), v)]
         for path, value in prepared:
@@ -234,11 +298,19 @@ class Branch:
             self._record(path, "set")
 
     # -- changes -----------------------------------------------------------------
-    def changes(self) -> tuple[Path, ...]:
+    def changed_paths(self) -> tuple[Path, ...]:
         """The paths this branch changed (root-most; a changed map covers its keys)."""
         return tuple(self._writes)
 
+    def changes(self) -> tuple[Path, ...]:
+        """Deprecated name of :meth:`changed_paths`."""
+        return self.changed_paths()
+
     def ops(self) -> list[Change]:
+        """Deprecated name of :meth:`as_changes`."""
+        return self.as_changes()
+
+    def as_changes(self) -> list[Change]:
         """The branch's changes as :class:`Change` objects (what a merge sends)."""
         out: list[Change] = []
         for path, kind in self._writes.items():
@@ -277,14 +349,10 @@ class Branch:
         if self._status == "merged" and self._result is not None:
             return self._result
         self._writable()
-        state = self._state
-        result, ticket = state._merge_now(
-            self.ops(), self._base_seq, self._agent, resolvers, default
+        result = self._state.merge_at(
+            self.as_changes(), self._base_seq, self._agent, resolvers=resolvers, default=default
         )
-        state._settle(ticket)
-        self._status = "merged"
-        self._result = result
-        return result
+        return self._merged(result)
 
     async def amerge(
         self, *, resolvers: Mapping[Any, object] | None = None, default: object | None = None
@@ -293,11 +361,12 @@ class Branch:
         if self._status == "merged" and self._result is not None:
             return self._result
         self._writable()
-        state = self._state
-        result, ticket = state._merge_now(
-            self.ops(), self._base_seq, self._agent, resolvers, default
+        result = await self._state.amerge_at(
+            self.as_changes(), self._base_seq, self._agent, resolvers=resolvers, default=default
         )
-        await state._asettle(ticket)
+        return self._merged(result)
+
+    def _merged(self, result: MergeResult) -> MergeResult:
         self._status = "merged"
         self._result = result
         return result
@@ -310,9 +379,9 @@ class Branch:
         applies (an append to what is now a scalar); the branch is then unchanged.
         """
         self._writable()
-        ops = self.ops()
-        with self._state._lock:
-            seq, token = self._state._log.head_seq, self._state._log.head_token
+        ops = self.as_changes()
+        with self._state.lock:
+            seq, token = self._state.position, self._state.token
             replay = Branch(self._state, self._agent, seq, token)
             for op in ops:
                 if op.kind == "set":

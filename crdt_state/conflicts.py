@@ -1,17 +1,42 @@
-"""Data that merges take and give: changes, conflicts and merge results."""
+"""Data that merges take and give: changes, conflicts, merge results, applied updates.
+
+The names, one per concept:
+
+- :class:`Change`: one edit an agent asks for (``set``/``delete``/``append`` a path);
+  what a branch sends and :meth:`SharedState.commit` takes.
+- :data:`WriteKind`: how a path was written (the same three words), everywhere.
+- :class:`Conflict`: a path both sides wrote since the fork base, and its resolution.
+- :class:`MergeResult`: what one merge did.
+- :class:`StateUpdate`: one change the state integrated (a merge or a received
+  update), as listeners receive it and a store records it.
+- :class:`ConflictError` / :class:`RetryExhausted`: a merge refused for its conflicts.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from .errors import CrdtStateError
 from .paths import Path, format_path
 from .values import MISSING, Missing, same
 from .version import VersionVector
 
-__all__ = ["UNRESOLVED", "Change", "Conflict", "MergeResult", "Unresolved"]
+__all__ = [
+    "UNRESOLVED",
+    "Change",
+    "Conflict",
+    "ConflictError",
+    "MergeResult",
+    "RetryExhausted",
+    "StateUpdate",
+    "Unresolved",
+    "WriteKind",
+]
 
-ChangeKind = Literal["set", "delete", "append"]
+WriteKind = Literal["set", "delete", "append"]
+"""How a path is written: stored (``set``), removed (``delete``), or extended (``append``)."""
 
 
 class Unresolved:
@@ -44,7 +69,7 @@ class Change:
     ``path`` (creating it when absent).
     """
 
-    kind: ChangeKind
+    kind: WriteKind
     path: Path
     value: Any = MISSING
 
@@ -137,6 +162,8 @@ class MergeResult:
     ``value`` is what the agent step returned (for ``transact``), and
     ``attempts`` how many times it ran. ``pending`` is true for a remote
     merge queued while offline: it is sent, and judged, on reconnect.
+    ``rounds`` is how many times a remote merge was sent to the hub before it
+    was applied (conflicts the client's policies settled are sent again).
     """
 
     token: VersionVector
@@ -147,3 +174,85 @@ class MergeResult:
     value: Any = None
     attempts: int = 1
     pending: bool = False
+    rounds: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class StateUpdate:
+    """One change the state integrated, as :meth:`SharedState.subscribe` listeners get it.
+
+    Also what a store records (:meth:`crdt_state.journal.StateStore.record`).
+
+    Attributes:
+        seq: the change's position in the state's log (1 = first change).
+        update: a standard Yjs update holding exactly this change.
+        token: the state's version after it.
+        agent: who made it (the merging agent; for a received update, the
+            ``agent`` given to :meth:`SharedState.apply_update`).
+        paths: the paths written.
+        origin: ``"local"`` for merges, ``"remote"`` for received updates.
+        time: when it was integrated (``time.time()``).
+        conflicts: the conflicts the merge met, resolved.
+        request_id: the idempotency key of a :meth:`SharedState.commit`, if any.
+        writer: the scope of ``request_id`` (the two make the request's key).
+    """
+
+    seq: int
+    update: bytes
+    token: VersionVector
+    agent: str | None
+    paths: tuple[Path, ...]
+    origin: str
+    time: float
+    conflicts: tuple[Conflict, ...] = ()
+    request_id: int | None = None
+    writer: str | None = None
+
+
+class ConflictError(CrdtStateError):
+    """A merge met conflicts that its policies did not resolve.
+
+    Nothing was applied. ``conflicts`` lists every conflict of the attempt;
+    those whose ``resolution`` is still :data:`UNRESOLVED` are the cause.
+    ``retry`` is true when a policy asked for the agent step to be re-run.
+    """
+
+    code = "conflict"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        conflicts: Sequence[Conflict] = (),
+        retry: bool = False,
+        path: Sequence[str] | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, path=path, details=details)
+        self.conflicts: tuple[Conflict, ...] = tuple(conflicts)
+        self.retry = retry
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out["conflicts"] = [c.to_dict() for c in self.conflicts]
+        out["retry"] = self.retry
+        return out
+
+
+class RetryExhausted(ConflictError):
+    """``transact`` ran out of attempts; carries the last attempt's conflicts."""
+
+    code = "retry_exhausted"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        attempts: int,
+        conflicts: Sequence[Conflict] = (),
+        path: Sequence[str] | None = None,
+    ) -> None:
+        super().__init__(
+            message, conflicts=conflicts, retry=True, path=path, details={"attempts": attempts}
+        )
+        self.attempts = attempts

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
+from .conflicts import WriteKind
 from .paths import Path
 from .version import VersionVector
 
@@ -17,8 +18,6 @@ if TYPE_CHECKING:
     from .requests import RequestKey
 
 __all__ = ["Entry", "TruncateTo", "WriteKind", "advance"]
-
-WriteKind = Literal["set", "delete", "append"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,25 +21,26 @@ so ``except KeyError`` or ``except TypeError`` keeps working::
     │       └── BrokenChain              code "broken_chain"
     └── ConflictError                    code "conflict"
         └── RetryExhausted               code "retry_exhausted"
+
+``ConflictError`` and ``RetryExhausted`` carry :class:`~crdt_state.conflicts.Conflict`
+objects, so they are defined next to them in :mod:`crdt_state.conflicts` (this module
+imports nothing from the package: every other module may import it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .conflicts import Conflict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
 
 __all__ = [
     "BranchClosed",
+    "INTERRUPTS",
     "BrokenChain",
-    "ConflictError",
     "CrdtStateError",
     "InvalidPath",
     "InvalidUpdate",
     "PathNotFound",
-    "RetryExhausted",
     "SchemaError",
     "StaleBase",
     "StateClosed",
@@ -48,6 +49,7 @@ __all__ = [
     "UnsupportedValue",
     "WriteFailed",
     "WrongType",
+    "translate_failures",
 ]
 
 
@@ -218,55 +220,34 @@ class BrokenChain(StaleBase):
     code = "broken_chain"
 
 
-class ConflictError(CrdtStateError):
-    """A merge met conflicts that its policies did not resolve.
-
-    Nothing was applied. ``conflicts`` lists every conflict of the attempt;
-    those whose ``resolution`` is still :data:`UNRESOLVED` are the cause.
-    ``retry`` is true when a policy asked for the agent step to be re-run.
-    """
-
-    code = "conflict"
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        conflicts: Sequence[Conflict] = (),
-        retry: bool = False,
-        path: Sequence[str] | None = None,
-        details: Mapping[str, Any] | None = None,
-    ) -> None:
-        super().__init__(message, path=path, details=details)
-        self.conflicts: tuple[Conflict, ...] = tuple(conflicts)
-        self.retry = retry
-
-    def to_dict(self) -> dict[str, Any]:
-        out = super().to_dict()
-        out["conflicts"] = [c.to_dict() for c in self.conflicts]
-        out["retry"] = self.retry
-        return out
-
-
-class RetryExhausted(ConflictError):
-    """``transact`` ran out of attempts; carries the last attempt's conflicts."""
-
-    code = "retry_exhausted"
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        attempts: int,
-        conflicts: Sequence[Conflict] = (),
-        path: Sequence[str] | None = None,
-    ) -> None:
-        super().__init__(
-            message, conflicts=conflicts, retry=True, path=path, details={"attempts": attempts}
-        )
-        self.attempts = attempts
-
-
 INTERRUPTS: tuple[type[BaseException], ...] = (KeyboardInterrupt, SystemExit, GeneratorExit)
 """The ``BaseException``s never translated into a library error (pycrdt panics are
 ``BaseException`` too: code that catches those re-raises these as they are)."""
+
+
+@contextmanager
+def translate_failures(
+    wrap: Callable[[BaseException], BaseException],
+    *,
+    keep: tuple[type[BaseException], ...] = (),
+) -> Iterator[None]:
+    """Turn any failure of the block into ``wrap(failure)``, except interrupts.
+
+    pycrdt reports bad input as ``ValueError`` and panics of its Rust core as
+    ``PanicException``, a ``BaseException``; both become the library error
+    ``wrap`` builds (raised ``from`` the original). :data:`INTERRUPTS` and the
+    types in ``keep`` propagate unchanged.
+
+    Args:
+        wrap: builds the error to raise from the failure caught.
+        keep: exception types re-raised as they are (errors already translated).
+
+    Raises:
+        BaseException: what ``wrap`` returns, or the interrupt / kept error.
+    """
+    try:
+        yield
+    except BaseException as exc:
+        if isinstance(exc, (*INTERRUPTS, *keep)):
+            raise
+        raise wrap(exc) from exc

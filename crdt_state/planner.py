@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .changelog import Entry, overlaps, read_at
-from .conflicts import Change, Conflict
-from .errors import ConflictError, CrdtStateError, WrongType
+from .conflicts import Change, Conflict, ConflictError
+from .errors import CrdtStateError, WrongType
 from .paths import Path
 from .resolvers import Escalation, PolicyTable
 from .values import MAX_DEPTH, MISSING, check_depth, copy_value, same, tree_get

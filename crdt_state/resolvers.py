@@ -48,6 +48,7 @@ from .paths import Path, Pattern, most_specific
 from .values import MISSING, normalize
 
 __all__ = [
+    "NAMED_POLICIES",
     "Escalation",
     "Policy",
     "PolicyTable",
@@ -58,6 +59,7 @@ __all__ = [
     "last_writer_wins",
     "maximum",
     "minimum",
+    "named_policy",
     "policy_name",
     "raise_conflict",
     "retry",
@@ -186,6 +188,31 @@ def constant(value: Any) -> Policy:
     return _Constant(value)
 
 
+NAMED_POLICIES: Mapping[str, Policy] = {
+    p.__name__: p
+    for p in (
+        last_writer_wins,
+        first_writer_wins,
+        maximum,
+        minimum,
+        counter,
+        union,
+        accept_equal,
+    )
+}
+"""The built-ins a client may ask a hub to apply for it, by name: pure functions of
+the conflict that settle it or refuse (``retry`` and ``raise_conflict`` are not among
+them: they hand the conflict back to the agent, which the client does itself)."""
+
+
+def named_policy(policy: Policy) -> str | None:
+    """The name ``policy`` has in :data:`NAMED_POLICIES`, or ``None``."""
+    name = getattr(policy, "__name__", None)
+    if isinstance(name, str) and NAMED_POLICIES.get(name) is policy:
+        return name
+    return None
+
+
 def policy_name(policy: Policy) -> str:
     """A readable name for logs and audit records."""
     return getattr(policy, "__name__", None) or type(policy).__name__
@@ -233,6 +260,11 @@ class PolicyTable:
         if best is not None:
             return self._rules[best]
         return self._parent._lookup(path) if self._parent is not None else None
+
+    def has_rule(self, path: Path) -> bool:
+        """True when a pattern of this table (or a parent's) governs ``path``: its
+        policy is not just the default."""
+        return self._lookup(path) is not None
 
     def policy_for(self, path: Path) -> Policy:
         """The policy that governs ``path``."""

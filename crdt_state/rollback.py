@@ -19,10 +19,10 @@ from typing import Any
 from pycrdt import Array, Doc, Map
 
 from . import document as ydoc
+from ._events import mirror_writes
 from .changelog import TruncateTo
 from .errors import INTERRUPTS, WriteFailed
 from .paths import Path
-from .replication import mirror_writes
 from .values import MISSING, copy_value, tree_delete, tree_get, tree_set
 
 __all__ = ["roll_back", "undo_record", "undo_writes", "write_failed"]

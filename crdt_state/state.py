@@ -7,102 +7,47 @@ concurrently. Every merge is written into the document by the state's own
 Yjs client, so refused merges never leave gaps in anyone's clocks; which
 agent made a change is kept in the change log.
 
-This module owns the core: reading, forking, committing, applying a merge
-(judged by :func:`crdt_state.planner.plan_merge`, written in one document
-transaction, all or nothing: see :mod:`crdt_state.rollback`), the change log
-entries and listeners. ``SharedState`` takes the rest from mixins, each in
-its own module: :mod:`crdt_state.replication` (Yjs updates to and from other
-replicas), :mod:`crdt_state.durable` (storage, history, durability waits) and
-:mod:`crdt_state.typed` (schema accessors and the write hooks).
+``SharedState`` is the public face; its parts are plain functions over one
+:class:`~crdt_state._core.StateCore` (lock, document, mirror, change log,
+listeners, store), each in its own module: :mod:`crdt_state._merge` (the
+planner judges, the core applies), :mod:`crdt_state._replication` (Yjs
+updates from other replicas) and :mod:`crdt_state._durable` (reopening from a
+:class:`~crdt_state.journal.StateStore`, new epochs). History, blame and the
+conflict audit log are read from the store.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from pycrdt import Doc, Map
-
-from . import document as ydoc
-from .changelog import ChangeLog, Entry, TruncateTo, WriteKind, read_at
-from .conflicts import Change, Conflict, MergeResult
-from .durable import DurableMixin
-from .errors import INTERRUPTS, CrdtStateError, WrongType
+from . import _durable, _merge, _replication
+from ._core import Listener, StateCore
+from ._writes import apply_writes
+from .branch import Branch
+from .conflicts import Change, MergeResult, StateUpdate
+from .journal import BlameEntry, ConflictRecord, HistoryEntry, StateStore
 from .paths import Path, parse_path
-from .planner import check_disjoint, plan_merge, writes_depth
-from .replication import ReplicationMixin, join_updates
 from .requests import RequestKey, RequestMemory
 from .resolvers import PolicyTable, raise_conflict
 from .retry import Retry
-from .rollback import roll_back, undo_record, write_failed
 from .transact import arun_transaction, run_transaction
-from .typed import TypedMixin
-from .values import MISSING, copy_value, tree_delete, tree_get, tree_set
+from .values import MISSING, copy_value, tree_get
 from .version import VersionVector
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from .branch import Branch
     from .schema import StateSchema
-    from .storage import Store
 
 __all__ = ["SharedState", "StateUpdate"]
 
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class StateUpdate:
-    """What listeners of :meth:`SharedState.subscribe` receive for each change.
-
-    ``update`` is a standard Yjs update holding exactly this change; ``paths``
-    the paths written; ``origin`` is ``"local"`` for merges and ``"remote"``
-    for updates received with :meth:`SharedState.apply_update`. A merge made
-    by :meth:`SharedState.commit` with a ``request_id`` carries it and its
-    ``writer`` (the two make the request's key).
-    """
-
-    seq: int
-    update: bytes
-    token: VersionVector
-    agent: str | None
-    paths: tuple[Path, ...]
-    origin: str
-    time: float
-    conflicts: tuple[Conflict, ...] = ()
-    request_id: int | None = None
-    writer: str | None = None
-
-
-Listener = Callable[[StateUpdate], None]
-
-
-class Journal(Protocol):
-    """Where a durable state records changes (see ``crdt_state.storage``).
-
-    ``record`` is called under the state lock, in order; ``wait`` after the
-    lock is released, and returns once the change is durable.
-    """
-
-    def record(self, change: StateUpdate) -> int: ...
-
-    def wait(self, ticket: int) -> None: ...
-
-
-class AsyncJournal(Journal, Protocol):
-    """A journal that can also report durability by callback (for asyncio callers).
-
-    ``on_durable(ticket, done)`` calls ``done(None)`` once the ticket is
-    durable, or ``done(error)`` if it never will be; from any thread.
-    """
-
-    def on_durable(self, ticket: int, done: Callable[[BaseException | None], None]) -> None: ...
-
-
-class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
+class SharedState:
     """The authoritative, thread-safe state that branches fork from and merge into.
 
     Args:
@@ -114,6 +59,10 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
             typed reads, validation of every write and merge, per-field policies.
         initialize: write the schema's defaults into an empty state (turn off
             for a replica that will receive its content from elsewhere).
+        follower: a replica that mirrors an authority (a hub client's replica):
+            it takes received updates as they are (the authority validated them)
+            and never writes on its own, not even the tick that marks a received
+            deletion (the authority ticks for it).
     """
 
     def __init__(
@@ -125,59 +74,124 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         client_id: int | None = None,
         schema: type[BaseModel] | None = None,
         initialize: bool = True,
+        follower: bool = False,
     ) -> None:
-        self._doc: Doc[Any] = Doc(client_id=client_id) if client_id is not None else Doc()
-        self._root = self._doc.get(ydoc.ROOT, type=Map)
-        self._meta = self._doc.get(ydoc.META_ROOT, type=Map)
-        self._lock = threading.RLock()
-        self._mirror: dict[str, Any] = {}
-        self._log = ChangeLog(VersionVector(), limit=history)
-        self._listeners: list[Listener] = []
-        self._updates: list[bytes] = []
-        self._update_sub: Any = None
-        self._journal: Journal | None = None
-        # A pure mirror of another state (a hub client's replica) must never write
-        # on its own: the authority ticks for it (see ``_tick``).
-        self._tick_remote = True
-        self._validate_updates = True  # a schema checks updates from other replicas
-        # Set once the document has been handed to anyone else (updates out or in,
-        # listeners): from then on it must keep its identity (see _reset_document).
-        self._shared = False
-        self._requests = RequestMemory()
-        self._closed = False  # a closed durable state takes no writes (see close())
-        # at least as deep as any value in the state (see ``values.MAX_DEPTH``): bounds the
-        # depth of values received from other replicas without reading the document
-        self._depth_mark = 0
-        self._held: bytes | None = None  # received structs Yjs keeps pending (replication)
-        self.epoch = 0
-        """How many times the document was rebuilt from its content (durable states)."""
-        self._store: Store | None = None
-        self._schema: StateSchema | None = None
+        typed = None
         if schema is not None:
-            from .schema import StateSchema
+            from .schema import StateSchema  # pydantic is only imported for typed states
 
-            self._schema = StateSchema(schema)
-            base = PolicyTable(self._schema.policies())
+            typed = StateSchema(schema)
+        core = StateCore(client_id=client_id, history=history, follower=follower, schema=typed)
+        self._core = core
+        if typed is not None:
+            base = PolicyTable(typed.policies())
             self._policies = PolicyTable(resolvers, default, parent=base)
-            if initialize:
-                defaults = self._schema.defaults()
-                if defaults:
-                    self._apply_local(
-                        [Change("set", (k,), v) for k, v in defaults.items()], "schema", ()
-                    )
+            defaults = typed.defaults() if initialize else {}
+            if defaults:
+                changes = [Change("set", (k,), v) for k, v in defaults.items()]
+                with core.lock:
+                    apply_writes(core, changes, "schema", ())
         else:
             self._policies = PolicyTable(resolvers, default)
 
-    # -- reading -------------------------------------------------------------
+    # -- opening a stored state -----------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        **options: Any,
+    ) -> Self:
+        """Create or reopen a state stored in the SQLite file at ``path``.
+
+        Args:
+            path: the file; created when missing (its directory must exist).
+            options: the storage options of :meth:`crdt_state.storage.SqliteStore.open`
+                (``durability``, ``keep_history``, ``keep_conflicts``,
+                ``compact_document``) and the constructor's.
+
+        Raises:
+            StorageError: a foreign, damaged, newer or already open file (untouched).
+        """
+        from .storage import STORE_OPTIONS, SqliteStore
+
+        settings = {k: options.pop(k) for k in STORE_OPTIONS if k in options}
+        return cls.open_store(SqliteStore.open(path, **settings), **options)
+
+    @classmethod
+    def open_store(cls, store: StateStore, **options: Any) -> Self:
+        """Create or reopen the state ``store`` keeps (any :class:`StateStore`).
+
+        A new store gets the state's first snapshot (schema defaults included);
+        a store with content is replayed exactly (content and token), with a
+        new client id (``client_id`` is refused if it already wrote there), and
+        schema defaults are not written again. The store belongs to the state
+        from then on (closed with it; closed here if opening fails).
+
+        Args:
+            store: the storage, freshly opened.
+            options: the constructor's (``resolvers``, ``default``, ``history``,
+                ``client_id``, ``schema``, ``initialize``).
+
+        Raises:
+            StorageError: the stored data is damaged, or ``client_id`` is unsafe.
+        """
+        try:
+            stored = store.load()
+            if stored is None:
+                state = cls(**options)
+                store.create(*_durable.initial(state._core))
+            else:
+                client_id = _durable.client_id_for(stored, options.get("client_id"), store.name)
+                state = cls(**{**options, "client_id": client_id, "initialize": False})
+                _durable.restore(state._core, stored, store.name)
+        except BaseException:
+            store.close()
+            raise
+        core = state._core
+        with core.lock:
+            core.observe_updates()  # the store needs each change's update bytes
+            core.store = store
+        store.on_epoch_due(state._start_epoch)
+        return state
+
+    @property
+    def _requests(self) -> RequestMemory:
+        """The remembered requests (kept for tests/sync until the lead merges the
+        restructure; core code uses ``self._core.requests``)."""
+        return self._core.requests
+
+    def _start_epoch(self) -> bool:
+        """The store asks for a new epoch (see :func:`crdt_state._durable.start_epoch`)."""
+        return _durable.start_epoch(self._core)
+
+    # -- reading ------------------------------------------------------------------------
     @property
     def token(self) -> VersionVector:
         """The current version (a Yjs state vector)."""
-        return self._log.head_token
+        return self._core.log.head_token
+
+    @property
+    def position(self) -> int:
+        """The log position of the current version: how many change sets this state
+        has integrated (merges and received updates). A branch remembers the position
+        it forked at; :meth:`read_at` reads the state as it was at a position."""
+        return self._core.log.head_seq
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The re-entrant lock that guards this state.
+
+        Hold it to read the state together with something of your own in one
+        consistent moment (a hub client reads its replica and its queue of
+        unconfirmed merges so). Never hold it across an ``await`` or a slow call:
+        every merge and update waits for it.
+        """
+        return self._core.lock
 
     @property
     def client_id(self) -> int:
         """This replica's Yjs client id."""
-        return int(self._doc.client_id)
+        return int(self._core.doc.client_id)
 
     @property
     def policies(self) -> PolicyTable:
@@ -186,37 +200,113 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
 
     def snapshot(self) -> dict[str, Any]:
         """A deep copy of the whole state as plain Python data."""
-        with self._lock:
-            snapshot: dict[str, Any] = copy_value(self._mirror)
+        with self._core.lock:
+            snapshot: dict[str, Any] = copy_value(self._core.mirror)
             return snapshot
 
     def read(self) -> tuple[dict[str, Any], VersionVector]:
         """``(snapshot, token)`` taken atomically."""
-        with self._lock:
-            return copy_value(self._mirror), self._log.head_token
+        with self._core.lock:
+            return copy_value(self._core.mirror), self._core.log.head_token
 
     def get(self, path: Any, default: Any = None) -> Any:
         """The value at ``path`` (a copy), or ``default`` when absent."""
         key = parse_path(path)
-        with self._lock:
-            value = tree_get(self._mirror, key)
+        with self._core.lock:
+            value = tree_get(self._core.mirror, key)
         return default if value is MISSING else copy_value(value)
 
     def __contains__(self, path: object) -> bool:
-        with self._lock:
-            return tree_get(self._mirror, parse_path(path)) is not MISSING
+        with self._core.lock:
+            return tree_get(self._core.mirror, parse_path(path)) is not MISSING
 
-    # -- branches -----------------------------------------------------------
+    def read_at(self, path: Any, position: int) -> Any:
+        """A copy of the value ``path`` had at log ``position`` (see :attr:`position`);
+        :data:`MISSING` when absent. Raises :class:`~crdt_state.errors.StaleBase` for
+        a position older than the retained history."""
+        return self._core.read_at(parse_path(path), position)
+
+    def keys_at(self, position: int) -> set[str]:
+        """Every top-level key that may have had a value at log ``position`` (a superset)."""
+        return self._core.keys_at(position)
+
+    def validate_base(self, base: VersionVector) -> None:
+        """Raise :class:`UnknownBase`/:class:`StaleBase` if ``base`` cannot be judged."""
+        with self._core.lock:
+            self._core.log.seq_of(base)
+
+    # -- branches and merges ------------------------------------------------------------
     def fork(self, agent: str) -> Branch:
         """A new branch for ``agent`` at the current version; O(1), no copy."""
-        from .branch import Branch
-
         if not isinstance(agent, str) or not agent:
             raise TypeError("agent must be a non-empty str")
-        with self._lock:
-            if self._closed:
-                self._check_open()
-            return Branch(self, agent, self._log.head_seq, self._log.head_token)
+        core = self._core
+        with core.lock:
+            if core.closed:
+                core.check_open()
+            return Branch(self, agent, core.log.head_seq, core.log.head_token)
+
+    def ensure_open(self) -> None:
+        """Raise :class:`~crdt_state.errors.StateClosed` once a durable state is closed."""
+        if self._core.closed:
+            self._core.check_open()
+
+    def prepare(self, changes: Mapping[Any, Any] | Iterable[Change]) -> list[Change]:
+        """A change set as this state would merge it: paths parsed, values validated
+        (schema included) and normalised, each path named once.
+
+        ``changes`` is ``{path: value}`` (:data:`MISSING` deletes) or
+        :class:`Change` objects. Raises what a merge of them would raise for a bad
+        value or path (:class:`~crdt_state.errors.CrdtStateError` subclasses,
+        ``TypeError`` for objects that are not changes); the state is not touched.
+        """
+        return _merge.prepare_changes(self._core, changes)
+
+    def prepare_value(self, path: Path, value: Any) -> Any:
+        """``value`` validated (schema included) and normalised for writing at ``path``."""
+        return self._core.prepare_value(path, value)
+
+    def prepare_items(self, path: Path, items: list[Any]) -> list[Any]:
+        """``items`` validated and normalised for appending at ``path``."""
+        return self._core.prepare_items(path, items)
+
+    def merge_at(
+        self,
+        changes: list[Change],
+        position: int,
+        agent: str,
+        *,
+        resolvers: Mapping[Any, object] | None = None,
+        default: object | None = None,
+    ) -> MergeResult:
+        """Merge prepared ``changes`` computed on the state at log ``position``.
+
+        What :meth:`Branch.merge` calls (see it for the conflict rules); waits
+        until the change is durable.
+
+        Raises:
+            ConflictError: unresolved conflicts; nothing applied.
+            StaleBase: ``position`` is older than the retained history.
+        """
+        table = self._policies.overlay(resolvers, default)
+        result, ticket = _merge.merge(self._core, changes, position, agent, table)
+        self._core.wait_durable(ticket)
+        return result
+
+    async def amerge_at(
+        self,
+        changes: list[Change],
+        position: int,
+        agent: str,
+        *,
+        resolvers: Mapping[Any, object] | None = None,
+        default: object | None = None,
+    ) -> MergeResult:
+        """:meth:`merge_at` for asyncio code (the disk wait does not block the loop)."""
+        table = self._policies.overlay(resolvers, default)
+        result, ticket = _merge.merge(self._core, changes, position, agent, table)
+        await self._core.await_durable(ticket)
+        return result
 
     def commit(
         self,
@@ -256,10 +346,10 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         exactly as sent (without any conflict); otherwise
         :class:`~crdt_state.BrokenChain` is raised and nothing is applied.
         """
-        result, ticket = self._commit_now(
+        result, ticket = self._commit(
             changes, base, agent, resolvers, default, request_id, writer, builds_on
         )
-        self._settle(ticket)
+        self._core.wait_durable(ticket)
         return result
 
     async def acommit(
@@ -275,13 +365,13 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         builds_on: Iterable[int] = (),
     ) -> MergeResult:
         """:meth:`commit` for asyncio code: a durable state's disk wait does not block the loop."""
-        result, ticket = self._commit_now(
+        result, ticket = self._commit(
             changes, base, agent, resolvers, default, request_id, writer, builds_on
         )
-        await self._asettle(ticket)
+        await self._core.await_durable(ticket)
         return result
 
-    def _commit_now(
+    def _commit(
         self,
         changes: Mapping[Any, Any] | Iterable[Change],
         base: VersionVector,
@@ -289,318 +379,18 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
         resolvers: Mapping[Any, object] | None,
         default: object | None,
         request_id: int | None,
-        writer: str | None = None,
-        builds_on: Iterable[int] = (),
+        writer: str | None,
+        builds_on: Iterable[int],
     ) -> tuple[MergeResult, int | None]:
         """The shared part of :meth:`commit` and :meth:`acommit` (no durability wait)."""
-        if self._closed:
-            self._check_open()
-        ops = self._ops_from(changes)
+        self.ensure_open()
+        ops = self.prepare(changes)
         scope = agent if writer is None else writer
         key = None if request_id is None else RequestKey(scope, request_id)
-        chain = tuple(builds_on)
-        with self._lock:
-            done = self._requests.result(key)
-            if done is not None:  # answered once the original is durable too
-                return done, self._store.last_ticket() if self._store is not None else None
-            seq = self._log.seq_of(base)
-            targets = {op.path: op.kind == "append" for op in ops}
-            if chain:  # the chain's own changes, and what they overwrote, are part of the base
-                mine = self._requests.chain_keys(scope, chain)
-                entries, moved = self._log.for_chain(
-                    seq, targets, base, mine, self._requests.tokens_of
-                )
-            else:  # only the entries that concern ops (see ChangeLog.for_merge)
-                entries = self._log.for_merge(seq, targets, base)
-                moved = self._log.moved(seq, base)
-            result, ticket = self._merge_now(
-                ops,
-                seq,
-                agent,
-                resolvers,
-                default,
-                entries=entries,
-                fast_forward=not moved,
-                request_id=key,
-            )
-            if key is not None and (result.conflicts or not result.applied):
-                ticket = self._remember_request(key, result, ticket)
-            return result, ticket
-
-    def _remember_request(
-        self, key: RequestKey, result: MergeResult, ticket: int | None
-    ) -> int | None:
-        """Remember a request that met conflicts or wrote nothing (under the lock).
-
-        A merge that wrote something is remembered (and journaled) with its
-        change; this records whether it met conflicts, and remembers merges
-        that wrote nothing, which have no change to journal them: a durable
-        state stores them on their own. Returns the ticket to wait for.
-        """
-        clean = not result.conflicts
-        self._requests.remember(key, result.token, result.applied, clean=clean)
-        if not result.applied and self._store is not None:
-            return self._store.remember_request(key, result.token, self._log.head_seq, clean)
-        return ticket
-
-    def _ops_from(self, changes: Mapping[Any, Any] | Iterable[Change]) -> list[Change]:
-        items: Iterable[Change]
-        if isinstance(changes, Mapping):
-            items = [
-                Change("delete", parse_path(p)) if v is MISSING else Change("set", parse_path(p), v)
-                for p, v in changes.items()
-            ]
-        else:
-            items = changes
-        ops: list[Change] = []
-        for op in items:
-            if not isinstance(op, Change):
-                raise TypeError(f"changes must be Change objects, got {type(op).__name__}")
-            path = parse_path(op.path)
-            if op.kind == "set":
-                ops.append(Change("set", path, self._prepare(path, op.value)))
-            elif op.kind == "delete":
-                ops.append(Change("delete", path))
-            elif op.kind == "append":
-                if not isinstance(op.value, (list, tuple)):
-                    raise WrongType("append takes a list of items", path=path)
-                ops.append(Change("append", path, self._prepare_items(path, list(op.value))))
-            else:
-                raise CrdtStateError(f"unknown change kind {op.kind!r}", path=path)
-        check_disjoint(ops)
-        return ops
-
-    # -- merging --------------------------------------------------------------
-    def _read_at(self, path: Path, seq: int) -> Any:
-        """A copy of the value ``path`` had at log position ``seq``."""
-        with self._lock:
-            current = tree_get(self._mirror, path)
-            if seq != self._log.head_seq:
-                current = read_at(current, path, self._log.for_reading(seq, path))
-            return copy_value(current)
-
-    def _read_at_keys(self, seq: int) -> set[str]:
-        """Every top-level key that may have had a value at log position ``seq``."""
-        with self._lock:
-            keys = set(self._mirror)
-            keys.update(self._log.keys_since(seq))
-            return keys
-
-    def _merge_now(
-        self,
-        ops: list[Change],
-        base_seq: int,
-        agent: str,
-        resolvers: Mapping[Any, object] | None,
-        default: object | None,
-        *,
-        entries: list[Entry] | None = None,
-        fast_forward: bool | None = None,
-        request_id: RequestKey | None = None,
-    ) -> tuple[MergeResult, int | None]:
-        """Judge and apply a merge under the lock; returns the result and its journal ticket.
-
-        The judging is :func:`crdt_state.planner.plan_merge`, on ``entries``
-        (and ``fast_forward``) when given, else on the log's entries after
-        ``base_seq`` that concern ``ops`` (:meth:`ChangeLog.for_merge`); a
-        refused plan raises :class:`ConflictError` and changes nothing. A
-        ``request_id`` (the request's key) is remembered with the change (and
-        journaled with it).
-        """
         table = self._policies.overlay(resolvers, default)
-        ticket: int | None = None
-        with self._lock:
-            if self._closed:
-                self._check_open()
-            if entries is None:
-                fast_forward = base_seq == self._log.head_seq
-                targets = {} if fast_forward else {op.path: op.kind == "append" for op in ops}
-                entries = self._log.for_merge(base_seq, targets)
-            head = self._log.head_token
-            plan = plan_merge(
-                ops,
-                entries,
-                self._mirror,
-                table,
-                agent=agent,
-                head=head,
-                base_token=lambda: self._log.token_at(base_seq),
-                fast_forward=fast_forward,
-            )
-            if plan.refused:
-                if self._store is not None:  # the conflict audit log keeps refusals too
-                    self._store.audit(plan.conflicts, head)
-                raise plan.error()
-            conflicts = tuple(plan.conflicts)
-            self._check_plan(plan.writes)
-            if not plan.writes:
-                if conflicts and self._store is not None:
-                    self._store.audit(conflicts, head)
-                empty = MergeResult(
-                    token=head, conflicts=conflicts, fast_forward=plan.fast_forward, agent=agent
-                )
-                return empty, None
-            entry, change = self._apply_local(plan.writes, agent, conflicts, request_id)
-            if request_id is not None:
-                self._requests.remember(request_id, entry.token, tuple(entry.writes))
-            if self._journal is not None and change is not None:
-                ticket = self._journal.record(change)
-        result = MergeResult(
-            token=entry.token,
-            applied=tuple([op.path for op in plan.writes]),
-            conflicts=conflicts,
-            fast_forward=plan.fast_forward,
-            agent=agent,
-        )
-        return result, ticket
+        return _merge.commit(self._core, ops, base, agent, table, key, scope, tuple(builds_on))
 
-    def _apply_local(
-        self,
-        plan: list[Change],
-        agent: str | None,
-        conflicts: tuple[Conflict, ...],
-        request_id: RequestKey | None = None,
-    ) -> tuple[Entry, StateUpdate | None]:
-        """Write ``plan`` into the document and the mirror in one transaction, all or nothing.
-
-        Every write is checked against :data:`~crdt_state.values.MAX_DEPTH`
-        first (:class:`UnsupportedValue`, nothing touched). If a write still
-        fails half-way, every path written so far is restored in the same
-        transaction (see :mod:`crdt_state.rollback`); that transaction's update
-        (the partial operations and their compensation, no net change) is
-        logged as an entry that writes nothing, sent to listeners and
-        journaled, so replicas and the file stay identical to this document;
-        then :class:`WriteFailed` is raised (``KeyboardInterrupt`` and
-        friends are re-raised as they are, after the rollback).
-        """
-        depth = writes_depth(plan)  # validated before the document is touched
-        undo: list[tuple[Path, Any]] = []
-        writes: dict[Path, WriteKind] = {}
-        created = False
-        failure: BaseException | None = None
-        failed_at: Path | None = None
-        rolled_back = True
-        self._updates.clear()
-        with self._doc.transaction(origin=agent):
-            try:
-                for op in plan:
-                    failed_at = op.path
-                    if op.kind == "delete":
-                        before = tree_get(self._mirror, op.path)
-                        if before is MISSING:
-                            continue
-                        undo.append((op.path, before))
-                        ydoc.doc_delete(self._root, op.path)
-                        tree_delete(self._mirror, op.path)
-                        writes[op.path] = "delete"
-                        continue
-                    current = tree_get(self._mirror, op.path) if op.kind == "append" else MISSING
-                    if isinstance(current, list):
-                        undo.append((op.path, TruncateTo(len(current))))
-                        ydoc.doc_extend(self._root, op.path, op.value)
-                        current.extend(copy_value(op.value))
-                        writes[op.path] = "append"
-                    else:
-                        record = undo_record(self._mirror, op.path)
-                        undo.append(record)
-                        if op.kind == "append":
-                            ydoc.doc_extend(self._root, op.path, op.value)
-                        else:
-                            ydoc.doc_set(self._root, op.path, op.value)
-                        tree_set(self._mirror, op.path, copy_value(op.value), force=True)
-                        # a list written where there was none is an append to an empty list:
-                        # recorded so, it reads the same as when replayed or received elsewhere
-                        created_list = isinstance(op.value, list) and record[1] is MISSING
-                        writes[op.path] = "append" if created_list else op.kind
-                    created = True
-                failed_at = None
-                if writes and not created:
-                    self._tick()
-            except BaseException as exc:  # a pycrdt panic is a BaseException
-                failure = exc
-                rolled_back = roll_back(self._doc, self._mirror, undo)
-            # read inside the open transaction: no second transaction (saves ~1 us)
-            state = self._doc.get_state()
-        if failure is not None:
-            self._record_failed_write(agent, undo, rolled_back, state)
-            if isinstance(failure, INTERRUPTS):
-                raise failure
-            raise write_failed(failure, failed_at, agent, rolled_back) from failure
-        if depth > self._depth_mark:
-            self._depth_mark = depth
-        return self._record(
-            agent, writes, undo, "local", conflicts, state=state, request_id=request_id
-        )
-
-    def _record_failed_write(
-        self, agent: str | None, undo: list[tuple[Path, Any]], rolled_back: bool, state: bytes
-    ) -> None:
-        """Log (and journal) the transaction of a failed write if it reached the document.
-
-        Rolled back, it writes nothing: an entry with no writes keeps the log's
-        token equal to the document's. Otherwise the paths it touched are
-        logged as written, with their values before.
-        """
-        if VersionVector.from_state(state) == self._log.head_token:
-            self._updates.clear()  # nothing reached the document
-            return
-        writes: dict[Path, WriteKind] = {} if rolled_back else {p: "set" for p, _ in undo}
-        _, change = self._record(agent, writes, [] if rolled_back else undo, "local", state=state)
-        if self._journal is not None and change is not None:
-            self._journal.record(change)
-
-    def _tick(self) -> None:
-        """Advance this replica's clock (a write to the meta root).
-
-        Deletions alone add no operations to a Yjs document; without a tick,
-        the versions before and after a deletion would be equal tokens.
-        """
-        self._meta["tick"] = self._log.head_seq + 1
-
-    def _record(
-        self,
-        agent: str | None,
-        writes: dict[Path, WriteKind],
-        undo: list[tuple[Path, Any]],
-        origin: str,
-        conflicts: tuple[Conflict, ...] = (),
-        update: bytes | None = None,
-        state: bytes | None = None,
-        request_id: RequestKey | None = None,
-    ) -> tuple[Entry, StateUpdate | None]:
-        """Log the change just written; tell listeners and return it as a :class:`StateUpdate`.
-
-        The :class:`StateUpdate` (and its update bytes) is only built when someone
-        listens or a journal records it; otherwise ``None`` is returned. ``state``
-        is the document's state vector when the caller already has it.
-        """
-        token = VersionVector.from_state(self._doc.get_state() if state is None else state)
-        entry = self._log.append(agent, token, writes, undo, origin=origin, request=request_id)
-        if not self._listeners and self._journal is None:
-            self._updates.clear()
-            return entry, None
-        if update is None:
-            update = (
-                b"".join(self._updates) if len(self._updates) == 1 else join_updates(self._updates)
-            )
-        self._updates.clear()
-        change = StateUpdate(
-            seq=entry.seq,
-            update=update,
-            token=token,
-            agent=agent,
-            paths=tuple(writes),
-            origin=origin,
-            time=entry.time,
-            conflicts=conflicts,
-            request_id=None if request_id is None else request_id.request_id,
-            writer=None if request_id is None else request_id.writer,
-        )
-        for listener in list(self._listeners):
-            listener(change)
-        return entry, change
-
-    # -- transactions with retry -------------------------------------------------
+    # -- transactions with retry ----------------------------------------------------------
     def transact(
         self,
         fn: Callable[[Branch], T],
@@ -636,33 +426,194 @@ class SharedState(ReplicationMixin, DurableMixin, TypedMixin):
             self.fork, fn, agent=agent, retry=retry, resolvers=resolvers, default=default
         )
 
-    # -- listeners ------------------------------------------------------------------
+    # -- replication and listeners ------------------------------------------------------------
+    def get_update(self, since: VersionVector | None = None) -> bytes:
+        """A Yjs update with everything this state has beyond ``since`` (all when None)."""
+        core = self._core
+        with core.lock:
+            core.shared = True
+            if since is None:
+                return bytes(core.doc.get_update())
+            return bytes(core.doc.get_update(since.to_state()))
+
+    def apply_update(
+        self, update: bytes, *, agent: str | None = None, origin: str | None = None
+    ) -> MergeResult:
+        """Integrate a Yjs update from another replica (any Yjs peer).
+
+        Updates are idempotent and commutative: applying one twice, or several
+        in any order, gives the same state. Writes from updates are logged, so
+        branches forked earlier see them as concurrent changes.
+
+        Args:
+            update: the Yjs update.
+            agent: recorded as the change's agent (in history, blame, listeners).
+            origin: deprecated name of ``agent``.
+
+        Raises:
+            InvalidUpdate: malformed bytes (nothing changed).
+            UnsupportedValue: a value deeper than :data:`~crdt_state.values.MAX_DEPTH`
+                (nothing changed).
+        """
+        result, ticket = _replication.apply_update(self._core, update, agent or origin)
+        self._core.wait_durable(ticket)
+        return result
+
+    async def aapply_update(
+        self, update: bytes, *, agent: str | None = None, origin: str | None = None
+    ) -> MergeResult:
+        """:meth:`apply_update` for asyncio code (the disk wait does not block the loop)."""
+        result, ticket = _replication.apply_update(self._core, update, agent or origin)
+        await self._core.await_durable(ticket)
+        return result
+
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener(StateUpdate)`` after every change, in order, under the lock.
 
         Returns a function that removes the listener. Listeners must be quick
         and must not call back into the state's mutating methods.
         """
-        with self._lock:
-            if self._update_sub is None:
-                self._update_sub = self._doc.observe(self._on_transaction)
-            self._listeners.append(listener)
-            self._shared = True
+        core = self._core
+        with core.lock:
+            core.observe_updates()
+            core.listeners.append(listener)
+            core.shared = True
 
         def unsubscribe() -> None:
-            with self._lock:
-                if listener in self._listeners:
-                    self._listeners.remove(listener)
+            with core.lock:
+                if listener in core.listeners:
+                    core.listeners.remove(listener)
 
         return unsubscribe
 
-    def _on_transaction(self, event: Any) -> None:
-        self._updates.append(bytes(event.update))
+    # -- durability and history (a state with a store) ----------------------------------------
+    @property
+    def store(self) -> StateStore | None:
+        """The storage of a durable state (``None`` in memory)."""
+        return self._core.store
 
-    def validate_base(self, base: VersionVector) -> None:
-        """Raise :class:`UnknownBase`/:class:`StaleBase` if ``base`` cannot be judged."""
-        with self._lock:
-            self._log.seq_of(base)
+    @property
+    def epoch(self) -> int:
+        """How many times the document was rebuilt from its content (durable states)."""
+        return self._core.epoch
+
+    def _reader(self) -> StateStore:
+        store = self._core.store
+        if store is None:
+            raise TypeError("history needs a state opened with SharedState.open(path)")
+        self._core.check_open()
+        return store
+
+    def history(self, **filters: Any) -> list[HistoryEntry]:
+        """The recorded changes, oldest first (filters: ``agent``, ``path``, ``since``,
+        ``until``, ``limit``; see :meth:`crdt_state.journal.StateStore.history`)."""
+        return self._reader().history(**filters)
+
+    def at(self, token: VersionVector) -> dict[str, Any]:
+        """The snapshot as it was when the state had exactly ``token``."""
+        return self._reader().at(token)
+
+    def blame(self, path: Any) -> BlameEntry | None:
+        """Who last changed ``path`` (writing it, an ancestor or a descendant), when and where."""
+        return self._reader().blame(parse_path(path))
+
+    def conflicts(self, path: Any = None, since: float | None = None) -> list[ConflictRecord]:
+        """Recorded conflicts and their resolutions, optionally for one path / since a time."""
+        where = parse_path(path) if path is not None else None
+        return self._reader().conflicts(where, since)
+
+    def when_durable(self, callback: Callable[[BaseException | None], None]) -> None:
+        """Call ``callback(None)`` once every change made so far is durable.
+
+        "So far" means every change this state made or received, on any thread,
+        before this call: merges, received updates, and whatever ``get_update``
+        returned before it. ``callback(error)`` (a :class:`StorageError`) when one
+        of them will never be stored (the file failed or was closed first).
+        Durable means per the store's ``durability`` (``"off"``: at once).
+
+        For a state in memory, or once those changes are durable already, the
+        callback runs at once on the caller's thread; otherwise later, on the
+        store's writer thread, so it must be quick and thread-safe (hand over
+        with ``loop.call_soon_threadsafe``, say). Do not call this from a
+        listener of :meth:`subscribe`: the change being told is not recorded yet.
+        """
+        with self._core.lock:  # a change is told and recorded under one hold of the lock
+            store = self._core.store
+            ticket = store.last_ticket() if store is not None else 0
+        if store is None or ticket == 0:
+            callback(None)
+            return
+        store.on_durable(ticket, callback)
+
+    # -- typed states ----------------------------------------------------------------------------
+    @property
+    def schema(self) -> type[BaseModel] | None:
+        """The pydantic model of this state, if it has one."""
+        typed = self._core.schema
+        return typed.model_type if typed is not None else None
+
+    def _typed(self) -> StateSchema:
+        if self._core.schema is None:
+            raise TypeError("this state has no schema")
+        return self._core.schema
+
+    def model(self) -> BaseModel:
+        """The state as a validated instance of its schema (``TypeError`` without one)."""
+        return self._typed().to_model(self.snapshot())
+
+    def to_model(self, data: dict[str, Any]) -> BaseModel:
+        """``data`` (a snapshot of this state, or one like it) validated as an instance
+        of the schema: ``TypeError`` without one, :class:`~crdt_state.errors.SchemaError`
+        for bad data."""
+        return self._typed().to_model(data)
+
+    def json_schema(self) -> dict[str, Any]:
+        """The schema's JSON schema, ready to hand to an LLM as a tool definition."""
+        return self._typed().json_schema()
+
+    def prepare_fields(self, values: BaseModel | Mapping[str, Any]) -> list[tuple[Path, Any]]:
+        """The ``(path, prepared value)`` pairs :meth:`Branch.update` writes for ``values``.
+
+        A typed state takes a model (its set fields) or a partial dict of fields
+        (dotted paths allowed); an untyped state takes a dict of paths.
+
+        Raises:
+            TypeError: a model given to a state without schema.
+            SchemaError: a value the schema refuses.
+        """
+        typed = self._core.schema
+        if typed is not None:
+            items = typed.partial_items(values)
+        elif isinstance(values, Mapping):
+            items = [(parse_path(k), v) for k, v in values.items()]
+        else:
+            raise TypeError("update() takes a dict on a state without schema")
+        return [(path, self._core.prepare_value(path, v)) for path, v in items]
+
+    # -- closing -----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Flush and close the storage of a durable state (no-op in memory). Idempotent.
+
+        Merges already acknowledged stay durable. From then on every write
+        raises :class:`StateClosed` and changes nothing, in memory or on disk:
+        ``fork`` (and so ``transact``/``atransact``), merging or writing a
+        branch forked earlier, ``commit``/``acommit``, ``apply_update``/
+        ``aapply_update``; so do the readers that need the file (``history``,
+        ``at``, ``blame``, ``conflicts``). Reads of the content kept in memory
+        (``snapshot``, ``read``, ``get``, ``token``, ``get_update``) still work.
+        """
+        store = self._core.store
+        if store is None:
+            return
+        with self._core.lock:  # a merge in progress finishes (and is stored) first
+            self._core.closed = True
+        store.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def __repr__(self) -> str:
-        return f"<SharedState {self.token} keys={len(self._mirror)}>"
+        return f"<SharedState {self.token} keys={len(self._core.mirror)}>"

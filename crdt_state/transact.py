@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .conflicts import MergeResult
-from .errors import ConflictError, RetryExhausted, StaleBase
+from .conflicts import ConflictError, MergeResult, RetryExhausted
+from .errors import StaleBase
 from .retry import Retry
 
 if TYPE_CHECKING:

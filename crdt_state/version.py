@@ -148,8 +148,26 @@ class VersionVector(Mapping[int, int]):
         return vv
 
     @classmethod
-    def from_state(cls, state: bytes) -> VersionVector:
-        """Decode a Yjs state vector (``Doc.get_state()``); :class:`InvalidUpdate` if malformed."""
+    def from_state(cls, state: bytes, *, strict: bool = False) -> VersionVector:
+        """Decode a Yjs state vector: ``varuint n``, then ``n`` pairs ``(client, clock)``.
+
+        The one state-vector decoder of the project. Lenient by default (what
+        the core reads from its own pycrdt documents and files: a client listed
+        twice keeps its last clock); ``strict`` for bytes from the network.
+
+        Args:
+            state: the encoded state vector (``Doc.get_state()``; ``b"\\x00"`` is empty).
+            strict: also refuse a client listed twice, and a count of entries
+                that cannot fit in the bytes, before reading them.
+
+        Raises:
+            InvalidUpdate: truncated input, a varuint over 10 bytes, trailing
+                bytes, or (``strict``) a repeated client; ``details["reason"]``
+                is ``"duplicate_client"`` or ``"too_many_entries"`` for the
+                strict-only refusals.
+        """
+        if strict:
+            return cls._strict_from_state(state)
         # Fast path (this runs after every merge): decode every varuint in one pass;
         # anything unusual falls through to the checked decoder below for the exact error.
         values: list[int] = []
@@ -176,6 +194,28 @@ class VersionVector(Mapping[int, int]):
         for _ in range(count):
             client, pos = decode_varuint(state, pos)
             clock, pos = decode_varuint(state, pos)
+            clocks[client] = clock
+        if pos != len(state):
+            raise InvalidUpdate("trailing bytes after state vector", details={"offset": pos})
+        return cls(clocks)
+
+    @classmethod
+    def _strict_from_state(cls, state: bytes) -> VersionVector:
+        count, pos = decode_varuint(state, 0)
+        if count * 2 > len(state) - pos:  # each entry takes at least two bytes
+            raise InvalidUpdate(
+                f"a state vector of {len(state)} bytes cannot hold {count} entries",
+                details={"offset": pos, "reason": "too_many_entries"},
+            )
+        clocks: dict[int, int] = {}
+        for _ in range(count):
+            client, pos = decode_varuint(state, pos)
+            clock, pos = decode_varuint(state, pos)
+            if client in clocks:
+                raise InvalidUpdate(
+                    f"the state vector lists client {client} twice",
+                    details={"offset": pos, "client": client, "reason": "duplicate_client"},
+                )
             clocks[client] = clock
         if pos != len(state):
             raise InvalidUpdate("trailing bytes after state vector", details={"offset": pos})

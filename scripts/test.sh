@@ -5,6 +5,11 @@ cd "$(dirname "$0")/.."
 
 python3 -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 
+# Redis and PostgreSQL for the cluster tests: installed (apt-get) and started where missing;
+# CRDT_STATE_TEST_REDIS / CRDT_STATE_TEST_POSTGRES point the tests at other servers.
+services_env=$(bash scripts/test-services.sh)
+eval "$services_env"
+
 # Real Yjs peers for the interop tests (yjs + y-websocket in Node).
 if [ -f tests/interop/package-lock.json ]; then
     (cd tests/interop && npm ci --omit=optional --no-audit --no-fund --loglevel=error)

@@ -1,43 +1,65 @@
 """Network side of crdt-state: a websocket sync hub, remote agents, the wire protocol.
 
-- :class:`Hub`: an asyncio websocket server of rooms, speaking y-websocket
-  (stock Yjs clients join) plus a branch-merge extension.
-- :func:`connect`: a remote agent's live replica of a room, with the
+Three layers (``docs/architecture.md``):
+
+- :mod:`sync.wire`: the pure codec of the y-websocket protocol plus the merge extension
+  (``docs/protocol.md`` has the layouts), and the error root :class:`SyncError`;
+- :mod:`sync.server`: :class:`Hub`, an asyncio websocket server of rooms speaking
+  y-websocket (stock Yjs clients join) plus branch merges;
+- :mod:`sync.client`: :func:`connect`, a remote agent's live replica of a room with the
   fork/merge API of :class:`crdt_state.SharedState`, working offline too;
   :func:`connect_blocking` is the same for threaded code.
-- :mod:`sync.protocol`: the pure codec; ``docs/protocol.md`` has the layouts.
+
+``server`` and ``client`` never import each other. :mod:`sync.mcp` serves a state to MCP
+clients; :mod:`sync.cli` is the ``crdt-state`` command.
 """
 
-from sync.auth import AuthError, Grant, mint_token, verify_token
-from sync.blocking import BlockingBranch, BlockingRemote, connect_blocking
-from sync.changes import (
+from sync.client import (
+    BlockingBranch,
+    BlockingRemote,
+    RemoteBranch,
+    RemoteError,
+    RemoteState,
+    RemoteToken,
+    connect,
+    connect_blocking,
+)
+from sync.server import (
+    AuthError,
+    Grant,
+    Hub,
+    HubPeer,
+    Limits,
+    PeerRefused,
+    mint_token,
+    verify_token,
+)
+from sync.wire import (
+    MERGE_MESSAGE_TYPE,
     MISSING,
-    Change,
+    Awareness,
     ChangeKind,
-    ConflictRecord,
+    CloseCode,
+    ErrorCode,
     ErrorRecord,
     JsonValue,
-    Missing,
-    Path,
-)
-from sync.client import RemoteBranch, RemoteError, RemoteState, RemoteToken, connect
-from sync.errors import CloseCode, ErrorCode, ProtocolError, SyncError
-from sync.hub import Hub
-from sync.limits import Limits
-from sync.protocol import (
-    MERGE_MESSAGE_TYPE,
-    Awareness,
+    MergeReply,
     MergeRequest,
-    MergeResult,
     MergeStatus,
     Message,
     MessageType,
+    Missing,
     PermissionDenied,
+    ProtocolError,
     QueryAwareness,
+    SyncError,
     SyncStep1,
     SyncStep2,
     SyncUpdate,
     UnknownMessage,
+    WireChange,
+    WireConflict,
+    WirePath,
     decode_message,
     encode_message,
 )
@@ -49,7 +71,9 @@ __all__ = [
     "connect_blocking",
     "Grant",
     "Hub",
+    "HubPeer",
     "Limits",
+    "PeerRefused",
     "RemoteBranch",
     "RemoteError",
     "RemoteState",
@@ -60,20 +84,17 @@ __all__ = [
     "MERGE_MESSAGE_TYPE",
     "MISSING",
     "Awareness",
-    "Change",
     "ChangeKind",
     "CloseCode",
-    "ConflictRecord",
     "ErrorCode",
     "ErrorRecord",
     "JsonValue",
+    "MergeReply",
     "MergeRequest",
-    "MergeResult",
     "MergeStatus",
     "Message",
     "MessageType",
     "Missing",
-    "Path",
     "PermissionDenied",
     "ProtocolError",
     "QueryAwareness",
@@ -82,6 +103,9 @@ __all__ = [
     "SyncStep2",
     "SyncUpdate",
     "UnknownMessage",
+    "WireChange",
+    "WireConflict",
+    "WirePath",
     "decode_message",
     "encode_message",
 ]

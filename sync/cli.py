@@ -16,10 +16,10 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from . import mcp_cli
-from .auth import mint_token
-from .hub import Hub
-from .limits import Limits
+from sync.mcp import cli as mcp_cli
+from sync.server.auth import mint_token
+from sync.server.hub import Hub
+from sync.server.limits import Limits
 
 __all__ = ["main"]
 

@@ -6,7 +6,7 @@ loopback:
 - in-process agents on the hub's own :class:`SharedState` (``atransact`` with
   ``resolvers.retry``, and branches forked in one step and merged in a later
   one, possibly after a hub restart),
-- remote agents (:class:`sync.client.RemoteState` with a ``local`` SQLite file
+- remote agents (:class:`sync.client.remote.RemoteState` with a ``local`` SQLite file
   and the ``counter`` policy) writing online, offline while the hub is stopped,
   and reconnecting when it starts again on the same port and files,
 - plain Yjs writers (a pycrdt ``Doc`` replica) writing their own key and
@@ -23,22 +23,18 @@ its last successful value, and every replica has the same snapshot as the hub.
 from __future__ import annotations
 
 import asyncio
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from hubs import FAST, RestartableHub, eventually
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from pycrdt import Doc, Map
 
 from crdt_state import Branch, CrdtStateError, Retry, SharedState, resolvers
-
-sys.path.insert(0, str(Path(__file__).parent / "sync"))
-from hubs import FAST, RestartableHub, eventually
-
-from sync.client import RemoteState
+from sync.client.remote import RemoteState
 
 ROOM = "proof/room"
 INPROC = ["p0", "p1"]

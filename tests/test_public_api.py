@@ -9,7 +9,7 @@ import pathlib
 import pytest
 
 import crdt_state
-from crdt_state import errors
+from crdt_state import conflicts, errors
 
 # Codes are part of the API (programs and prompts match on them): pinned here.
 STABLE_CODES = {
@@ -90,10 +90,12 @@ def test_submodule_all_names_exist(module_name: str) -> None:
 
 
 def _error_classes() -> list[type[BaseException]]:
+    """Every exception class of the library (the conflict errors live with Conflict)."""
     return [
         obj
-        for _, obj in inspect.getmembers(errors, inspect.isclass)
-        if issubclass(obj, BaseException) and obj.__module__ == errors.__name__
+        for module in (errors, conflicts)
+        for _, obj in inspect.getmembers(module, inspect.isclass)
+        if issubclass(obj, BaseException) and obj.__module__ == module.__name__
     ]
 
 
@@ -146,18 +148,21 @@ def test_errors_carry_code_path_and_details() -> None:
     assert exhausted.to_dict()["details"] == {"attempts": 3}
 
 
+SYNC_ROOT = pathlib.Path(crdt_state.__file__).parent.parent.joinpath("sync")
+
+
 @pytest.mark.parametrize(
     "module_name",
     sorted(
-        path.stem
-        for path in pathlib.Path(crdt_state.__file__).parent.parent.joinpath("sync").glob("*.py")
+        ".".join(("sync", *path.relative_to(SYNC_ROOT).with_suffix("").parts))
+        for path in SYNC_ROOT.rglob("*.py")
         if not path.stem.startswith("_")
     ),
 )
 def test_sync_submodule_all_names_exist(module_name: str) -> None:
-    module = importlib.import_module(f"sync.{module_name}")
+    module = importlib.import_module(module_name)
     for name in getattr(module, "__all__", ()):
-        assert hasattr(module, name), f"sync.{module_name}.{name}"
+        assert hasattr(module, name), f"{module_name}.{name}"
 
 
 def test_every_module_declares_all() -> None:
@@ -165,8 +170,9 @@ def test_every_module_declares_all() -> None:
     missing = [
         str(path.relative_to(root))
         for package in ("crdt_state", "sync")
-        for path in (root / package).glob("*.py")
+        for path in (root / package).rglob("*.py")
         if path.stem not in ("__init__", "cli", "__main__")
+        and (package == "sync" or path.parent == root / package)
         and "__all__" not in path.read_text(encoding="utf-8")
     ]
     assert not missing

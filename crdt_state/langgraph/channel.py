@@ -7,7 +7,14 @@ per run from the checkpoint); every copy reads and merges into the same state.
 Per superstep: nodes read the snapshot the channel took at the end of the
 previous step (its *token* is the fork base of every node of the step); the
 partial updates they return (:mod:`crdt_state.langgraph.updates`) are merged
-one writer at a time, each judged against that token. Disjoint writes merge;
+one writer at a time, each judged against that token. A task started by a
+``Send`` is the exception: its input was computed by a conditional edge from
+the snapshot of the step *before* (plus the sending node's own writes), so its
+writes are judged against that step's token; whatever was merged since,
+by other runs or by other nodes of that step, is a conflict for the policies,
+never overwritten. (The sending node's own writes count too: a counter
+incremented both by a node and by the tasks it sends is counted twice, so
+pass such counts through the ``Send`` instead.) Disjoint writes merge;
 writes to overlapping paths (equal values included) go to the policies;
 conflicts name the writing node (``worker#3`` for the fourth ``Send`` to
 ``worker``). Unresolved conflicts raise :class:`GraphConflictError` once every
@@ -29,8 +36,8 @@ from typing import Any, Self
 from langgraph.channels.base import BaseChannel
 from langgraph.errors import InvalidUpdateError
 
-from ..conflicts import Change, Conflict
-from ..errors import ConflictError, CrdtStateError
+from ..conflicts import Change, Conflict, ConflictError
+from ..errors import CrdtStateError
 from ..version import VersionVector
 from .binding import Binding, request_id_for
 from .updates import apply_changes, update_changes
@@ -74,6 +81,7 @@ class _Writer:
     agent: str
     task_id: str | None
     index: int
+    sent: bool = False  # a task started by a ``Send``: its input came from the step before
 
 
 class SharedChannel(BaseChannel[dict[str, Any], dict[str, Any], dict[str, Any]]):
@@ -95,6 +103,7 @@ class SharedChannel(BaseChannel[dict[str, Any], dict[str, Any], dict[str, Any]])
         "_binding",
         "_default",
         "_detached",
+        "_previous",
         "_reported",
         "_resolvers",
         "_snapshot",
@@ -116,6 +125,9 @@ class SharedChannel(BaseChannel[dict[str, Any], dict[str, Any], dict[str, Any]])
         self._token: VersionVector | None = None
         self._reported: VersionVector | None = None  # the token LangGraph last saw change
         self._detached = False
+        # the fork base of the step before: what the Sends made in that step were computed
+        # from (a conditional edge reads a preview of the step's snapshot, see ``copy``)
+        self._previous: VersionVector | None = None
 
     @property
     def state(self) -> Any:
@@ -208,10 +220,13 @@ class SharedChannel(BaseChannel[dict[str, Any], dict[str, Any], dict[str, Any]])
         if self._detached:
             return self._preview(values)
         if not values:
+            self._previous = self._token
             if self._token is None or self._binding.token != self._token:
                 self._load()
             return self._report()
         _, base = self._current()
+        sent_base = self._previous if self._previous is not None else base
+        self._previous = base
         writers = _writers(self.key, values)
         refused: list[tuple[str, ConflictError]] = []
         for position, value in enumerate(values):
@@ -226,7 +241,7 @@ class SharedChannel(BaseChannel[dict[str, Any], dict[str, Any], dict[str, Any]])
             try:
                 self._binding.commit(
                     changes,
-                    base,
+                    sent_base if writer is not None and writer.sent else base,
                     agent,
                     resolvers=self._resolvers,
                     default=self._default,
@@ -302,7 +317,8 @@ def _match(key: str, tasks: Sequence[Any], wanted: set[int]) -> dict[int, _Write
             continue
         path: Sequence[Any] = getattr(task, "path", ())
         agent = name
-        if len(path) >= 2 and path[0] == _PUSH and isinstance(path[1], int):
+        sent = len(path) >= 2 and path[0] == _PUSH and isinstance(path[1], int)
+        if sent:
             agent = f"{name}#{path[1]}"
         task_id = getattr(task, "id", None)
         index = 0
@@ -310,7 +326,7 @@ def _match(key: str, tasks: Sequence[Any], wanted: set[int]) -> dict[int, _Write
             channel, value = write
             if channel == key and id(value) in wanted:
                 found[id(value)] = _Writer(
-                    agent, task_id if isinstance(task_id, str) else None, index
+                    agent, task_id if isinstance(task_id, str) else None, index, sent
                 )
                 index += 1
     return found

@@ -1,4 +1,4 @@
-"""A minimal y-websocket client in Python: raw ``websockets`` + ``sync.protocol`` + pycrdt.
+"""A minimal y-websocket client in Python: raw ``websockets`` + ``sync.wire.protocol`` + pycrdt.
 
 It exists to prove that our codec interoperates with real Yjs peers; the library's own
 remote client lives in ``sync``. It is synchronous and single-threaded: nothing happens
@@ -22,7 +22,7 @@ from urllib.parse import quote, urlencode
 import pycrdt
 from websockets.sync.client import ClientConnection, connect
 
-from sync.protocol import (
+from sync.wire.protocol import (
     Message,
     SyncStep1,
     SyncStep2,

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Awaitable, Callable
 
+import hubs
 import pytest
 from yjs_node import NodeHarnessError, NodeYjsClient, interop_required, node_missing_reason
 
 from crdt_state import ConflictError
-from sync.auth import mint_token
-from sync.client import connect
-from sync.hub import Hub
+from sync.client.remote import connect
+from sync.server.auth import mint_token
+from sync.server.hub import Hub
 
 pytestmark = pytest.mark.interop
 
@@ -27,16 +28,9 @@ def _node_available() -> None:
         pytest.skip(reason)
 
 
-@pytest.fixture
-async def hub() -> AsyncIterator[Hub]:
-    async with Hub(port=0) as running:
-        yield running
-
-
-async def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not check():
-            await asyncio.sleep(0.005)
+def eventually(check: Callable[[], bool]) -> Awaitable[None]:
+    """Node clients are slower to start: wait up to 10 s."""
+    return hubs.eventually(check, timeout=10.0)
 
 
 def base_url(hub: Hub) -> str:

@@ -16,8 +16,8 @@ import pytest
 from pycrdt_client import PycrdtClient
 from yjs_node import NodeYjsClient, ReferenceServer, interop_required, node_missing_reason
 
-from sync.changes import Change, ChangeKind
-from sync.protocol import Awareness, MergeResult, encode_merge_request
+from sync.wire.changes import ChangeKind, WireChange
+from sync.wire.protocol import Awareness, MergeReply, encode_merge_request
 
 pytestmark = pytest.mark.interop
 
@@ -116,10 +116,10 @@ def test_awareness_from_node_peers_decodes(server: ReferenceServer, room: str) -
 def test_reference_server_ignores_merge_extension(server: ReferenceServer, room: str) -> None:
     with PycrdtClient(server.url, room) as py, NodeYjsClient(server.url, room) as alice:
         assert py.wait_synced()
-        change = Change(ChangeKind.SET, ("k",), "via merge")
+        change = WireChange(ChangeKind.SET, ("k",), "via merge")
         py.send_raw(encode_merge_request(1, "agent-1", py.doc.get_state(), [change]))
         py.set("after", "still connected")  # the connection survived the unknown type
         assert alice.wait("after", "still connected")
         assert alice.get() == {"after": "still connected"}  # the merge was not applied
         assert py.wait("after", "still connected")
-        assert not any(isinstance(m, MergeResult) for m in py.received)
+        assert not any(isinstance(m, MergeReply) for m in py.received)

@@ -16,12 +16,13 @@ import json
 import os
 import queue
 import shutil
-import socket
 import subprocess
 import threading
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
+
+from hubs import free_port
 
 INTEROP_DIR = Path(__file__).resolve().parent
 SERVER_JS = INTEROP_DIR / "node_modules" / "y-websocket" / "bin" / "server.js"
@@ -46,14 +47,6 @@ def node_missing_reason() -> str | None:
 def interop_required() -> bool:
     """True when a missing harness must fail the run instead of skipping."""
     return os.environ.get("CRDT_STATE_REQUIRE_INTEROP") == "1"
-
-
-def free_port() -> int:
-    """A TCP port on the loopback address that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class _LinePump:

@@ -1,0 +1,161 @@
+"""Durability on the state's side: reopening from a store, new epochs, the first snapshot.
+
+The store (:class:`~crdt_state.journal.StateStore`) never sees the state: the
+state reads what the store holds and replays it here (:func:`restore`),
+describes a new state for the store to create (:func:`initial`), and rebuilds
+its document when the store asks for a new epoch (:func:`start_epoch`).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+from . import document as ydoc
+from ._core import StateCore
+from ._events import collect_writes, mirror_writes, root_most
+from .changelog import ChangeLog
+from .conflicts import WriteKind
+from .errors import StorageError, translate_failures
+from .journal import BlameEntry, EpochStart, StoredState
+from .paths import Path
+from .requests import RequestKey
+from .values import nesting
+from .version import VersionVector
+
+__all__ = ["client_id_for", "initial", "restore", "start_epoch"]
+
+
+def initial(core: StateCore) -> tuple[StoredState, list[BlameEntry]]:
+    """What a new store holds for ``core``: its document as the snapshot, and the blame
+    of the changes already made (schema defaults)."""
+    with core.lock:
+        blame = [
+            BlameEntry(path=p, agent=e.agent, time=e.time, token=e.token, seq=e.seq)
+            for e in core.log.entries()
+            for p in e.writes
+        ]
+        snapshot = bytes(core.doc.get_update())  # the document is not shared by this
+        stored = StoredState(core.log.head_seq, core.log.head_token, snapshot)
+    return stored, blame
+
+
+def client_id_for(stored: StoredState, client_id: int | None, where: str) -> int:
+    """The Yjs client id a reopened state writes with: fresh, unless one is given.
+
+    A reopened state never reuses a client id that has changes in the store:
+    some of its updates may live on other replicas and not in the store
+    (see docs/architecture.md, "Client ids").
+
+    Raises:
+        StorageError: ``client_id`` already wrote to the store.
+    """
+    head = stored.head
+    if client_id is not None:
+        if head.get_clock(int(client_id)) > 0:
+            raise StorageError(
+                "this client id already wrote to the file; reusing it is unsafe "
+                "(some of its updates may exist elsewhere but not here): omit client_id",
+                details={"file": where, "client_id": client_id},
+            )
+        return int(client_id)
+    while True:
+        candidate = random.getrandbits(32)
+        if candidate and candidate not in head:
+            return candidate
+
+
+def restore(core: StateCore, stored: StoredState, where: str) -> None:
+    """Load stored content into a fresh core without logging it as new changes.
+
+    The stored changes are replayed into the change log with their own seqs,
+    so fork bases among them are judged exactly and older bases are stale;
+    the stored requests are remembered again, and the entries they made are
+    marked, so chains of them judge like before. Listeners and store are not told.
+
+    Raises:
+        StorageError: the stored updates do not decode or do not give the
+            recorded versions (the store is damaged).
+    """
+
+    def damaged(exc: BaseException) -> StorageError:
+        return StorageError(
+            f"the state file is damaged: its updates do not decode ({exc})",
+            details={"file": where},
+        )
+
+    with translate_failures(damaged):
+        tokens = _replay(core, stored)
+    expected = [change.token for change in stored.changes]
+    if tokens != expected or core.log.head_token != stored.head:
+        raise StorageError(
+            "the state file is damaged: replaying it does not give the recorded versions",
+            details={"file": where, "head": str(stored.head), "restored": str(core.log.head_token)},
+        )
+    made_by: dict[int, RequestKey] = {}
+    for request in stored.requests:
+        core.requests.remember(request.key, request.token, request.paths, request.clean)
+        if request.paths:  # a request that wrote nothing made no change
+            made_by[request.seq] = request.key
+    for entry in core.log.entries():  # chains of these requests judge like before the restart
+        entry.request = made_by.get(entry.seq)
+
+
+def _replay(core: StateCore, stored: StoredState) -> list[VersionVector]:
+    """Apply the snapshot and every stored change; the token after each change."""
+    with core.lock:
+        if core.log.head_seq != 0 or core.store is not None:
+            raise RuntimeError("only a fresh state without a store can be restored")
+        if stored.snapshot:
+            core.doc.apply_update(stored.snapshot)
+        core.mirror = ydoc.doc_snapshot(core.doc)
+        token = VersionVector.from_state(core.doc.get_state())
+        core.log = ChangeLog(token, limit=core.log.limit, start_seq=stored.snapshot_seq)
+        tokens: list[VersionVector] = []
+        changed: dict[Path, WriteKind] = {}
+        on_events = collect_writes(changed, core.mirror)
+        for change in stored.changes:
+            changed.clear()
+            sub = core.root.observe_deep(on_events)
+            try:
+                core.doc.apply_update(change.update)
+            finally:
+                core.root.unobserve(sub)
+            writes = root_most(changed)
+            undo = mirror_writes(core.doc, core.mirror, writes)
+            token = VersionVector.from_state(core.doc.get_state())
+            entry = core.log.append(change.agent, token, writes, undo, origin=change.origin)
+            entry.time = change.time
+            tokens.append(token)
+        core.depth_mark = nesting(core.mirror)
+        return tokens
+
+
+def start_epoch(core: StateCore) -> bool:
+    """Rebuild the Yjs document from the content alone: a new epoch, no tombstones.
+
+    A Yjs document keeps a small record of every overwritten map entry, so
+    it grows with the number of merges. A durable state that never shared
+    its document (no ``get_update``/``apply_update``/``subscribe``) can drop
+    them: the content is written into a fresh document with a new client id.
+    Tokens and fork bases of earlier epochs become stale (``StaleBase``;
+    ``transact`` re-runs, ``branch.rebase()`` moves a branch over). The store
+    records the new document as its whole history
+    (:meth:`~crdt_state.journal.StateStore.record_epoch`).
+
+    Returns:
+        False (and nothing done) for a shared document or a closed state.
+    """
+    with core.lock:
+        if core.shared or core.closed:
+            return False
+        doc = ydoc.doc_from_content(core.mirror, meta={"epoch": core.epoch + 1})
+        retired = set(core.log.retired) | set(core.log.head_token)
+        core.replace_document(doc)
+        token = VersionVector.from_state(doc.get_state())
+        seq = core.log.head_seq + 1
+        core.log = ChangeLog(token, limit=core.log.limit, start_seq=seq, retired=retired)
+        core.epoch += 1
+        if core.store is not None:
+            core.store.record_epoch(EpochStart(seq, token, bytes(doc.get_update()), time.time()))
+        return True

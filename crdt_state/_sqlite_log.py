@@ -1,0 +1,384 @@
+"""Reading and writing the rows of a state file (see :mod:`crdt_state._sqlite_file`).
+
+Rows come back as the named records of the storage interface
+(:mod:`crdt_state.journal`): :class:`StoredChange`, :class:`StoredRequest`,
+:class:`BlameEntry`, :class:`ConflictRecord`. Knows SQL, not pycrdt or threads.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import zlib
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+from ._sqlite_file import (
+    decode_path,
+    decode_value,
+    descendants_range,
+    encode_value,
+    path_key,
+    transaction,
+)
+from .conflicts import Conflict, StateUpdate
+from .errors import StorageError
+from .journal import BlameEntry, ConflictRecord, StoredChange, StoredRequest, StoredState
+from .paths import Path
+from .requests import KEEP_REQUESTS, RequestKey
+from .version import VersionVector
+
+__all__ = [
+    "append_changes",
+    "append_conflicts",
+    "blame_paths_upto",
+    "blame_row",
+    "checkpoint",
+    "conflict_rows",
+    "count_log",
+    "history_rows",
+    "load",
+    "recent_requests",
+    "release_free_pages",
+    "remember_request",
+    "restart_at",
+    "seq_of_token",
+    "swap_snapshot",
+]
+
+
+def _log_row(row: Sequence[Any]) -> StoredChange:
+    seq, token, update, agent, origin, when, paths = row
+    return StoredChange(
+        seq=seq,
+        token=VersionVector.from_state(token),
+        update=update,
+        agent=agent,
+        origin=origin,
+        time=when,
+        paths=tuple(tuple(p) for p in json.loads(paths)),
+    )
+
+
+_LOG_COLUMNS: Final = "seq, token, doc_update, agent, origin, time, paths"
+
+
+def load(conn: sqlite3.Connection, upto: int | None = None) -> StoredState:
+    """The snapshot and the log rows after it (up to seq ``upto`` when given), in order.
+
+    Raises :class:`StorageError` if the snapshot is missing or the seqs have a gap.
+    """
+    snap = conn.execute("SELECT seq, token, doc FROM snapshot ORDER BY seq DESC LIMIT 1").fetchone()
+    if snap is None:
+        raise StorageError("the state file is damaged: it has no snapshot")
+    limit = upto if upto is not None else -1
+    rows = [
+        _log_row(r)
+        for r in conn.execute(
+            f"SELECT {_LOG_COLUMNS} FROM log WHERE seq > ? AND (? < 0 OR seq <= ?) ORDER BY seq",
+            (snap[0], limit, limit),
+        )
+    ]
+    for expected, row in enumerate(rows, start=snap[0] + 1):
+        if row.seq != expected:
+            raise StorageError(
+                "the state file is damaged: the change log has a gap",
+                details={"expected_seq": expected, "found_seq": row.seq},
+            )
+    try:
+        snapshot = zlib.decompress(snap[2])
+    except (zlib.error, TypeError) as exc:
+        raise StorageError(
+            f"the state file is damaged: the snapshot does not decompress ({exc})"
+        ) from exc
+    return StoredState(
+        snapshot_seq=snap[0],
+        snapshot_token=VersionVector.from_state(snap[1]),
+        snapshot=snapshot,
+        changes=rows,
+    )
+
+
+def seq_of_token(conn: sqlite3.Connection, token: bytes) -> int | None:
+    """The seq of the log row (or snapshot) whose token is ``token``."""
+    row = conn.execute("SELECT seq FROM log WHERE token = ? ORDER BY seq DESC LIMIT 1", (token,))
+    found = row.fetchone()
+    if found is not None:
+        return int(found[0])
+    snap = conn.execute("SELECT seq FROM snapshot WHERE token = ?", (token,)).fetchone()
+    return int(snap[0]) if snap is not None else None
+
+
+def history_rows(
+    conn: sqlite3.Connection, agent: str | None, since: float | None, until: float | None
+) -> list[StoredChange]:
+    """Stored changes, oldest first, filtered by agent and time."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if agent is not None:
+        clauses.append("agent = ?")
+        params.append(agent)
+    if since is not None:
+        clauses.append("time >= ?")
+        params.append(since)
+    if until is not None:
+        clauses.append("time <= ?")
+        params.append(until)
+    where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+    cursor = conn.execute(f"SELECT {_LOG_COLUMNS} FROM log{where} ORDER BY seq", params)
+    return [_log_row(r) for r in cursor]
+
+
+def blame_row(conn: sqlite3.Connection, path: Path) -> BlameEntry | None:
+    """The newest blame row at ``path``, an ancestor of it, or a descendant."""
+    keys = [path_key(path[:i]) for i in range(1, len(path) + 1)]
+    low, high = descendants_range(path)
+    marks = ",".join("?" * len(keys))
+    found = conn.execute(
+        f"SELECT path, seq, agent, time, token FROM blame WHERE path IN ({marks})"
+        " OR (path >= ? AND path < ?) ORDER BY seq DESC LIMIT 1",
+        [*keys, low, high],
+    ).fetchone()
+    if found is None:
+        return None
+    written, seq, agent, when, token = found
+    return BlameEntry(
+        path=decode_path(written),
+        agent=agent,
+        time=when,
+        token=VersionVector.from_state(token),
+        seq=seq,
+    )
+
+
+def conflict_rows(
+    conn: sqlite3.Connection, path: Path | None, since: float | None
+) -> list[ConflictRecord]:
+    """Audit-log rows, oldest first, at or below ``path``, from time ``since``."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if path is not None:
+        low, high = descendants_range(path)
+        clauses.append("(path = ? OR (path >= ? AND path < ?))")
+        params.extend([path_key(path), low, high])
+    if since is not None:
+        clauses.append("time >= ?")
+        params.append(since)
+    where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+    cursor = conn.execute(
+        "SELECT path, base, current, incoming, current_agent, incoming_agent, policy,"
+        f" resolution, applied, token, time FROM conflicts{where} ORDER BY id",
+        params,
+    )
+    return [_conflict_record(*row) for row in cursor]
+
+
+def _conflict_record(
+    path: str,
+    base: str,
+    current: str,
+    incoming: str,
+    current_agent: str | None,
+    incoming_agent: str | None,
+    policy: str | None,
+    resolution: str,
+    applied: int,
+    token: bytes,
+    when: float,
+) -> ConflictRecord:
+    return ConflictRecord(
+        path=decode_path(path),
+        base=decode_value(base),
+        current=decode_value(current),
+        incoming=decode_value(incoming),
+        current_agent=current_agent,
+        incoming_agent=incoming_agent,
+        policy=policy,
+        resolution=decode_value(resolution),
+        applied=bool(applied),
+        token=VersionVector.from_state(token),
+        time=when,
+    )
+
+
+def count_log(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT count(*) FROM log").fetchone()[0])
+
+
+# -- writing -------------------------------------------------------------------
+def append_changes(conn: sqlite3.Connection, changes: Sequence[StateUpdate]) -> None:
+    """Append changes (oldest first) with their blame, request ids and audited conflicts.
+
+    A few statements for all of them (``executemany`` per table).
+    """
+    if not changes:
+        return
+    tokens = [c.token.to_state() for c in changes]
+    conn.executemany(
+        f"INSERT INTO log ({_LOG_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
+            (c.seq, t, c.update, c.agent, c.origin, c.time, _paths_json(c.paths))
+            for c, t in zip(changes, tokens, strict=True)
+        ],
+    )
+    conn.executemany(
+        "INSERT OR REPLACE INTO blame (path, seq, agent, time, token) VALUES (?, ?, ?, ?, ?)",
+        [
+            (path_key(p), c.seq, c.agent, c.time, t)
+            for c, t in zip(changes, tokens, strict=True)
+            for p in c.paths
+        ],
+    )
+    for change, token in zip(changes, tokens, strict=True):
+        if change.conflicts:
+            append_conflicts(conn, change.conflicts, token, change.time, True)
+    requests = [(c, t) for c, t in zip(changes, tokens, strict=True) if c.request_id is not None]
+    if requests:
+        conn.executemany(
+            "INSERT OR REPLACE INTO writer_requests (writer, id, seq, token, paths, clean)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (c.writer or "", c.request_id, c.seq, t, _paths_json(c.paths), int(not c.conflicts))
+                for c, t in requests
+            ],
+        )
+
+
+def remember_request(
+    conn: sqlite3.Connection, writer: str, request_id: int, seq: int, token: bytes, clean: bool
+) -> None:
+    """Store an applied request that wrote nothing (it has no change row)."""
+    conn.execute(
+        "INSERT OR REPLACE INTO writer_requests (writer, id, seq, token, paths, clean)"
+        " VALUES (?, ?, ?, ?, '[]', ?)",
+        (writer, request_id, seq, token, int(clean)),
+    )
+
+
+def _paths_json(paths: Sequence[Path]) -> str:
+    return json.dumps([list(p) for p in paths])
+
+
+def recent_requests(conn: sqlite3.Connection) -> list[StoredRequest]:
+    """The newest :data:`KEEP_REQUESTS` remembered requests, oldest first."""
+    rows = conn.execute(
+        "SELECT writer, id, seq, token, paths, clean FROM writer_requests"
+        " ORDER BY rowid DESC LIMIT ?",
+        (KEEP_REQUESTS,),
+    ).fetchall()
+    return [
+        StoredRequest(
+            key=RequestKey(str(writer), int(rid)),
+            seq=int(seq),
+            token=VersionVector.from_state(bytes(token)),
+            paths=tuple(tuple(p) for p in json.loads(paths)),
+            clean=bool(clean),
+        )
+        for writer, rid, seq, token, paths, clean in reversed(rows)
+    ]
+
+
+def forget_old_requests(conn: sqlite3.Connection) -> None:
+    """Keep only the newest :data:`KEEP_REQUESTS` remembered requests."""
+    conn.execute(
+        "DELETE FROM writer_requests WHERE rowid < (SELECT rowid FROM writer_requests"
+        " ORDER BY rowid DESC LIMIT 1 OFFSET ?)",
+        (KEEP_REQUESTS,),
+    )
+
+
+def append_conflicts(
+    conn: sqlite3.Connection,
+    conflicts: Iterable[Conflict],
+    token: bytes,
+    when: float,
+    applied: bool,
+) -> None:
+    """Add conflicts (and their resolutions) to the audit log."""
+    conn.executemany(
+        "INSERT INTO conflicts (time, path, base, current, incoming, current_agent,"
+        " incoming_agent, policy, resolution, applied, token)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (
+                when,
+                path_key(c.path),
+                encode_value(c.base),
+                encode_value(c.current),
+                encode_value(c.incoming),
+                c.current_agent,
+                c.incoming_agent,
+                c.policy,
+                encode_value(c.resolution),
+                int(applied),
+                token,
+            )
+            for c in conflicts
+        ],
+    )
+
+
+def restart_at(conn: sqlite3.Connection, seq: int, token: bytes, snapshot: bytes) -> None:
+    """Inside an open transaction: ``snapshot`` becomes the whole history up to ``seq``.
+
+    Used when the document starts a new epoch (rebuilt from its content): the
+    older snapshot and every log row up to ``seq`` are dropped. Blame and the
+    conflict audit log are kept.
+    """
+    conn.execute(
+        "INSERT INTO snapshot (seq, token, doc, time) VALUES (?, ?, ?, ?)",
+        (seq, token, zlib.compress(snapshot), time.time()),
+    )
+    conn.execute("DELETE FROM snapshot WHERE seq < ?", (seq,))
+    conn.execute("DELETE FROM log WHERE seq <= ?", (seq,))
+
+
+def swap_snapshot(
+    conn: sqlite3.Connection,
+    seq: int,
+    token: bytes,
+    snapshot: bytes,
+    gone_paths: Iterable[Path],
+    keep_conflicts: int | None,
+) -> None:
+    """Replace the snapshot by one at ``seq`` and drop the log rows it covers (one transaction).
+
+    Blame rows of ``gone_paths`` (absent from the new snapshot and not written
+    since) are dropped, and the audit log is cut to its newest ``keep_conflicts`` rows.
+    """
+    with transaction(conn):
+        conn.execute(
+            "INSERT INTO snapshot (seq, token, doc, time) VALUES (?, ?, ?, ?)",
+            (seq, token, zlib.compress(snapshot), time.time()),
+        )
+        conn.execute("DELETE FROM snapshot WHERE seq < ?", (seq,))
+        conn.execute("DELETE FROM log WHERE seq <= ?", (seq,))
+        conn.executemany(
+            "DELETE FROM blame WHERE path = ? AND seq <= ?",
+            [(path_key(p), seq) for p in gone_paths],
+        )
+        if keep_conflicts is not None:
+            conn.execute(
+                "DELETE FROM conflicts WHERE id <= (SELECT max(id) FROM conflicts) - ?",
+                (keep_conflicts,),
+            )
+        forget_old_requests(conn)
+    release_free_pages(conn)
+
+
+def release_free_pages(conn: sqlite3.Connection) -> None:
+    """Give the pages freed by deletions back to the file system (outside a transaction)."""
+    # sqlite3's execute() steps a PRAGMA once (one page freed); executescript runs it to the end
+    conn.executescript("PRAGMA incremental_vacuum;")
+
+
+def blame_paths_upto(conn: sqlite3.Connection, seq: int) -> list[Path]:
+    """Paths whose last write is at or before ``seq``."""
+    cursor = conn.execute("SELECT path FROM blame WHERE seq <= ?", (seq,))
+    return [decode_path(r[0]) for r in cursor]
+
+
+def checkpoint(conn: sqlite3.Connection) -> None:
+    """Copy the WAL into the database file and truncate it."""
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -1,0 +1,153 @@
+"""What the SQLite store reads back: history, versions, blame, the audit log; compaction.
+
+Pure functions of the file plus pycrdt (to replay stored updates); no
+threads: the caller holds the connection's lock (``db``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from typing import Any, Final
+
+from pycrdt import Doc
+
+from . import _sqlite_log as sqllog
+from .document import doc_from_content, doc_read, doc_snapshot
+from .errors import StaleBase, StorageError, UnknownBase, translate_failures
+from .journal import BlameEntry, ConflictRecord, HistoryEntry, StoredState
+from .paths import Path, parse_path, related
+from .values import MISSING
+from .version import VersionVector
+
+__all__ = ["SqliteReads", "compact", "replay"]
+
+_TOMBSTONE_FACTOR: Final = 4
+_TOMBSTONE_SLACK: Final = 64 * 1024
+
+
+class SqliteReads:
+    """The history queries of one state file (the store flushes before each)."""
+
+    def __init__(self, conn: sqlite3.Connection, db: threading.Lock) -> None:
+        self._conn = conn
+        self._db = db
+
+    def history(
+        self,
+        *,
+        agent: str | None,
+        path: Any,
+        since: float | None,
+        until: float | None,
+        limit: int | None,
+    ) -> list[HistoryEntry]:
+        """Retained changes, oldest first (see :meth:`SqliteStore.history`)."""
+        wanted = parse_path(path) if path is not None else None
+        with self._db:
+            rows = sqllog.history_rows(self._conn, agent, since, until)
+        out = [
+            HistoryEntry(
+                seq=r.seq, token=r.token, agent=r.agent, paths=r.paths, time=r.time, origin=r.origin
+            )
+            for r in rows
+            if wanted is None or any(related(p, wanted) for p in r.paths)
+        ]
+        return out[-limit:] if limit is not None else out
+
+    def at(self, token: VersionVector) -> dict[str, Any]:
+        """The content when the state had exactly ``token`` (see :meth:`SqliteStore.at`)."""
+        with self._db:
+            seq = sqllog.seq_of_token(self._conn, token.to_state())
+            if seq is None:
+                oldest = sqllog.load(self._conn, upto=0).snapshot_token
+            else:
+                stored = sqllog.load(self._conn, upto=seq)
+        if seq is None:
+            if token <= oldest:
+                raise StaleBase(
+                    "this version is older than the retained history (compacted away)",
+                    details={"token": str(token), "oldest": str(oldest)},
+                )
+            raise UnknownBase(
+                "this state never had exactly this version", details={"token": str(token)}
+            )
+        return doc_snapshot(replay(stored))
+
+    def blame(self, path: Path) -> BlameEntry | None:
+        """The newest change that wrote ``path``, an ancestor or a descendant."""
+        with self._db:
+            return sqllog.blame_row(self._conn, path)
+
+    def conflicts(self, path: Path | None, since: float | None) -> list[ConflictRecord]:
+        """Audited conflicts, oldest first, at or below ``path``, from time ``since``."""
+        with self._db:
+            return sqllog.conflict_rows(self._conn, path, since)
+
+
+def _version(doc: Doc[Any]) -> VersionVector:
+    return VersionVector.from_state(doc.get_state())
+
+
+def replay(stored: StoredState) -> Doc[Any]:
+    """A fresh document holding the snapshot plus the changes, each change's token checked.
+
+    Raises:
+        StorageError: an update does not decode or does not give its token.
+    """
+    doc: Doc[Any] = Doc()
+
+    def damaged(exc: BaseException) -> StorageError:
+        return StorageError(f"the state file is damaged: {exc}")
+
+    with translate_failures(damaged, keep=(StorageError,)):
+        doc.apply_update(stored.snapshot)
+        if _version(doc) != stored.snapshot_token:
+            raise StorageError("the state file is damaged: the snapshot does not match its token")
+        for change in stored.changes:
+            doc.apply_update(change.update)
+            if _version(doc) != change.token:
+                raise StorageError(
+                    "the state file is damaged: a change does not match its token",
+                    details={"seq": change.seq},
+                )
+    return doc
+
+
+def compact(
+    conn: sqlite3.Connection, fold: int, keep_conflicts: int | None, *, measure: bool = True
+) -> bool | None:
+    """Fold the log rows up to seq ``fold`` into a new snapshot (one transaction).
+
+    The old snapshot and those rows are replayed into a fresh document, whose
+    token must be the recorded one; its encoding must decode to the same
+    content; only then are the new snapshot inserted and the old one and the
+    folded rows deleted. A failed check leaves the file as it was.
+
+    Returns:
+        ``None`` when there was nothing to fold; else whether the document is
+        dominated by tombstones (a new epoch is due, see docs/architecture.md;
+        only measured with ``measure``).
+
+    Raises:
+        StorageError: a check failed (nothing changed).
+    """
+    stored = sqllog.load(conn, upto=fold)
+    if not stored.changes:
+        return None
+    doc = replay(stored)
+    content = doc_snapshot(doc)
+    token = stored.changes[-1].token
+    encoded = bytes(doc.get_update())
+    check = replay(StoredState(fold, token, encoded))
+    if doc_snapshot(check) != content:
+        raise StorageError("a compacted snapshot does not decode to the same content")
+    written = sqllog.blame_paths_upto(conn, fold)
+    gone = [p for p in written if doc_read(doc, p) is MISSING]
+    sqllog.swap_snapshot(conn, fold, token.to_state(), encoded, gone, keep_conflicts)
+    return measure and len(encoded) > _TOMBSTONE_FACTOR * _fresh_size(content) + _TOMBSTONE_SLACK
+
+
+def _fresh_size(content: dict[str, Any]) -> int:
+    """The encoded size of a document holding ``content`` and nothing else."""
+    return len(doc_from_content(content).get_update())

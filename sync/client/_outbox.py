@@ -1,0 +1,442 @@
+"""A remote agent's merges between submission and their end: the outbox (no I/O).
+
+Each merge an agent submits stays here until it *ends*, as exactly one of:
+applied (possibly with conflicts that policies settled), or failed (with a
+typed error). While it lives, it is part of the agent's overlay (see
+:mod:`sync.client._overlay`), and it is sent to the hub, and sent again after
+reconnecting, in submission ``order``.
+
+An applied merge stays in the overlay (and in the local file) until the
+replica holds the update that carries it (:meth:`Outbox.on_replica_update`):
+no read loses it for a moment.
+
+Answers from the hub come in through :meth:`Outbox.on_result`, which returns
+what to do next as events: :class:`Send` (a merge to send, possibly after a
+delay) and :class:`Finished` (a merge ended). The asyncio client
+(:mod:`sync.client.remote`) carries them out; the outbox itself never touches a
+socket. It does write the queue to the agent's local file, when there is one.
+
+How a refused merge goes on:
+
+- ``conflict``/``retry``: the client's policies settle the conflicts
+  (:func:`~sync.client._settle.settle_refusal`) and the merge is sent again with the
+  resolved values, in the same place; or it fails with :class:`ConflictError`.
+- ``broken_chain``: the merge waits until every earlier merge of the agent
+  that it depends on has ended, then is judged by the client against what the
+  agent saw (:func:`~sync.client._settle.rejudge`) and sent again without a chain.
+- anything else: it fails with :class:`~sync.wire.errors.RemoteError`.
+
+When a merge fails, every later live merge whose chain names it fails too,
+with :class:`~crdt_state.BrokenChain`: nothing built on it is applied, and
+nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeAlias
+
+from crdt_state import (
+    MISSING,
+    BrokenChain,
+    Change,
+    Conflict,
+    ConflictError,
+    CrdtStateError,
+    MergeResult,
+    Retry,
+    SharedState,
+    VersionVector,
+)
+from crdt_state.resolvers import PolicyTable, named_policy
+from crdt_state.values import copy_value
+from sync.client._offline import OfflineStore, PendingMerge
+from sync.client._overlay import Overlay, OverlayEntry, depends_on, overlay_keys, view_of_key
+from sync.client._settle import rejudge, settle_refusal, substitute
+from sync.wire import protocol as p
+from sync.wire.convert import conflict_from_record
+from sync.wire.errors import RemoteError
+
+__all__ = ["MAX_ROUNDS", "Event", "Finished", "Outbox", "Send"]
+
+MAX_ROUNDS = 64
+"""How many times one merge is sent before it fails (settled conflicts keep coming back)."""
+_ROUND_BACKOFF = Retry(attempts=MAX_ROUNDS, base_delay=0.002, max_delay=0.2)
+_KEEP_FAILED = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send ``merge`` to the hub (after ``delay`` seconds: contention backoff)."""
+
+    merge: PendingMerge
+    delay: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The merge at ``order`` ended: applied (``result``) or failed (``error``)."""
+
+    order: int
+    result: MergeResult | None = None
+    error: CrdtStateError | None = None
+
+
+Event: TypeAlias = Send | Finished
+
+
+def _names(chain: tuple[int, ...], request_id: int) -> bool:
+    """True when the increasing ``chain`` holds ``request_id``."""
+    at = bisect_left(chain, request_id)
+    return at < len(chain) and chain[at] == request_id
+
+
+def _as_applied(merge: PendingMerge, conflicts: tuple[Conflict, ...]) -> PendingMerge:
+    """``merge`` with the values the hub's policies gave its conflicting paths."""
+    settled = {c.path: c.resolution for c in conflicts if c.resolved}
+    if not any(op.path in settled for op in merge.ops):
+        return merge
+    return replace(merge, ops=substitute(merge.ops, settled))
+
+
+def _entry(merge: PendingMerge) -> OverlayEntry:
+    return OverlayEntry(merge.order, merge.request_id, tuple(merge.ops))
+
+
+@dataclass
+class _Live:
+    """One submitted merge until it ends; ``merge`` is the request standing for it now."""
+
+    merge: PendingMerge
+    table: PolicyTable
+    conflicts: list[Conflict] = field(default_factory=list)
+    rounds: int = 1
+    ids: set[int] = field(default_factory=set)
+    blocked: bool = False  # refused for its chain: waits for the merges it depends on
+
+
+class Outbox:
+    """The live merges of one remote agent, in order (thread-safe with the replica's lock).
+
+    Request ids are drawn in increasing order, from 1 for a new writer (the
+    local file keeps the next one): so the ids a chain names are mostly runs
+    of consecutive ids, which travel compactly.
+
+    Args:
+        replica: the agent's replica (its confirmed values judge re-sent merges).
+        store: the agent's local file, or ``None``.
+    """
+
+    def __init__(self, replica: SharedState, store: OfflineStore | None = None) -> None:
+        self._replica = replica
+        self._lock = replica.lock
+        self._store = store
+        self._next_id = store.next_request_id() if store is not None else 1
+        self.new_id: Callable[[], int] = self._draw_id
+        """Draws the next request id (replaceable, for tests)."""
+        self._live: dict[int, _Live] = {}  # by order
+        self._order_of: dict[int, int] = {}  # request id now standing for a merge -> order
+        self._confirmed: list[tuple[VersionVector, OverlayEntry]] = []
+        self._failed: OrderedDict[int, None] = OrderedDict()  # request ids of failed merges
+        self._next_order = 1
+        self._overlay = Overlay()  # live and confirmed entries, kept up to date
+        self._forget: list[int] = []  # request ids of confirmed merges the replica now holds
+        self._views: dict[str, tuple[int, int, int, Any]] = {}  # see view_of
+
+    # -- submitting ----------------------------------------------------------------------
+    def _draw_id(self) -> int:
+        with self._lock:
+            request_id = self._next_id
+            self._next_id += 1
+            return request_id
+
+    def is_failed(self, request_id: int) -> bool:
+        """True when ``request_id`` stood for a merge that failed."""
+        with self._lock:
+            return request_id in self._failed
+
+    def new_order(self) -> int:
+        """The place of the next merge."""
+        with self._lock:
+            order = self._next_order
+            self._next_order += 1
+            return order
+
+    def load(
+        self,
+        merges: list[PendingMerge],
+        confirmed: list[tuple[VersionVector, PendingMerge]] | None = None,
+    ) -> None:
+        """Take up what the local file kept (at start): the queued merges, and the
+        applied ones whose update the replica may not hold yet (``(token, merge)``)."""
+        with self._lock:
+            for merge in merges:
+                self._add(merge, self._replica.policies)
+            for token, merge in confirmed or ():
+                self._confirmed.append((token, _entry(merge)))
+            orders = [m.order for m in merges] + [m.order for _, m in confirmed or ()]
+            self._next_order = max(self._next_order, max(orders, default=0) + 1)
+            ids = [m.request_id for m in merges] + [m.request_id for _, m in confirmed or ()]
+            self._next_id = max(self._next_id, max(ids, default=0) + 1)
+            self._rebuild()
+
+    def submit(self, merge: PendingMerge, table: PolicyTable) -> None:
+        """Queue ``merge`` (and write it to the local file) before it is sent."""
+        with self._lock:
+            self._add(merge, table)
+            if self._store is not None:
+                self._store.add_pending(merge)
+
+    def _add(self, merge: PendingMerge, table: PolicyTable) -> None:
+        self._live[merge.order] = _Live(merge, table, ids={merge.request_id})
+        self._order_of[merge.request_id] = merge.order
+        entry, overlay = _entry(merge), self._overlay
+        if not overlay.entries or overlay.entries[-1].order < entry.order:  # the common case
+            self._overlay = Overlay(
+                (*overlay.entries, entry), overlay.keys | entry.keys, overlay.generation
+            )
+        else:
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        """Make the overlay again from the live and confirmed merges (a new generation)."""
+        entries = sorted(
+            [_entry(x.merge) for x in self._live.values()] + [e for _, e in self._confirmed],
+            key=lambda e: e.order,
+        )
+        self._overlay = Overlay(tuple(entries), overlay_keys(entries), self._overlay.generation + 1)
+        self._views.clear()
+
+    # -- reading ---------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def snapshot(self) -> Overlay:
+        """The overlay now: live merges, and applied ones the replica does not hold yet."""
+        with self._lock:
+            self._prune()
+            return self._overlay
+
+    def _prune(self) -> None:
+        """Drop applied merges the replica now holds (their file rows go later)."""
+        if not self._confirmed:
+            return
+        token = self._replica.token
+        held = [entry for t, entry in self._confirmed if t <= token]
+        if held:
+            self._forget += [entry.request_id for entry in held]
+            self._confirmed = [c for c in self._confirmed if not c[0] <= token]
+            self._rebuild()
+
+    def view_of(self, key: str, base_seq: int, overlay: Overlay) -> Any:
+        """The value of top-level ``key`` at replica position ``base_seq`` with ``overlay``
+        applied (a fresh copy; :data:`MISSING` when absent).
+
+        The last value computed for each key is kept: a later overlay of the same
+        generation and base only applies the entries appended since.
+        """
+        with self._lock:
+            cached = self._views.get(key)
+            if (
+                cached is not None
+                and cached[:2] == (overlay.generation, base_seq)
+                and cached[2] <= len(overlay.entries)
+            ):
+                value, start = cached[3], cached[2]
+            else:
+                value, start = self._replica.read_at((key,), base_seq), 0
+            value = view_of_key(value, key, overlay.entries[start:])
+            if overlay.generation == self._overlay.generation:
+                self._views[key] = (overlay.generation, base_seq, len(overlay.entries), value)
+            return copy_value(value)
+
+    def on_replica_update(self) -> list[Event]:
+        """The replica took updates from the hub: forget the applied merges it now
+        holds, and judge again the waiting merges that this unblocks."""
+        with self._lock:
+            self._prune()
+            forget, self._forget = self._forget, []
+            if self._store is not None:
+                for request_id in forget:
+                    self._store.remove_pending(request_id)
+            return self._unblock()
+
+    def to_send(self) -> list[PendingMerge]:
+        """What to send after (re)connecting, in order: every live merge but the waiting ones."""
+        with self._lock:
+            return [x.merge for _, x in sorted(self._live.items()) if not x.blocked]
+
+    def named_policies(self, merge: PendingMerge) -> tuple[tuple[int, str], ...]:
+        """The changes of ``merge`` whose policy a hub can apply itself, with the policy's
+        name (see :data:`~crdt_state.resolvers.NAMED_POLICIES`): the hub then settles a
+        conflict there in the same round, so a hot counter never bounces between client
+        and hub. Empty when ``merge`` is not live."""
+        with self._lock:
+            order = self._order_of.get(merge.request_id)
+            if order is None:
+                return ()
+            table = self._live[order].table
+        named: list[tuple[int, str]] = []
+        for index, op in enumerate(merge.ops):
+            name = named_policy(table.policy_for(op.path))
+            if name is not None:
+                named.append((index, name))
+        return tuple(named)
+
+    def is_live(self, merge: PendingMerge) -> bool:
+        """True while ``merge`` is the request standing for a live merge."""
+        with self._lock:
+            return merge.request_id in self._order_of
+
+    # -- answers ---------------------------------------------------------------------------
+    def on_result(self, reply: p.MergeReply) -> list[Event]:
+        """Take the hub's answer to a request; returns what to do next."""
+        with self._lock:
+            order = self._order_of.get(reply.request_id)
+            if order is None:
+                return []  # an answer to a request that no longer stands for a merge
+            live = self._live[order]
+            merge = live.merge
+            events: list[Event]
+            if reply.status is not p.MergeStatus.ERROR:
+                conflicts = (*live.conflicts, *map(conflict_from_record, reply.conflicts))
+                result = MergeResult(
+                    token=VersionVector.from_state(reply.token),
+                    applied=tuple(tuple(path) for path in reply.applied),
+                    conflicts=conflicts,
+                    fast_forward=False,
+                    agent=merge.agent,
+                    rounds=live.rounds,
+                )
+                events = self._finish(live, result)
+            elif reply.error is not None and reply.error.code == "broken_chain":
+                live.blocked = True
+                events = []
+            else:
+                try:
+                    ops, conflicts_ = settle_refusal(reply, merge.ops, live.table)
+                except (ConflictError, RemoteError) as exc:
+                    events = self._fail(live, exc)
+                else:
+                    live.conflicts.extend(conflicts_)
+                    events = self._resend(live, ops, VersionVector.from_state(reply.token))
+            return events + self._unblock()
+
+    def _finish(self, live: _Live, result: MergeResult) -> list[Event]:
+        merge = live.merge
+        if result.token <= self._replica.token:
+            self._remove(live)
+        else:  # keep showing it, as applied, until the replica has the update that carries it
+            self._live.pop(merge.order, None)
+            self._order_of.pop(merge.request_id, None)
+            applied = _as_applied(merge, result.conflicts)
+            self._confirmed.append((result.token, _entry(applied)))
+            self._rebuild()
+            if self._store is not None:
+                self._store.confirm_pending(merge.request_id, result.token)
+        return [Finished(merge.order, result=result)]
+
+    def _fail(self, live: _Live, error: CrdtStateError) -> list[Event]:
+        merge = self._remove(live)
+        for request_id in live.ids:
+            self._failed[request_id] = None
+        while len(self._failed) > _KEEP_FAILED:
+            self._failed.popitem(last=False)
+        events: list[Event] = [Finished(merge.order, error=error)]
+        for order, other in sorted(self._live.items()):
+            if order <= merge.order or order not in self._live:
+                continue
+            named = sorted(i for i in live.ids if _names(other.merge.chain, i))
+            if named and depends_on(merge.ops, other.merge.ops):
+                events += self._fail(
+                    other,
+                    BrokenChain(
+                        "an earlier merge of the agent that this one builds on failed",
+                        details={"request_ids": named},
+                    ),
+                )
+        return events
+
+    def _remove(self, live: _Live) -> PendingMerge:
+        merge = live.merge
+        self._live.pop(merge.order, None)
+        self._order_of.pop(merge.request_id, None)
+        self._rebuild()
+        if self._store is not None:
+            self._store.remove_pending(merge.request_id)
+        return merge
+
+    def _resend(self, live: _Live, ops: list[Change], base: VersionVector) -> list[Event]:
+        """Send the merge again, in its place, with ``ops`` judged against ``base``."""
+        if live.rounds >= MAX_ROUNDS:
+            return self._fail(
+                live,
+                ConflictError("conflicts kept coming back from the hub", conflicts=live.conflicts),
+            )
+        old = live.merge
+        new = PendingMerge(self.new_id(), old.order, old.agent, base, ops)
+        self._order_of.pop(old.request_id, None)
+        self._order_of[new.request_id] = new.order
+        live.merge, live.blocked = new, False
+        live.ids.add(new.request_id)
+        self._rebuild()
+        if self._store is not None:
+            self._store.replace_pending(old.request_id, new)
+        live.rounds += 1
+        delay = _ROUND_BACKOFF.delay(live.rounds - 2) if live.rounds > 2 else 0.0
+        return [Send(new, delay)]
+
+    def _unblock(self) -> list[Event]:
+        """Judge again every waiting merge whose earlier dependencies have all ended."""
+        events: list[Event] = []
+        progress = True
+        while progress:
+            progress = False
+            for order, live in sorted(self._live.items()):
+                if live.blocked and self._ready(order, live):
+                    events += self._rejudge(live)
+                    progress = True
+                    break
+        return events
+
+    def _ready(self, order: int, live: _Live) -> bool:
+        """True once every earlier merge it depends on ended and the replica holds it."""
+        ops = live.merge.ops
+        if any(o < order and depends_on(x.merge.ops, ops) for o, x in self._live.items()):
+            return False
+        token = self._replica.token
+        return not any(
+            e.order < order and depends_on(e.ops, ops) and not t <= token
+            for t, e in self._confirmed
+        )
+
+    def _rejudge(self, live: _Live) -> list[Event]:
+        merge = live.merge
+        if merge.seen is None:  # no record of what the agent saw: it cannot be judged again
+            return self._fail(
+                live, BrokenChain("the hub refused this merge's chain", details={"chain": []})
+            )
+        replica = self._replica
+        try:
+            ops, conflicts = rejudge(
+                merge.ops,
+                merge.seen,
+                lambda path: replica.get(path, MISSING),
+                live.table,
+                merge.agent,
+            )
+        except ConflictError as exc:
+            return self._fail(live, exc)
+        live.conflicts.extend(conflicts)
+        if not ops:  # every change settled to the value already there: nothing to send
+            result = MergeResult(
+                token=replica.token,
+                conflicts=tuple(live.conflicts),
+                fast_forward=False,
+                agent=merge.agent,
+            )
+            return self._finish(live, result)
+        return self._resend(live, ops, replica.token)

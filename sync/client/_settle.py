@@ -1,0 +1,126 @@
+"""Settling a merge the hub refused, with the client's own policies (pure logic).
+
+Two cases reach the client:
+
+- :func:`settle_refusal`: the hub found conflicts its policies did not settle
+  (error ``conflict`` or ``retry``); the client's policies resolve them, and
+  the merge is sent again with the resolved values, judged against the hub's
+  token at the refusal.
+- :func:`rejudge`: the hub could not take the merge's chain (error
+  ``broken_chain``: an earlier merge it builds on was refused, or applied
+  differently than the agent saw it). Once those earlier merges are settled,
+  the client compares, for each path the merge sets or deletes, the value the
+  agent saw (``seen``) with the hub's confirmed value now; where they differ,
+  that is a conflict for the client's policies. The merge is then sent again
+  without a chain, judged against the client's replica token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from crdt_state import MISSING, Change, Conflict
+from crdt_state.planner import MergePlan
+from crdt_state.resolvers import Escalation, PolicyTable
+from crdt_state.values import same
+from sync.wire import protocol as p
+from sync.wire.convert import conflict_from_record
+from sync.wire.errors import RemoteError
+
+__all__ = ["rejudge", "settle_refusal", "substitute"]
+
+Path = tuple[str, ...]
+
+
+def settle_refusal(
+    reply: p.MergeReply, ops: list[Change], table: PolicyTable
+) -> tuple[list[Change], list[Conflict]]:
+    """Resolve a refused merge's conflicts with ``table``.
+
+    Returns the changes to send again (resolved values substituted) and the
+    conflicts with their resolutions. Raises :class:`ConflictError` (``retry``
+    set when a policy asked for it) or :class:`RemoteError` when the refusal
+    was not about conflicts.
+    """
+    error = reply.error
+    assert error is not None
+    if error.code not in ("conflict", "retry"):
+        raise RemoteError(error.code, error.message)
+    settled: dict[Path, Any] = {}
+    final: list[Conflict] = []
+    escalated: list[Escalation] = []
+    for record in reply.conflicts:
+        conflict = conflict_from_record(record)
+        if not conflict.resolved:
+            conflict, escalation = table.resolve(conflict)
+            if escalation is not None:
+                escalated.append(escalation)
+        final.append(conflict)
+        if conflict.resolved:
+            settled[conflict.path] = conflict.resolution
+    _raise_if(escalated, final)
+    return substitute(ops, settled), final
+
+
+def rejudge(
+    ops: list[Change],
+    seen: Mapping[Path, Any],
+    current: Callable[[Path], Any],
+    table: PolicyTable,
+    agent: str,
+) -> tuple[list[Change], list[Conflict]]:
+    """Judge a merge whose chain the hub could not take against the values it was built on.
+
+    ``seen[path]`` is the value the agent saw at each path it sets or deletes
+    (``MISSING``: absent); ``current(path)`` the hub's confirmed value now.
+    Appends, and paths whose value is still what the agent saw, are kept.
+    Elsewhere the difference is a :class:`Conflict` (``base`` = what the agent
+    saw) for ``table``: its resolution replaces the change, and a resolution
+    equal to the current value drops it. Returns the changes to send and the
+    conflicts; raises :class:`ConflictError` when a policy does not settle one.
+    """
+    out: list[Change] = []
+    conflicts: list[Conflict] = []
+    escalated: list[Escalation] = []
+    for op in ops:
+        if op.kind == "append" or op.path not in seen:
+            out.append(op)
+            continue
+        before, now = seen[op.path], current(op.path)
+        if same(before, now):
+            out.append(op)
+            continue
+        incoming = MISSING if op.kind == "delete" else op.value
+        conflict = Conflict(
+            path=op.path,
+            base=before,
+            current=now,
+            incoming=incoming,
+            current_agent=None,
+            incoming_agent=agent,
+        )
+        resolved, escalation = table.resolve(conflict)
+        conflicts.append(resolved)
+        if escalation is not None:
+            escalated.append(escalation)
+        elif not same(resolved.resolution, now):
+            out.append(_write(op.path, resolved.resolution))
+    _raise_if(escalated, conflicts)
+    return out, conflicts
+
+
+def _raise_if(escalated: list[Escalation], conflicts: list[Conflict]) -> None:
+    """Refuse the merge as the core refuses one: the plan's own :class:`ConflictError`."""
+    if escalated:
+        raise MergePlan([], conflicts, escalated, fast_forward=False).error()
+
+
+def _write(path: Path, value: Any) -> Change:
+    return Change("delete", path) if value is MISSING else Change("set", path, value)
+
+
+def substitute(ops: list[Change], settled: Mapping[Path, Any]) -> list[Change]:
+    """``ops`` with the value ``settled`` gives a path in place of the change there
+    (:data:`MISSING`: a delete)."""
+    return [_write(op.path, settled[op.path]) if op.path in settled else op for op in ops]

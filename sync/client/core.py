@@ -1,0 +1,268 @@
+"""A remote agent's side of one hub connection, sans I/O: frames in, frames and events out.
+
+:class:`ClientCore` is to the client what :class:`~sync.server.peer.HubPeer` is to the
+hub. It holds the protocol state of a remote agent: the replica of the room (a follower
+:class:`~crdt_state.SharedState`), the outbox of merges that have not ended (the pending
+table, see :mod:`sync.client._outbox`), which requests are in flight on the current
+connection, and the hub updates held back while they are. It never touches a socket, a
+clock or an event loop; a driver (the asyncio :class:`~sync.client.remote.RemoteState`)
+pumps a connection through it:
+
+- after connecting, send every frame of :meth:`ClientCore.connected`, in order;
+- pass every binary message received to :meth:`ClientCore.receive` and carry out what it
+  returns: :class:`Frame` (send it), :class:`~sync.client._outbox.Send` (send
+  ``frame_for(merge)`` after ``delay`` seconds, if :meth:`ClientCore.still_due`),
+  :class:`~sync.client._outbox.Finished` (a merge ended: tell its caller);
+- after the connection drops, call :meth:`ClientCore.disconnected`;
+- to merge, :meth:`ClientCore.submit`, then send :meth:`ClientCore.frame_for` when online.
+
+The one I/O it does is the agent's ``local`` file (an :class:`~sync.client._offline.OfflineStore`,
+synchronous SQLite), where merges are written before they are sent and the replica's
+updates are kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final, TypeAlias
+
+from pycrdt import merge_updates
+
+from crdt_state import MISSING, BrokenChain, Change, SharedState, VersionVector
+from crdt_state.resolvers import PolicyTable
+from crdt_state.values import tree_get
+from sync.client._offline import OfflineStore, PendingMerge
+from sync.client._outbox import Finished, Outbox, Send
+from sync.client._overlay import RemoteToken, chain_of
+from sync.wire import protocol as p
+from sync.wire.convert import wire_changes
+
+__all__ = ["ClientCore", "ClientEvent", "Frame"]
+
+_MAX_HELD: Final = 64
+"""Held hub updates are merged into one past this many."""
+_FOLD_REPLICA_ROWS: Final = 1_000
+"""The local file's replica rows are folded into one full update past this many."""
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """Send ``data`` to the hub now."""
+
+    data: bytes
+
+
+ClientEvent: TypeAlias = Frame | Send | Finished
+
+
+class ClientCore:
+    """Protocol state of a remote agent: its replica, its pending merges, its connection.
+
+    Args:
+        replica: the agent's replica of the room (a ``SharedState(follower=True)``).
+        writer: the agent's identity for the hub's deduplication.
+        store: the agent's local file, or ``None``.
+
+    Not thread-safe by itself: a driver calls it from one thread (the outbox and the
+    replica have their own lock for readers on other threads).
+    """
+
+    def __init__(self, replica: SharedState, writer: str, store: OfflineStore | None) -> None:
+        self.replica = replica
+        self.writer = writer
+        self.outbox = Outbox(replica, store)
+        self._store = store
+        self._online = False
+        self._synced = False
+        self._in_flight: set[int] = set()  # request ids sent on this connection, unanswered
+        self._held: list[bytes] = []  # hub updates received while merges are in flight
+        self.connection = 0
+        """How many connections were made (the current one's number)."""
+
+    # -- the connection ------------------------------------------------------------------
+    @property
+    def online(self) -> bool:
+        """True between :meth:`connected` and :meth:`disconnected`."""
+        return self._online
+
+    @property
+    def synced(self) -> bool:
+        """True once the current connection got the hub's sync step 2."""
+        return self._synced
+
+    def load(self) -> None:
+        """Take up what the local file kept: the replica, the queued and applied merges."""
+        if self._store is None:
+            return
+        for update in self._store.load_replica():
+            self.replica.apply_update(update, origin="local-file")
+        self.outbox.load(self._store.load_pending(), self._store.load_confirmed())
+
+    def connected(self) -> list[bytes]:
+        """A connection is up: the frames to send first, in order.
+
+        Queued merges first, so their answers (deduplicated when they were applied before
+        a disconnect) come before the sync step 2 that includes them; then sync step 1.
+        """
+        self.connection += 1
+        self._online, self._synced = True, False
+        self._in_flight.clear()
+        self._held.clear()  # what the hub sent before is in its sync step 2
+        frames = [f for f in map(self.frame_for, self.outbox.to_send()) if f is not None]
+        return [*frames, p.encode_sync_step1(self.replica.token.to_state())]
+
+    def disconnected(self) -> None:
+        """The connection dropped: nothing is in flight any more."""
+        self._online = self._synced = False
+        self._in_flight.clear()
+
+    # -- merges out ----------------------------------------------------------------------
+    def submit(
+        self, ops: list[Change], base: VersionVector, agent: str, table: PolicyTable
+    ) -> PendingMerge:
+        """Queue a merge of ``ops`` computed on ``base`` (written to the local file first).
+
+        With a base from :class:`~sync.client.branch.RemoteToken`, the merge names the
+        agent's unconfirmed merges it builds on as its chain.
+
+        Raises:
+            BrokenChain: it builds on an earlier merge of the agent that failed.
+            ProtocolError: a value the wire cannot carry (nothing is queued).
+        """
+        chain, seen = self._chain(ops, base)
+        merge = PendingMerge(
+            self.outbox.new_id(),
+            self.outbox.new_order(),
+            agent,
+            VersionVector.from_state(base.to_state()),
+            ops,
+            chain,
+            seen,
+        )
+        wire_changes(ops)  # refuse what the wire cannot carry before queueing it
+        self.outbox.submit(merge, table)
+        return merge
+
+    def frame_for(self, merge: PendingMerge) -> bytes | None:
+        """The request frame of ``merge`` to send now (``None``: offline, or already sent
+        on this connection); it counts as in flight from here."""
+        if not self._online or merge.request_id in self._in_flight:
+            return None
+        self._in_flight.add(merge.request_id)
+        return p.encode_merge_request(
+            merge.request_id,
+            merge.agent,
+            merge.base.to_state(),
+            wire_changes(merge.ops),
+            self.writer,
+            merge.chain,
+            self.outbox.named_policies(merge),
+        )
+
+    def still_due(self, merge: PendingMerge, connection: int) -> bool:
+        """True when a :class:`Send` delayed since ``connection`` is still to be sent (after
+        a reconnect every live merge was sent again already)."""
+        return self.connection == connection and self.outbox.is_live(merge)
+
+    def _chain(
+        self, ops: list[Change], base: VersionVector
+    ) -> tuple[tuple[int, ...], dict[tuple[str, ...], Any] | None]:
+        """The ids of the unconfirmed merges ``ops`` build on, and what the agent saw.
+
+        ``seen`` holds the value the agent's view had, before its own changes, at each
+        path ``ops`` set or delete (``None`` without a chain).
+        """
+        if not isinstance(base, RemoteToken) or not base.overlay.entries:
+            return (), None
+        overlay, seq = base.overlay, base.seq
+        chained = chain_of(overlay.entries, ops)
+        if not chained:
+            return (), None
+        gone = sorted(e.request_id for e in chained if self.outbox.is_failed(e.request_id))
+        if gone:  # computed on top of a change that will never be applied
+            raise BrokenChain(
+                "this merge builds on an earlier merge of the agent that failed",
+                details={"request_ids": gone},
+            )
+        views: dict[str, Any] = {}
+        seen: dict[tuple[str, ...], Any] = {}
+        for op in ops:
+            if op.kind == "append":
+                continue
+            key = op.path[0]
+            if key not in views:
+                views[key] = self.outbox.view_of(key, seq, overlay)
+            value = views[key]
+            seen[op.path] = MISSING if value is MISSING else tree_get({key: value}, op.path)
+        # the chain names every merge the view held (a superset of those it builds on,
+        # mostly one run of consecutive ids); only those it depends on can fail it
+        ids = sorted(
+            e.request_id for e in overlay.entries if not self.outbox.is_failed(e.request_id)
+        )
+        return tuple(ids), seen
+
+    # -- frames in -----------------------------------------------------------------------
+    def receive(self, data: bytes) -> list[ClientEvent]:
+        """What one message from the hub leads to.
+
+        Raises:
+            ProtocolError: the hub sent a malformed message (drop the connection).
+            InvalidUpdate: the hub sent an update or a state vector that does not apply.
+        """
+        message = p.decode_message(data)
+        if isinstance(message, p.SyncStep1):
+            since = VersionVector.from_state(message.state_vector)
+            return [Frame(p.encode_sync_step2(self.replica.get_update(since)))]
+        if isinstance(message, (p.SyncStep2, p.SyncUpdate)):
+            events: list[ClientEvent] = []
+            if self._in_flight:  # it may carry a merge whose answer has not come yet
+                self._held.append(message.update)
+                if len(self._held) > _MAX_HELD:
+                    self._held = [bytes(merge_updates(*self._held))]
+            else:
+                events = self._apply([message.update])
+            if isinstance(message, p.SyncStep2):
+                self._synced = True
+            return events
+        if isinstance(message, p.MergeReply):
+            self._in_flight.discard(message.request_id)
+            events = self._due(self.outbox.on_result(message))
+            if self._held and not self._in_flight:
+                held, self._held = self._held, []
+                events += self._apply(held)
+            return events
+        return []  # awareness, auth and unknown messages: nothing to do
+
+    def _apply(self, updates: list[bytes]) -> list[ClientEvent]:
+        """Take the hub's updates into the replica (and the local file).
+
+        Updates that arrive while merges are in flight are held until their answers
+        came: the hub sends a merge's update before its answer, and until the answer the
+        merge is still shown from the overlay, so taking the update earlier would show
+        it twice (appends) or hide later writes.
+        """
+        for update in updates:
+            self.replica.apply_update(update, origin="hub")
+            store = self._store
+            if store is not None and store.append_replica(update) > _FOLD_REPLICA_ROWS:
+                store.save_replica(self.replica.get_update())  # fold the rows into one
+        return self._due(self.outbox.on_replica_update())
+
+    def _due(self, events: list[Send | Finished]) -> list[ClientEvent]:
+        """The outbox's events, with the sends due now turned into frames."""
+        out: list[ClientEvent] = []
+        for event in events:
+            if isinstance(event, Send) and not event.delay:
+                frame = self.frame_for(event.merge)
+                if frame is not None:
+                    out.append(Frame(frame))
+            else:
+                out.append(event)
+        return out
+
+    # -- closing -------------------------------------------------------------------------
+    def save(self) -> None:
+        """Fold the replica into the local file and close it (when there is one)."""
+        if self._store is not None:
+            self._store.save_replica(self.replica.get_update())
+            self._store.close()

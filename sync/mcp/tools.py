@@ -1,0 +1,318 @@
+"""What the MCP server's tools do, over a local or a remote state (no MCP code here).
+
+:class:`StateTools` implements ``read_state``, ``commit_changes``,
+``history``, ``blame``, ``conflicts`` and ``state_schema`` on a
+:class:`~crdt_state.SharedState` (``crdt-state mcp --db FILE``) or on a
+remote state of a hub room (``--hub``). Inputs are the tools' arguments,
+already checked against their pydantic models (:data:`TOOL_MODELS`, which
+also give the tools' exact input schemas); outputs are JSON data. Errors are
+:class:`~crdt_state.CrdtStateError` with their stable codes.
+
+Tokens are the printable form of the state's version vector
+(:meth:`VersionVector.to_text`), accepted only in that canonical form.
+Paths are dotted strings (``"customer.tier"``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from crdt_state import (
+    MISSING,
+    UNRESOLVED,
+    BlameEntry,
+    ConflictError,
+    ConflictRecord,
+    CrdtStateError,
+    HistoryEntry,
+    InvalidUpdate,
+    MergeResult,
+    SharedState,
+    VersionVector,
+    format_path,
+    parse_path,
+)
+from crdt_state.values import tree_get
+
+__all__ = [
+    "TOOL_DESCRIPTIONS",
+    "TOOL_MODELS",
+    "BlameArgs",
+    "CommitArgs",
+    "ConflictsArgs",
+    "HistoryArgs",
+    "NotAvailable",
+    "ReadArgs",
+    "SchemaArgs",
+    "StateTools",
+    "parse_token",
+]
+
+T = TypeVar("T")
+
+_Path = Annotated[str, Field(description="a dotted path, e.g. 'customer.tier'")]
+_Token = Annotated[str, Field(description="a token returned by read_state or commit_changes")]
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ReadArgs(_Args):
+    """Arguments of ``read_state``."""
+
+    paths: list[_Path] | None = Field(
+        default=None, description="paths to read; omit to read the whole state"
+    )
+
+
+class CommitArgs(_Args):
+    """Arguments of ``commit_changes``."""
+
+    changes: dict[_Path, JsonValue] = Field(description="new values by dotted path")
+    base: _Token = Field(description="the token of the read these changes were computed from")
+    agent: str = Field(min_length=1, description="who makes the change (shown to other agents)")
+    delete: list[_Path] = Field(default_factory=list, description="paths to remove")
+
+
+class HistoryArgs(_Args):
+    """Arguments of ``history``."""
+
+    path: _Path | None = Field(default=None, description="only changes touching this path")
+    limit: int = Field(default=20, ge=1, le=1000, description="the newest this many changes")
+
+
+class BlameArgs(_Args):
+    """Arguments of ``blame``."""
+
+    path: _Path
+
+
+class ConflictsArgs(_Args):
+    """Arguments of ``conflicts``."""
+
+    path: _Path | None = Field(default=None, description="only conflicts at or below this path")
+
+
+class SchemaArgs(_Args):
+    """``state_schema`` takes no arguments."""
+
+
+TOOL_MODELS: dict[str, type[_Args]] = {
+    "read_state": ReadArgs,
+    "commit_changes": CommitArgs,
+    "history": HistoryArgs,
+    "blame": BlameArgs,
+    "conflicts": ConflictsArgs,
+    "state_schema": SchemaArgs,
+}
+
+TOOL_DESCRIPTIONS: dict[str, str] = {
+    "read_state": (
+        "Read the shared state (or some paths of it). Returns {values, token, missing}: "
+        "keep the token and pass it as 'base' to commit_changes."
+    ),
+    "commit_changes": (
+        "Write values computed from a read (optimistic concurrency). Returns {status, "
+        "applied, conflicts, token}. status 'merged': written (conflicts settled by policy "
+        "are listed). status 'conflict': another agent wrote an overlapping path since your "
+        "read; nothing was written; each conflict gives base/current/incoming values and the "
+        "other agent: read again and redo. status 'retry': a policy asks you to read again "
+        "and redo."
+    ),
+    "history": "Recent changes, oldest first: token, agent, paths, time.",
+    "blame": "Who last changed a path (or a path above or below it), and when.",
+    "conflicts": "Recorded conflicts and how each was settled.",
+    "state_schema": "The JSON schema of the state, when it is typed (else null).",
+}
+
+
+class NotAvailable(CrdtStateError):
+    """A tool needs something this server does not have (history over a hub)."""
+
+    code = "not_available"
+
+
+def parse_token(text: str) -> VersionVector:
+    """The token ``text`` stands for; :class:`InvalidUpdate` unless it is a canonical token."""
+    try:
+        token = VersionVector.from_text(text)
+    except (CrdtStateError, ValueError) as exc:
+        raise InvalidUpdate(
+            "not a token: pass the 'token' of a read_state or commit_changes result",
+            details={"base": text[:100]},
+        ) from exc
+    if token.to_text() != text:
+        raise InvalidUpdate(
+            "not a token: pass the 'token' of a read_state or commit_changes result",
+            details={"base": text[:100]},
+        )
+    return token
+
+
+def _jsonable(value: Any) -> Any:
+    return {"$missing": True} if value is MISSING else value
+
+
+def _conflict(c: Any) -> dict[str, Any]:
+    """A :class:`Conflict` or :class:`ConflictRecord` as JSON data."""
+    resolution = c.resolution
+    settled = resolution is not UNRESOLVED
+    return {
+        "path": format_path(c.path),
+        "base": _jsonable(c.base),
+        "current": _jsonable(c.current),
+        "incoming": _jsonable(c.incoming),
+        "current_agent": c.current_agent,
+        "incoming_agent": c.incoming_agent,
+        "resolution": _jsonable(resolution) if settled else None,
+        "resolved": settled,
+        "policy": c.policy,
+    }
+
+
+def _history(entry: HistoryEntry) -> dict[str, Any]:
+    return {
+        "seq": entry.seq,
+        "token": entry.token.to_text(),
+        "agent": entry.agent,
+        "paths": [format_path(p) for p in entry.paths],
+        "time": entry.time,
+        "origin": entry.origin,
+    }
+
+
+def _blame(entry: BlameEntry) -> dict[str, Any]:
+    return {
+        "path": format_path(entry.path),
+        "agent": entry.agent,
+        "time": entry.time,
+        "token": entry.token.to_text(),
+        "seq": entry.seq,
+    }
+
+
+def _record(record: ConflictRecord) -> dict[str, Any]:
+    out = _conflict(record)
+    out.update(applied=record.applied, token=record.token.to_text(), time=record.time)
+    return out
+
+
+class StateTools:
+    """The MCP tools over one state.
+
+    Args:
+        state: a ``SharedState`` (embedded; history, blame and conflicts need
+            one opened on a file) or a remote state from ``sync.connect``.
+        on_change: called with the paths of every merge made through
+            :meth:`commit_changes` on an embedded state (a remote state
+            reports changes through its replica instead).
+    """
+
+    def __init__(
+        self,
+        state: Any,
+        *,
+        on_change: Callable[[Sequence[tuple[str, ...]]], Any] | None = None,
+    ) -> None:
+        self.state = state
+        self.local = isinstance(state, SharedState)
+        self._on_change = on_change
+
+    # -- reading --------------------------------------------------------------------------
+    def read_state(self, args: ReadArgs) -> dict[str, Any]:
+        snapshot, token = self.state.read()
+        if args.paths is None:
+            return {"values": snapshot, "token": token.to_text(), "missing": []}
+        values: dict[str, Any] = {}
+        missing: list[str] = []
+        for text in args.paths:
+            node = tree_get(snapshot, parse_path(text))
+            if node is MISSING:
+                missing.append(text)
+            else:
+                values[text] = node
+        return {"values": values, "token": token.to_text(), "missing": missing}
+
+    def value_at(self, path: str | None) -> Any:
+        """The value a ``state://current[/path]`` resource shows (``PathNotFound``-free: null)."""
+        if path is None:
+            return self.state.snapshot()
+        return self.state.get(parse_path(path))
+
+    # -- writing --------------------------------------------------------------------------
+    async def commit_changes(self, args: CommitArgs) -> dict[str, Any]:
+        base = parse_token(args.base)
+        changes: dict[tuple[str, ...], Any] = {parse_path(p): v for p, v in args.changes.items()}
+        for text in args.delete:
+            path = parse_path(text)
+            if path in changes:
+                raise CrdtStateError("a path is both written and deleted", path=path)
+            changes[path] = MISSING
+        try:
+            result: MergeResult = await self.state.acommit(changes, base, args.agent)
+        except ConflictError as exc:
+            return {
+                "status": "retry" if exc.retry else "conflict",
+                "applied": [],
+                "conflicts": [_conflict(c) for c in exc.conflicts],
+                "token": self.state.token.to_text(),
+            }
+        if self.local and result.applied and self._on_change is not None:
+            await _maybe_await(self._on_change(result.applied))
+        return {
+            "status": "merged",
+            "applied": [format_path(p) for p in result.applied],
+            "conflicts": [_conflict(c) for c in result.conflicts],
+            "token": result.token.to_text(),
+        }
+
+    # -- history ----------------------------------------------------------------------------
+    def _durable(self, tool: str, read: Callable[[SharedState], T]) -> T:
+        """Run ``read`` on a state stored in a file; :class:`NotAvailable` otherwise."""
+        if self.local:
+            try:
+                return read(self.state)
+            except TypeError as exc:  # an in-memory state has no history
+                if isinstance(exc, CrdtStateError):
+                    raise
+        raise NotAvailable(
+            f"{tool} needs a state file: run 'crdt-state mcp --db FILE' (over a hub, "
+            "the hub keeps the history)",
+            details={"tool": tool},
+        )
+
+    def history(self, args: HistoryArgs) -> dict[str, Any]:
+        path = parse_path(args.path) if args.path is not None else None
+        entries = self._durable("history", lambda s: s.history(path=path, limit=args.limit))
+        return {"changes": [_history(e) for e in entries]}
+
+    def blame(self, args: BlameArgs) -> dict[str, Any]:
+        path = parse_path(args.path)
+        found = self._durable("blame", lambda s: s.blame(path))
+        return {"blame": _blame(found) if found is not None else None}
+
+    def conflicts(self, args: ConflictsArgs) -> dict[str, Any]:
+        path = parse_path(args.path) if args.path is not None else None
+        records = self._durable("conflicts", lambda s: s.conflicts(path))
+        return {"conflicts": [_record(r) for r in records]}
+
+    def state_schema(self, args: SchemaArgs) -> dict[str, Any]:
+        state = self.state if self.local else self.state.replica
+        if state.schema is None:
+            return {"schema": None}
+        schema: dict[str, Any] = state.json_schema()
+        return {"schema": schema}
+
+    def call(self, name: str, arguments: Mapping[str, Any]) -> tuple[_Args, Any]:
+        """Validate ``arguments`` for tool ``name``; returns the model and the bound method."""
+        model = TOOL_MODELS[name].model_validate(dict(arguments))
+        return model, getattr(self, name)
+
+
+async def _maybe_await(value: Any) -> None:
+    if hasattr(value, "__await__"):
+        await value

@@ -1,0 +1,58 @@
+"""The websocket handshake of the hub: room names, access tokens, refusals (no state).
+
+The room is the URL path (``ws://host:port/triage/42`` is room ``triage/42``); the access
+token travels as the ``token`` query parameter (what y-websocket's ``params`` option sends)
+or as ``Authorization: Bearer <token>``.
+"""
+
+from __future__ import annotations
+
+import re
+from http import HTTPStatus
+from typing import Final
+from urllib.parse import parse_qs, urlsplit
+
+from websockets.asyncio.server import ServerConnection
+from websockets.datastructures import Headers
+from websockets.http11 import Request, Response
+
+__all__ = ["peer_address", "refuse", "request_token", "room_name"]
+
+_ROOM_NAME: Final = re.compile(r"^[A-Za-z0-9._~\-]+(/[A-Za-z0-9._~\-]+)*$")
+_MAX_ROOM_NAME: Final = 200
+
+
+def room_name(path: str) -> str | None:
+    """The room named by a request path (``/triage/42?token=..`` → ``triage/42``), or None."""
+    name = urlsplit(path).path.strip("/")
+    if not name or len(name) > _MAX_ROOM_NAME or not _ROOM_NAME.match(name):
+        return None
+    return name
+
+
+def request_token(request: Request) -> str | None:
+    """The access token of a handshake: ``?token=`` or ``Authorization: Bearer``."""
+    query = parse_qs(urlsplit(request.path).query)
+    if query.get("token"):
+        return query["token"][0]
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return None
+
+
+def refuse(connection: ServerConnection, status: HTTPStatus, reason: str) -> Response:
+    """The HTTP response refusing a handshake with ``status`` and ``reason``."""
+    response = connection.respond(status, reason + "\n")
+    response.headers = Headers(response.headers)
+    return response
+
+
+def peer_address(ws: ServerConnection) -> str:
+    """``host:port`` of the peer, for logs (``?`` when unknown)."""
+    try:
+        host, port = ws.remote_address[:2]
+        return f"{host}:{port}"
+    except (TypeError, ValueError):
+        return "?"

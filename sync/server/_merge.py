@@ -1,0 +1,138 @@
+"""Judging one merge request against a room's state: request in, result frame out.
+
+The hub's side of the merge extension, apart from the connection it came on. A request is
+judged by :meth:`SharedState.acommit` with the room's policies, as in-process merges are;
+the conflicts the room's rules do not settle are settled with the policy the client named
+for the change (step 3 of the request), or else go back to the client. The answer is the
+encoded merge result (``docs/protocol.md``, *Merge result*).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+from crdt_state import (
+    Change,
+    Conflict,
+    ConflictError,
+    CrdtStateError,
+    MergeResult,
+    SharedState,
+    VersionVector,
+    resolvers,
+)
+from crdt_state.paths import Pattern
+from crdt_state.resolvers import Escalation
+from sync.wire import protocol as p
+from sync.wire.changes import ErrorRecord
+from sync.wire.convert import conflict_to_record, core_changes
+from sync.wire.errors import ProtocolError
+
+__all__ = ["client_policies", "judge_merge", "unsettled_default"]
+
+DOCUMENT_TOO_LARGE = "document_too_large"
+
+
+async def judge_merge(
+    state: SharedState,
+    request: p.MergeRequest,
+    *,
+    agent: str,
+    scope: str,
+    too_large: Callable[[int], bool],
+) -> bytes:
+    """Judge ``request`` against ``state``; returns the merge result frame.
+
+    Args:
+        state: the room's state.
+        request: the decoded request.
+        agent: who the merge is by when the request names no agent.
+        scope: whose request ids these are when the request names no writer (the
+            connection's identity); see :func:`writer_of`.
+        too_large: tells whether about that many more bytes would take the document
+            past its size limit.
+
+    Returns:
+        The encoded merge result: ok, conflict (settled conflicts listed) or error
+        (nothing written; the stable code in ``error.code``).
+    """
+    try:
+        base = VersionVector.from_state(request.base)
+        ops = core_changes(request.changes)
+        if too_large(sum(len(repr(op.value)) for op in ops)):
+            return _error_reply(request, state, DOCUMENT_TOO_LARGE, "document size limit reached")
+        result: MergeResult = await state.acommit(
+            ops,
+            base,
+            request.agent or agent,
+            resolvers=client_policies(state, ops, request.policies),
+            default=unsettled_default(state),
+            request_id=request.request_id,
+            writer=writer_of(request, scope),
+            builds_on=request.chain,
+        )
+    except ConflictError as exc:
+        return p.encode_merge_result(
+            request.request_id,
+            p.MergeStatus.ERROR,
+            state.token.to_state(),
+            conflicts=[conflict_to_record(c) for c in exc.conflicts],
+            error=ErrorRecord("retry" if exc.retry else exc.code, exc.message),
+        )
+    except (CrdtStateError, ProtocolError) as exc:
+        return _error_reply(request, state, str(exc.code), str(exc))
+    return p.encode_merge_result(
+        request.request_id,
+        p.MergeStatus.CONFLICT if result.conflicts else p.MergeStatus.OK,
+        result.token.to_state(),
+        applied=result.applied,
+        conflicts=[conflict_to_record(c) for c in result.conflicts],
+    )
+
+
+def _report_to_client(conflict: Conflict) -> NoReturn:
+    """The hub's default policy: leave the conflict to the merging client's policies."""
+    raise Escalation(False, "left to the merging client")
+
+
+def unsettled_default(state: SharedState) -> object | None:
+    """The default policy for a merge: every overlap the room's rules do not settle goes
+    back to the client, equal values included (``None``: the room has a default of its own)."""
+    return _report_to_client if state.policies.default is resolvers.raise_conflict else None
+
+
+def client_policies(
+    state: SharedState, ops: Sequence[Change], named: Sequence[tuple[int, str]]
+) -> dict[Pattern, object] | None:
+    """The policies the client named for its changes, where the room leaves the conflict
+    to the client: no rule of the room governs the path and the room has no default of
+    its own. Unknown names are ignored (the conflict then goes back to the client)."""
+    table = state.policies
+    if not named or table.default is not resolvers.raise_conflict:
+        return None
+    chosen: dict[Pattern, object] = {}
+    for index, name in named:
+        policy = resolvers.NAMED_POLICIES.get(name)
+        path = ops[index].path
+        if policy is None or table.has_rule(path) or any(k in ("*", "**") for k in path):
+            continue
+        chosen[Pattern(path)] = policy
+    return chosen or None
+
+
+def writer_of(request: p.MergeRequest, scope: str) -> str:
+    """Whose request ids these are: the writer the client names, or else its connection.
+
+    The two are kept apart by a prefix, so no client can name a connection's scope.
+    """
+    return f"w:{request.writer}" if request.writer else f"c:{scope}"
+
+
+def _error_reply(request: p.MergeRequest, state: SharedState, code: str, message: str) -> bytes:
+    return p.encode_merge_result(
+        request.request_id,
+        p.MergeStatus.ERROR,
+        state.token.to_state(),
+        error=ErrorRecord(code, message),
+    )

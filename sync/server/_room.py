@@ -1,0 +1,306 @@
+"""A hub room: one shared state, the sessions joined to it, and their fan-out.
+
+The room turns the changes of its :class:`~crdt_state.SharedState` (merges,
+or Yjs updates from any client) into y-websocket update frames queued for
+every session. Changes made during one event-loop iteration are sent as one
+frame (their Yjs updates merged), and merge replies queued with
+:meth:`Room.reply` follow it: a client always has a merge's update before its
+reply. Changes may be made on worker threads (durable states wait for the
+disk there); frames are always queued on the event loop's thread.
+
+**Only durable changes leave the room.** For a durable state, an update frame
+(and a sync answer queued with :meth:`Room.send_durable`) is held until every
+change it carries is durable (:meth:`SharedState.when_durable`), and frames
+leave in the order they were queued: a reply waits behind the update frames
+queued before it, so no token in a reply names a change that is not durable
+yet (for changes made on the loop's thread, as the hub makes them all: one
+made on another thread reaches the room a moment later, and a reply queued
+in between does not wait for it). So no client ever holds a change that a
+hub restarted after a crash (SIGKILL, power loss with ``durability="full"``)
+lacks: every base token a client sends is known to the restarted hub, and
+nothing that was shown to anyone comes back from a client's replica as a
+change without its request identity. A state in memory sends at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import secrets
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from pycrdt import merge_updates
+from websockets.asyncio.server import ServerConnection, broadcast
+from websockets.protocol import State
+
+from crdt_state import SharedState, StateUpdate
+from sync.server.auth import Grant
+from sync.wire.awareness import removal_update, safe_clients
+from sync.wire.protocol import encode_awareness, encode_update
+
+__all__ = ["Room", "Session"]
+
+log = logging.getLogger("crdt_state.hub")
+
+_ids = itertools.count(1)
+
+
+@dataclass(eq=False)
+class Session:
+    """One websocket connection joined to a room.
+
+    Frames are written to ``connection`` at once when nothing is waiting
+    before them and its write buffer is below ``write_limit`` bytes;
+    otherwise ``outbox`` holds them, in order, for the hub's writer task
+    (which waits for the client to read). When the outbox overflows the
+    session is marked ``overflowed`` and the hub disconnects it.
+    """
+
+    grant: Grant | None
+    remote: str
+    max_outbox: int
+    id: int = field(default_factory=lambda: next(_ids))
+    writer: str = field(default_factory=lambda: secrets.token_hex(16))
+    """A random 128-bit identity: the scope of request ids sent without a writer."""
+    outbox: asyncio.Queue[bytes | None] = field(init=False)
+    overflowed: bool = False
+    on_overflow: Callable[[Session], None] | None = None
+    connection: ServerConnection | None = None
+    busy: bool = False
+    """True while the writer task is sending a frame taken from the outbox."""
+    write_limit: int = 64 * 1024
+
+    def __post_init__(self) -> None:
+        self.outbox = asyncio.Queue(maxsize=self.max_outbox)
+
+    @property
+    def can_write(self) -> bool:
+        """True unless the session's token grants read access only."""
+        return self.grant is None or self.grant.can_write
+
+    @property
+    def label(self) -> str:
+        return f"conn-{self.id}"
+
+    def enqueue(self, frame: bytes) -> None:
+        """Queue ``frame`` for sending (event-loop thread only)."""
+        self.enqueue_many((frame,))
+
+    def enqueue_many(self, frames: Sequence[bytes]) -> None:
+        """Queue ``frames`` for sending, in order (event-loop thread only).
+
+        When nothing waits before them, they are written at once, together
+        (one write to the socket for all of them).
+        """
+        if self.overflowed or not frames:
+            return
+        ws = self.connection
+        if (
+            ws is not None
+            and not self.busy
+            and self.outbox.empty()
+            and ws.transport.get_write_buffer_size() < self.write_limit
+        ):
+            _write_now(ws, frames)
+            return
+        for frame in frames:
+            try:
+                self.outbox.put_nowait(frame)
+            except asyncio.QueueFull:
+                self.overflowed = True
+                if self.on_overflow is not None:
+                    self.on_overflow(self)
+                return
+
+
+def _write_now(ws: ServerConnection, frames: Sequence[bytes]) -> None:
+    """Write binary ``frames`` to ``ws`` in one socket write (as ``broadcast`` does, batched)."""
+    if len(frames) == 1:
+        broadcast((ws,), frames[0])
+        return
+    if ws.protocol.state is not State.OPEN or ws.send_in_progress is not None:
+        return  # closing: frames to a closing connection are dropped, like broadcast()
+    try:
+        for frame in frames:
+            ws.protocol.send_binary(frame)
+        data = ws.protocol.data_to_send()
+        ws.transport.write(b"".join(data))
+    except Exception as exc:  # the connection broke: its handler sees it and cleans up
+        ws.logger.warning("could not write to connection: %s", exc)
+
+
+@dataclass(slots=True, eq=False)
+class _Round:
+    """Frames queued together, sent together once ``ready``.
+
+    ``update`` goes to every session joined at sending time, then each of
+    ``frames`` to its session. ``replies`` says whether ``frames`` are merge
+    replies (sent even if the round's changes failed to be stored: their
+    tokens name only changes of earlier rounds) or durable content (dropped then).
+    """
+
+    update: bytes | None
+    frames: list[tuple[Session, bytes]]
+    replies: bool = True
+    ready: bool = False
+    error: BaseException | None = None
+
+
+class Room:
+    """The shared state of one room name and the sessions that joined it."""
+
+    def __init__(self, name: str, state: SharedState, loop: asyncio.AbstractEventLoop) -> None:
+        self.name = name
+        self.state = state
+        self.sessions: dict[int, Session] = {}
+        self.awareness: dict[int, bytes] = {}
+        self.size = len(state.get_update())
+        """Encoded size of the document, kept as an upper bound (see would_exceed)."""
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+        self._unsubscribe = state.subscribe(self._on_change)
+        self._updates: list[bytes] = []  # changes not yet sent, oldest first
+        self._replies: list[tuple[Session, bytes]] = []  # to send after them
+        self._flush_scheduled = False
+        self._rounds: deque[_Round] = deque()  # queued, oldest first; sent once ready
+        self._storage_failed = False
+
+    def would_exceed(self, extra: int, limit: int) -> bool:
+        """True when adding about ``extra`` bytes would take the document past ``limit``.
+
+        ``size`` only grows with each change (an upper bound, cheap to keep); it
+        is measured again from the document before a change is refused.
+        """
+        if self.size + extra <= limit:
+            return False
+        self.size = len(self.state.get_update())
+        return self.size + extra > limit
+
+    def join(self, session: Session) -> None:
+        self.sessions[session.id] = session
+
+    def leave(self, session: Session) -> None:
+        """Forget ``session``; tell the others that the peers it announced are gone."""
+        self.sessions.pop(session.id, None)
+        payload = self.awareness.pop(session.id, None)
+        clients = safe_clients(payload) if payload is not None else {}
+        if clients:
+            self.broadcast(encode_awareness(removal_update(clients)))
+
+    def _on_change(self, change: StateUpdate) -> None:
+        self.size += len(change.update)
+        if threading.get_ident() == self._loop_thread:
+            self._add(change.update)
+        else:
+            self._loop.call_soon_threadsafe(self._add, change.update)
+
+    def _add(self, update: bytes) -> None:
+        self._updates.append(update)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def reply(self, session: Session, frame: bytes) -> None:
+        """Queue ``frame`` for ``session`` after every change made so far (loop thread only).
+
+        It is sent once the update frames queued before it are sent, so once the
+        changes they carry are durable.
+        """
+        self._replies.append((session, frame))
+        self._schedule()
+
+    def send_durable(self, session: Session, frame: bytes) -> None:
+        """Queue ``frame`` for ``session`` once every change made so far is durable, after
+        the frames queued before it (loop thread only).
+
+        For frames carrying the room's content, e.g. a sync step 2 built from
+        ``state.get_update()`` just before this call. Dropped, like the
+        changes, if they can never be stored.
+        """
+        self.flush()  # what is queued so far goes first
+        self._queue(_Round(None, [(session, frame)], replies=False), durable=True)
+
+    def flush(self) -> None:
+        """Queue the pending changes as one update frame to every session, then the replies.
+
+        The frames are sent as soon as the changes are durable and every frame
+        queued before them is sent; each session gets the frames that become
+        ready together in one write.
+        """
+        self._flush_scheduled = False
+        updates, self._updates = self._updates, []
+        replies, self._replies = self._replies, []
+        if not updates and not replies:
+            return
+        frame: bytes | None = None
+        if updates:
+            frame = encode_update(
+                updates[0] if len(updates) == 1 else bytes(merge_updates(*updates))
+            )
+        self._queue(_Round(frame, replies), durable=frame is not None)
+
+    def _queue(self, round_: _Round, *, durable: bool) -> None:
+        self._rounds.append(round_)
+        if not durable:
+            round_.ready = True
+            self._release()
+            return
+
+        def done(error: BaseException | None) -> None:
+            if threading.get_ident() == self._loop_thread:
+                self._ready(round_, error)
+                return
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody to send to
+                self._loop.call_soon_threadsafe(self._ready, round_, error)
+
+        self.state.when_durable(done)
+
+    def _ready(self, round_: _Round, error: BaseException | None) -> None:
+        round_.ready, round_.error = True, error
+        if error is not None and not self._storage_failed:
+            self._storage_failed = True
+            log.error(
+                "room %s: changes could not be stored, they are not sent to anyone: %s",
+                self.name,
+                error,
+            )
+        self._release()
+
+    def _release(self) -> None:
+        """Send the rounds that are ready, oldest first, up to the first one still waiting."""
+        if not self._rounds or not self._rounds[0].ready:
+            return
+        rounds: list[_Round] = []
+        while self._rounds and self._rounds[0].ready:
+            rounds.append(self._rounds.popleft())
+        sessions = list(self.sessions.values())
+        out: dict[int, tuple[Session, list[bytes]]] = {}
+        for round_ in rounds:
+            failed = round_.error is not None
+            if round_.update is not None and not failed:
+                for session in sessions:
+                    out.setdefault(session.id, (session, []))[1].append(round_.update)
+            if round_.replies or not failed:
+                for session, frame in round_.frames:
+                    out.setdefault(session.id, (session, []))[1].append(frame)
+        for session, frames in out.values():
+            session.enqueue_many(frames)
+
+    def broadcast(self, frame: bytes, *, exclude: int | None = None) -> None:
+        """Queue ``frame`` for every session but ``exclude`` (event-loop thread only)."""
+        for session in list(self.sessions.values()):
+            if session.id != exclude:
+                session.enqueue(frame)
+
+    def close(self) -> None:
+        """Stop fanning out changes and close the room's state."""
+        self._unsubscribe()
+        self.state.close()

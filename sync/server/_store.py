@@ -1,0 +1,36 @@
+"""Hub persistence: one SQLite file per room, through ``SharedState.open``.
+
+The hub's ``db`` is a directory; room ``triage/42`` lives in the file
+``<db>/triage%2F42.sqlite``. Each file is a durable state (WAL, group commit,
+compaction that never replaces data with an empty document; see
+``crdt_state.storage``): a merge is acknowledged to a client only after it is
+on disk, so killing the hub loses nothing acknowledged; and no change is sent
+to any client before it is on disk (see :mod:`sync.server._room`), so no client holds
+a change that a restarted hub lacks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from crdt_state import SharedState
+
+__all__ = ["open_room_state", "room_file"]
+
+
+def room_file(db: Path, name: str) -> Path:
+    """The SQLite file that holds room ``name`` under the hub directory ``db``."""
+    return db / (quote(name, safe="") + ".sqlite")
+
+
+def open_room_state(
+    db: Path, name: str, *, resolvers: Mapping[Any, object] | None = None, **options: Any
+) -> SharedState:
+    """Open (or create) the durable state of room ``name``."""
+    db.mkdir(parents=True, exist_ok=True)
+    # clients keep replicas of the room's document: it must keep its identity
+    options.setdefault("compact_document", False)
+    return SharedState.open(room_file(db, name), resolvers=resolvers, **options)

@@ -1,0 +1,123 @@
+"""A room's ownership lease in Redis: ``SET NX PX``, compare-and-extend, compare-and-delete.
+
+The lease is one key, ``crdt:{room}:owner`` (see :mod:`sync.server.cluster.keys`), whose value is
+the holder's *token*: unique per acquisition, so a stale holder can neither renew nor
+delete a later holder's lease, even when both are the same hub. The key expires by itself
+``ttl`` after the last successful acquire or renewal; Redis is the only judge of who holds
+it. The lease alone never makes a write safe (a paused holder may wake up after its key
+expired): writes are guarded by the fencing number, :mod:`sync.server.cluster.fence`.
+
+Connection problems (refused, reset, timed out, Redis still loading) are raised as
+:class:`~sync.server.cluster.errors.ClusterUnavailable`; the caller decides whether to retry.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable
+from typing import Any, Final, TypeVar
+
+from redis import exceptions as redis_errors
+from redis.asyncio import Redis
+
+from .errors import ClusterUnavailable
+from .keys import OWNER, room_key
+
+__all__ = ["RedisLease", "lease_holder", "new_token"]
+
+_T = TypeVar("_T")
+
+# KEYS[1] = lease key, ARGV[1] = token, ARGV[2] = ttl in ms. 1 if extended, 0 if not ours.
+_RENEW: Final = """
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  return redis.call('pexpire', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
+# KEYS[1] = lease key, ARGV[1] = token. 1 if deleted, 0 if not ours (or gone).
+_RELEASE: Final = """
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  return redis.call('del', KEYS[1])
+end
+return 0
+"""
+
+UNAVAILABLE: Final = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)
+"""What redis-py raises when the server cannot be reached or does not answer in time."""
+
+
+def new_token(owner: str) -> str:
+    """A fresh lease token: ``owner`` (a hub's name, for people) plus 64 random bits."""
+    return f"{owner}#{secrets.token_hex(8)}"
+
+
+class RedisLease:
+    """One holder's lease on one room; every method is one round trip.
+
+    ``ttl`` is in seconds (at least 0.01). ``redis`` is any ``redis.asyncio.Redis``
+    (``decode_responses`` either way); give it short socket timeouts and little or no
+    retry of its own (see :func:`sync.server.cluster.redis_client`): the lease keeper has
+    deadlines to keep.
+    """
+
+    def __init__(self, redis: Redis, room: str, token: str, ttl: float) -> None:
+        if ttl < 0.01:
+            raise ValueError(f"lease ttl must be at least 0.01 s, got {ttl!r}")
+        if not token:
+            raise ValueError("a lease token must be non-empty")
+        self.redis: Final = redis
+        self.room: Final = room
+        self.token: Final = token
+        self.ttl: Final = float(ttl)
+        self.ttl_ms: Final = max(1, round(ttl * 1000))
+        self.key: Final = room_key(room, OWNER)
+        self._renew = redis.register_script(_RENEW)
+        self._release = redis.register_script(_RELEASE)
+
+    async def acquire(self) -> bool:
+        """Take the lease if nobody holds it (``SET key token NX PX ttl``); True if taken.
+
+        Also True when the key already holds this token (a ``SET`` that Redis applied but
+        whose answer was lost and retried): the lease then runs from the first attempt.
+        """
+        done = await _call(self.redis.set(self.key, self.token, nx=True, px=self.ttl_ms))
+        return bool(done) or await self.holder() == self.token
+
+    async def renew(self) -> bool:
+        """Extend the lease by ``ttl`` from now if it is still this token's; False if not.
+
+        False means the key expired or another holder took it: the lease is lost for good
+        (a holder never re-creates its key; it acquires anew, with a new fence).
+        """
+        done = await _call(self._renew(keys=[self.key], args=[self.token, self.ttl_ms]))
+        return int(done) == 1
+
+    async def release(self) -> bool:
+        """Delete the lease if it is still this token's; True if deleted."""
+        done = await _call(self._release(keys=[self.key], args=[self.token]))
+        return int(done) == 1
+
+    async def holder(self) -> str | None:
+        """The token currently holding the room's lease, or ``None``."""
+        return await lease_holder(self.redis, self.room)
+
+    async def remaining(self) -> float | None:
+        """Seconds until the room's lease (whoever holds it) expires, ``None`` if free."""
+        ms = int(await _call(self.redis.pttl(self.key)))
+        return ms / 1000 if ms >= 0 else None
+
+
+async def lease_holder(redis: Redis, room: str) -> str | None:
+    """The token holding ``room``'s lease, or ``None`` when the room has no owner."""
+    value = await _call(redis.get(room_key(room, OWNER)))
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def _call(pending: Awaitable[_T] | Any) -> Any:
+    try:
+        return await pending
+    except UNAVAILABLE as exc:
+        raise ClusterUnavailable("redis", f"redis did not answer: {exc}") from exc

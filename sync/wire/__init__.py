@@ -1,0 +1,73 @@
+"""The wire layer: the y-websocket protocol plus the merge extension, as a pure codec.
+
+Bytes in, message objects out, and the reverse; no asyncio, no sockets. Layouts are in
+``docs/protocol.md``.
+
+- :mod:`sync.wire.lib0`: varuint, varbytes, varstring (strict decoder);
+- :mod:`sync.wire.state_vector`: Yjs state vectors (the tokens), strictly validated;
+- :mod:`sync.wire.changes`: the JSON payloads (change sets, merge result bodies);
+- :mod:`sync.wire.protocol`: messages and their codec;
+- :mod:`sync.wire.awareness`: just enough of awareness payloads to retire a peer;
+- :mod:`sync.wire.convert`: wire records to and from the core's objects;
+- :mod:`sync.wire.errors`: the ``sync`` error root and the wire's codes.
+"""
+
+from sync.wire.changes import (
+    MISSING,
+    ChangeKind,
+    ErrorRecord,
+    JsonValue,
+    Missing,
+    WireChange,
+    WireConflict,
+    WirePath,
+)
+from sync.wire.errors import CloseCode, ErrorCode, ProtocolError, RemoteError, SyncError
+from sync.wire.protocol import (
+    MERGE_MESSAGE_TYPE,
+    Awareness,
+    MergeReply,
+    MergeRequest,
+    MergeStatus,
+    Message,
+    MessageType,
+    PermissionDenied,
+    QueryAwareness,
+    SyncStep1,
+    SyncStep2,
+    SyncUpdate,
+    UnknownMessage,
+    decode_message,
+    encode_message,
+)
+
+__all__ = [
+    "MERGE_MESSAGE_TYPE",
+    "MISSING",
+    "Awareness",
+    "WireChange",
+    "ChangeKind",
+    "CloseCode",
+    "WireConflict",
+    "ErrorCode",
+    "ErrorRecord",
+    "JsonValue",
+    "MergeRequest",
+    "MergeReply",
+    "MergeStatus",
+    "Message",
+    "MessageType",
+    "Missing",
+    "WirePath",
+    "PermissionDenied",
+    "ProtocolError",
+    "QueryAwareness",
+    "RemoteError",
+    "SyncError",
+    "SyncStep1",
+    "SyncStep2",
+    "SyncUpdate",
+    "UnknownMessage",
+    "decode_message",
+    "encode_message",
+]

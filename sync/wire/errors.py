@@ -1,0 +1,140 @@
+"""The exceptions of the ``sync`` package, and the websocket close codes they map to.
+
+Hierarchy::
+
+    SyncError                               root of every error ``sync`` raises
+    ├── ProtocolError(ValueError)           bytes that are not a valid message of the wire
+    │                                       protocol, or a value that cannot be encoded
+    ├── RemoteError(crdt_state.CrdtStateError)
+    │                                       the hub refused a merge (``code``: the hub's code)
+    ├── sync.server.auth.AuthError(PermissionError)
+    │                                       an access token was refused (``http_status``)
+    └── sync.server.peer.PeerRefused        a connection must be closed (``close_code``)
+
+Every error has one meaning of ``code``: a stable, machine-readable string (agents and
+tests match on it, never on the message). Transport details are separate fields:
+``close_code`` (the websocket close code), ``http_status`` (the handshake's HTTP status).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final
+
+from crdt_state import CrdtStateError
+
+__all__ = ["CloseCode", "ErrorCode", "ProtocolError", "RemoteError", "SyncError"]
+
+_MAX_CLOSE_REASON_BYTES: Final = 123  # RFC 6455 section 5.5: 125-byte control frame - 2-byte code
+
+
+class CloseCode(enum.IntEnum):
+    """Websocket close codes (RFC 6455 section 7.4.1) used by the hub and its clients."""
+
+    NORMAL = 1000
+    GOING_AWAY = 1001
+    PROTOCOL_ERROR = 1002
+    """Malformed frame: truncated, bad varuint, trailing bytes, bad JSON, unknown substep."""
+    UNSUPPORTED_DATA = 1003
+    """Well-formed but unsupported: a text frame, an unknown enum value of a newer peer."""
+    POLICY_VIOLATION = 1008
+    """Access refused: bad or missing token, a write from a read-only connection."""
+    MESSAGE_TOO_BIG = 1009
+    """A message or a document over the configured size limit."""
+    INTERNAL_ERROR = 1011
+
+
+class ErrorCode(enum.StrEnum):
+    """Stable codes of :class:`ProtocolError`; the value is what gets logged and compared."""
+
+    EMPTY_MESSAGE = "empty_message"
+    TRUNCATED = "truncated"
+    VARUINT_OVERFLOW = "varuint_overflow"
+    NON_CANONICAL_VARUINT = "non_canonical_varuint"
+    TRAILING_BYTES = "trailing_bytes"
+    INVALID_UTF8 = "invalid_utf8"
+    UNKNOWN_SYNC_STEP = "unknown_sync_step"
+    UNKNOWN_AUTH_STEP = "unknown_auth_step"
+    UNKNOWN_MERGE_STEP = "unknown_merge_step"
+    INVALID_STATE_VECTOR = "invalid_state_vector"
+    INVALID_JSON = "invalid_json"
+    INVALID_CHANGE_SET = "invalid_change_set"
+    INVALID_RESULT_BODY = "invalid_result_body"
+    INVALID_MERGE_REQUEST = "invalid_merge_request"
+    UNKNOWN_CHANGE_KIND = "unknown_change_kind"
+    UNKNOWN_STATUS = "unknown_status"
+    UNSUPPORTED_FRAME = "unsupported_frame"
+    INVALID_VALUE = "invalid_value"
+
+    @property
+    def close_code(self) -> CloseCode:
+        """The close code a server sends when a peer's bytes fail with this code."""
+        return _CLOSE_CODES.get(self, CloseCode.PROTOCOL_ERROR)
+
+
+_CLOSE_CODES: Final[dict[ErrorCode, CloseCode]] = {
+    ErrorCode.UNKNOWN_CHANGE_KIND: CloseCode.UNSUPPORTED_DATA,
+    ErrorCode.UNKNOWN_STATUS: CloseCode.UNSUPPORTED_DATA,
+    ErrorCode.UNSUPPORTED_FRAME: CloseCode.UNSUPPORTED_DATA,
+    ErrorCode.INVALID_VALUE: CloseCode.UNSUPPORTED_DATA,
+}
+
+
+class SyncError(Exception):
+    """Root of every exception raised by the ``sync`` package.
+
+    Attributes:
+        code: a stable machine-readable string naming what went wrong.
+    """
+
+    code: str = "sync_error"
+
+
+class ProtocolError(SyncError, ValueError):
+    """Bytes that violate the wire protocol, or a value the protocol cannot carry.
+
+    Decoders raise it for every malformed input and never raise anything else; encoders
+    raise it (code :attr:`ErrorCode.INVALID_VALUE` or a more specific one) for arguments
+    that cannot be encoded. ``code`` is stable; ``reason`` is for people.
+    """
+
+    PROTOCOL_ERROR: Final = CloseCode.PROTOCOL_ERROR
+    UNSUPPORTED_DATA: Final = CloseCode.UNSUPPORTED_DATA
+
+    code: ErrorCode
+
+    def __init__(self, code: ErrorCode, reason: str) -> None:
+        self.code = code
+        self.reason: Final = reason
+        super().__init__(f"{code.value}: {reason}")
+
+    @property
+    def close_code(self) -> CloseCode:
+        """Websocket close code for this error: 1002 (malformed) or 1003 (unsupported)."""
+        return self.code.close_code
+
+    @property
+    def close_reason(self) -> str:
+        """``str(self)`` cut to fit a close frame (at most 123 UTF-8 bytes, whole chars)."""
+        raw = str(self).encode("utf-8")[:_MAX_CLOSE_REASON_BYTES]
+        return raw.decode("utf-8", errors="ignore")
+
+    def __reduce__(self) -> tuple[type[ProtocolError], tuple[ErrorCode, str]]:
+        return (type(self), (self.code, self.reason))
+
+
+class RemoteError(SyncError, CrdtStateError):
+    """The hub refused a merge for a reason other than a conflict.
+
+    It is also a :class:`~crdt_state.CrdtStateError`, as every other way a merge can fail.
+
+    Attributes:
+        code: the hub's error code (``document_too_large``, ``wrong_type``,
+            ``broken_chain``, ...); ``details["hub_code"]`` repeats it.
+    """
+
+    code = "remote_error"
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message, details={"hub_code": code})
+        self.code = code

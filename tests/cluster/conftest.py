@@ -1,0 +1,106 @@
+"""Fixtures of the cluster tests: real Redis and PostgreSQL, never skipped.
+
+- ``private_redis``: a ``redis-server`` of the test's own on a free port (for tests that
+  kill, pause or restart Redis), stopped and waited for at teardown;
+- ``redis_url``: the machine's Redis (``CRDT_STATE_TEST_REDIS`` or 127.0.0.1:6379);
+- ``postgres_dsn``: a throwaway database per test module, created on the server of
+  ``CRDT_STATE_TEST_POSTGRES`` (default ``host=127.0.0.1 user=postgres dbname=postgres``)
+  and dropped ``WITH (FORCE)`` at the end, with the cluster schema migrated;
+- ``pool``, ``redis``: clients (``sync.server.cluster.postgres_pool``, ``redis_client``).
+
+A server that does not answer fails the test with the reason: ``scripts/test.sh``
+installs and starts the servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import redis as redis_sync
+from cluster_servers import (
+    RedisServer,
+    create_database,
+    drop_database,
+    postgres_admin_dsn,
+)
+from cluster_servers import (
+    redis_url as machine_redis_url,
+)
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+from redis.asyncio import Redis
+
+from sync.server.cluster import migrate, postgres_pool, redis_client
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A private redis-server for this test only."""
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The machine's Redis, checked to answer."""
+    url = machine_redis_url()
+    try:
+        redis_sync.Redis.from_url(url, socket_timeout=3, socket_connect_timeout=3).ping()
+    except Exception as exc:
+        pytest.fail(
+            f"Redis at {url} does not answer ({exc}); run scripts/test.sh or set "
+            "CRDT_STATE_TEST_REDIS",
+            pytrace=False,
+        )
+    return url
+
+
+@pytest.fixture(scope="module")
+def postgres_dsn() -> Iterator[str]:
+    """A fresh database with the cluster schema, dropped after the module's tests."""
+    admin = postgres_admin_dsn()
+    try:
+        dsn = create_database(admin)
+    except psycopg.Error as exc:
+        pytest.fail(
+            f"PostgreSQL at {admin!r} is not usable ({exc}); run scripts/test.sh or set "
+            "CRDT_STATE_TEST_POSTGRES",
+            pytrace=False,
+        )
+    try:
+
+        async def setup() -> None:
+            async with await AsyncConnection.connect(dsn, autocommit=True) as conn:
+                await migrate(conn)
+
+        asyncio.run(setup())
+        yield dsn
+    finally:
+        drop_database(admin, dsn)
+
+
+@pytest.fixture
+async def pool(postgres_dsn: str) -> AsyncIterator[AsyncConnectionPool[AsyncConnection[Any]]]:
+    p = await postgres_pool(postgres_dsn)
+    try:
+        yield p
+    finally:
+        await p.close()
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[Redis]:
+    client = redis_client(redis_url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
