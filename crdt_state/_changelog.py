@@ -14,8 +14,8 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ._entry import Entry, TruncateTo, WriteKind, clock_delta
-from ._pathindex import PathIndex, choose_for_merge, index_paths, reading_entries
+from ._entry import Entry, TruncateTo, WriteKind, advance
+from ._pathindex import PathIndex, choose_for_merge, reading_entries
 from .errors import StaleBase, UnknownBase
 from .paths import Path, is_prefix
 from .values import patch, tree_get
@@ -93,20 +93,21 @@ class ChangeLog:
         The entry's ``writes`` and ``undo`` must not change afterwards (they are indexed).
         """
         self._head_seq += 1
+        delta, monotone = advance(self._head_token, token)
+        if not monotone:
+            self._monotone = False
         entry = Entry(
             seq=self._head_seq,
             agent=agent,
             token=token,
-            delta=clock_delta(self._head_token, token),
+            delta=delta,
             writes=dict(writes),
             undo=undo,
             origin=origin,
             request=request,
         )
         self._entries.append(entry)
-        self._index.add(entry.seq, *index_paths(entry.writes, undo))
-        if self._monotone and not self._head_token <= token:
-            self._monotone = False
+        self._index.add(entry.seq, entry.writes, undo)
         self._head_token = token
         self._token_seq[token] = entry.seq
         if len(self._entries) > self.limit + self.limit // 4:
@@ -115,17 +116,13 @@ class ChangeLog:
 
     def _trim(self) -> None:
         drop = len(self._entries) - self.limit
-        touched: set[Path] = set()
-        replaced: list[Path] = []
-        for entry in self._entries[:drop]:
+        dropped = self._entries[:drop]
+        for entry in dropped:
             if self._token_seq.get(entry.token) == entry.seq:
                 del self._token_seq[entry.token]
-            paths, written = index_paths(entry.writes, entry.undo)
-            touched |= paths
-            replaced += written
         del self._entries[:drop]
         self._first_seq += drop
-        self._index.drop(self._first_seq, touched, replaced)
+        self._index.drop(self._first_seq, [(entry.writes, entry.undo) for entry in dropped])
         # Every token maps to the seq of the entry that holds it (removed above when
         # dropped), except the initial one: no need to scan the whole map.
         initial, start = self._initial

@@ -17,7 +17,7 @@ from .version import VersionVector
 if TYPE_CHECKING:
     from .requests import RequestKey
 
-__all__ = ["Entry", "TruncateTo", "WriteKind", "clock_delta"]
+__all__ = ["Entry", "TruncateTo", "WriteKind", "advance"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +55,18 @@ class Entry:
         return all(token.get_clock(c) >= end for c, (_, end) in self.delta.items())
 
 
-def clock_delta(before: VersionVector, after: VersionVector) -> dict[int, tuple[int, int]]:
-    """The clock ranges ``after`` has beyond ``before``."""
+def advance(before: VersionVector, after: VersionVector) -> tuple[dict[int, tuple[int, int]], bool]:
+    """The clock ranges ``after`` has beyond ``before``, and whether ``after`` has every
+    clock of ``before`` at least as far (the tokens of one document only grow)."""
     start_of = before.get_clock
     delta: dict[int, tuple[int, int]] = {}
+    kept = 0  # clients of ``before`` that ``after`` has at least as far
     for client, clock in after.items():
         start = start_of(client)
         if clock > start:
             delta[client] = (start, clock)
-    return delta
+            if start:
+                kept += 1
+        elif clock == start:
+            kept += 1
+    return delta, kept == len(before)

@@ -77,9 +77,9 @@ def _judge(
     """The planner's verdict on ``ops`` made at ``base_seq`` (under the lock)."""
     log = core.log
     if entries is None:
-        targets = {op.path: op.kind == "append" for op in ops}
-        entries = log.for_merge(base_seq, targets)
         fast_forward = base_seq == log.head_seq
+        targets = {} if fast_forward else {op.path: op.kind == "append" for op in ops}
+        entries = log.for_merge(base_seq, targets)
     return plan_merge(
         ops,
         entries,

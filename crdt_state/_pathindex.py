@@ -31,8 +31,10 @@ from ._entry import Entry, TruncateTo
 from .paths import Path, is_prefix
 from .version import VersionVector
 
-__all__ = ["PathIndex", "choose_for_merge", "index_paths", "reading_entries"]
+__all__ = ["PathIndex", "choose_for_merge", "reading_entries"]
 
+Indexed = tuple[Mapping[Path, str], Iterable[tuple[Path, object]]]
+"""What an entry is indexed under: its ``writes`` (path -> kind) and its ``undo`` records."""
 Seqs = int | list[int]
 """The seqs indexed under one path: one seq alone, or an increasing list."""
 Lists = list[tuple[list[int], int, int]]
@@ -62,10 +64,13 @@ class PathIndex:
         """How many distinct paths the retained entries touched."""
         return len(self._at)
 
-    def add(self, seq: int, touched: Iterable[Path], replaced: Iterable[Path]) -> None:
-        """Index entry ``seq`` (newer than every seq indexed so far)."""
+    def add(
+        self, seq: int, writes: Mapping[Path, str], undo: Iterable[tuple[Path, object]]
+    ) -> None:
+        """Index entry ``seq`` (newer than every seq indexed so far) under the paths it
+        wrote (``writes``: path -> kind) and restores (``undo``)."""
         at, below, replacing = self._at, self._below, self._replaced
-        for path in touched:
+        for path, kind in writes.items():
             if path in at:
                 _push(at, path, seq)
             else:  # the common case, inlined: a big commit touches many new paths
@@ -73,24 +78,28 @@ class PathIndex:
             if len(path) > 1:
                 for i in range(1, len(path)):
                     _push(below, path[:i], seq)
-        for path in replaced:
-            if path in replacing:
-                _push(replacing, path, seq)
-            else:
-                replacing[path] = seq
+            if kind != "append":
+                if path in replacing:
+                    _push(replacing, path, seq)
+                else:
+                    replacing[path] = seq
+        for path, _ in undo:
+            if path not in writes:  # (an undo record usually names a written path)
+                _push(at, path, seq)
+                for i in range(1, len(path)):
+                    _push(below, path[:i], seq)
 
-    def drop(self, first_seq: int, touched: Iterable[Path], replaced: Iterable[Path]) -> None:
-        """Forget every seq below ``first_seq``; ``touched``/``replaced`` name (at least)
-        every path the dropped entries were indexed under."""
-        prefixes: set[Path] = set()
+    def drop(self, first_seq: int, dropped: Iterable[Indexed]) -> None:
+        """Forget every seq below ``first_seq``; ``dropped`` are the ``(writes, undo)``
+        of the entries dropped (as given to :meth:`add`)."""
         exact: set[Path] = set()
-        for path in touched:
-            if path not in exact:
-                exact.add(path)
-                prefixes.update(path[:i] for i in range(1, len(path)))
+        for writes, undo in dropped:
+            exact.update(writes)
+            exact.update(path for path, _ in undo)
+        prefixes = {path[:i] for path in exact for i in range(1, len(path))}
         _cut(self._at, exact, first_seq)
         _cut(self._below, prefixes, first_seq)
-        _cut(self._replaced, set(replaced), first_seq)
+        _cut(self._replaced, exact, first_seq)
 
     # -- queries ---------------------------------------------------------------------
     def related(self, path: Path, after: int) -> Lists:
@@ -184,16 +193,6 @@ def _cut(table: dict[Path, Seqs], paths: set[Path], first_seq: int) -> None:
             del table[path]
         elif keep:
             del seqs[:keep]
-
-
-def index_paths(
-    writes: Mapping[Path, str], undo: Iterable[tuple[Path, object]]
-) -> tuple[set[Path], list[Path]]:
-    """What to index an entry under: every path written or restored, and those
-    written other than by an append."""
-    touched = set(writes)
-    touched.update(path for path, _ in undo)
-    return touched, [path for path, kind in writes.items() if kind != "append"]
 
 
 # -- what a read and a merge need -------------------------------------------------------

@@ -387,3 +387,25 @@ def test_state_merges_match_a_full_scan_state() -> None:
             forks.pop(i)
         assert indexed.snapshot() == scanned.snapshot()
     assert indexed.token == scanned.token
+
+
+def test_keys_since_from_the_index_and_from_the_entries_agree() -> None:
+    log = ChangeLog(VersionVector(), limit=1_000)
+    for i in range(1, 301):  # many entries, few paths: keys_since reads the index
+        path = ("a", "x") if i % 3 else (f"k{i % 7}",)
+        log.append("agent", VersionVector({1: i}), {path: "set"}, [(path[:1], i)])
+    for base in (0, 1, 150, 290, 299, 300):
+        expected = {p[0] for e in log.since(base) for p in e.writes}
+        assert log.keys_since(base) == expected, base
+
+
+def test_seq_of_scans_when_tokens_do_not_grow() -> None:
+    """A log fed a token that went back (never from a real document) is still exact:
+    bisecting it would skip the uncovered first entry."""
+    log = ChangeLog(VersionVector())
+    log.append("x", VersionVector({1: 5}), {("a",): "set"}, [(("a",), 0)])
+    log.append("x", VersionVector({1: 2, 2: 1}), {("b",): "set"}, [(("b",), 0)])
+    log.append("x", VersionVector({1: 6, 2: 1, 3: 1}), {("c",): "set"}, [(("c",), 0)])
+    foreign = VersionVector({1: 3, 2: 1})
+    assert log.seq_of(foreign) == 0  # the first entry is not covered
+    assert [e.seq for e in log.related(0, [("a",), ("b",)], foreign)] == [1]
