@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from .conflicts import Change, MergeResult, WriteKind
 from .errors import BranchClosed, PathNotFound, WrongType
@@ -24,9 +24,60 @@ from .version import VersionVector
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-__all__ = ["Branch", "BranchHost"]
+__all__ = ["Branch", "BranchHost", "MergeOnExit"]
 
 Status = Literal["open", "merged", "discarded"]
+
+
+class _Scoped(Protocol):
+    """What :class:`MergeOnExit` needs of the class it is mixed into."""
+
+    @property
+    def status(self) -> str: ...
+
+    def discard(self) -> None: ...
+
+    def merge(self) -> MergeResult: ...
+
+    async def amerge(self) -> MergeResult: ...
+
+
+class MergeOnExit:
+    """The ``with`` / ``async with`` protocol of a branch: leaving the block merges an
+    open branch (``merge``, or ``amerge`` for ``async with``); an exception discards it
+    and propagates. For any class with ``status``, ``discard``, ``merge`` and ``amerge``
+    (:class:`Branch`, a remote branch)."""
+
+    def __enter__(self: _S) -> _S:
+        return self
+
+    def __exit__(
+        self: _Scoped,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            self.discard()
+        elif self.status == "open":
+            self.merge()
+
+    async def __aenter__(self: _S) -> _S:
+        return self
+
+    async def __aexit__(
+        self: _Scoped,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            self.discard()
+        elif self.status == "open":
+            await self.amerge()
+
+
+_S = TypeVar("_S", bound=MergeOnExit)
 
 
 class BranchHost(Protocol):
@@ -105,7 +156,7 @@ class BranchHost(Protocol):
         ...
 
 
-class Branch:
+class Branch(MergeOnExit):
     """A local, mergeable edit of a :class:`SharedState`, owned by one agent.
 
     Not thread-safe by itself: one agent (one thread or task) uses a branch.
@@ -403,35 +454,6 @@ class Branch:
             self._local.clear()
             self._writes.clear()
             self._appends.clear()
-
-    # -- context managers ------------------------------------------------------------
-    def __enter__(self) -> Branch:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is not None:
-            self.discard()
-        elif self._status == "open":
-            self.merge()
-
-    async def __aenter__(self) -> Branch:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is not None:
-            self.discard()
-        elif self._status == "open":
-            await self.amerge()
 
     def __repr__(self) -> str:
         return (

@@ -17,7 +17,6 @@ Merging sends the changes of both to the hub, with the fork-base token and the o
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from types import TracebackType
 from typing import Any, Protocol
 
 from pydantic import BaseModel
@@ -32,6 +31,7 @@ from crdt_state import (
     VersionVector,
     parse_path,
 )
+from crdt_state.branch import MergeOnExit
 from crdt_state.values import same
 from sync.client._overlay import Overlay, RemoteToken
 
@@ -58,7 +58,7 @@ class BranchOwner(Protocol):
     ) -> MergeResult: ...
 
 
-class RemoteBranch:
+class RemoteBranch(MergeOnExit):
     """A branch of a remote room: reads and edits locally, merges through the hub.
 
     It reads the replica at its fork base with the agent's own unconfirmed merges of
@@ -279,35 +279,6 @@ class RemoteBranch:
             self._main.discard()
             if self._side is not None:
                 self._side.discard()
-
-    # -- context managers ----------------------------------------------------------------
-    def __enter__(self) -> RemoteBranch:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is not None:
-            self.discard()
-        elif self._status == "open":
-            self.merge()
-
-    async def __aenter__(self) -> RemoteBranch:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is not None:
-            self.discard()
-        elif self._status == "open":
-            await self.amerge()
 
     def __repr__(self) -> str:
         return (
