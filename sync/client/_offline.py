@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from crdt_state import MISSING, Change, VersionVector
-from sync.client._overlay import from_runs, to_runs
 from sync.wire.changes import ChangeKind, WireChange, decode_change_set, encode_change_set
 from sync.wire.convert import core_changes, wire_changes
+from sync.wire.runs import from_runs, to_runs
 
 __all__ = ["OfflineStore", "PendingMerge"]
 

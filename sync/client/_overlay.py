@@ -27,8 +27,6 @@ __all__ = [
     "apply_changes",
     "chain_of",
     "depends_on",
-    "from_runs",
-    "to_runs",
     "overlay_keys",
     "view_of_key",
     "view_snapshot",
@@ -183,19 +181,3 @@ def chain_of(entries: Iterable[OverlayEntry], ops: Sequence[Change]) -> list[Ove
         return False
 
     return [entry for entry in entries if not entry.keys.isdisjoint(keys) and builds_on(entry)]
-
-
-def to_runs(ids: Iterable[int]) -> list[tuple[int, int]]:
-    """Increasing ids as ``(first, length)`` runs of consecutive ids (compact to store)."""
-    runs: list[tuple[int, int]] = []
-    for i in ids:
-        if runs and runs[-1][0] + runs[-1][1] == i:
-            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
-        else:
-            runs.append((i, 1))
-    return runs
-
-
-def from_runs(runs: Iterable[Sequence[int]]) -> tuple[int, ...]:
-    """The inverse of :func:`to_runs`."""
-    return tuple(i for first, length in runs for i in range(first, first + length))

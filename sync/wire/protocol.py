@@ -70,6 +70,7 @@ from sync.wire.messages import (
     SyncUpdate,
     UnknownMessage,
 )
+from sync.wire.runs import to_runs
 from sync.wire.state_vector import validate_state_vector
 
 __all__ = [
@@ -194,12 +195,7 @@ def _encode_runs(ids: Sequence[int]) -> bytes:
     """Strictly increasing ids as runs: ``varuint n``, then per run ``varuint gap,
     varuint length``; a run starts ``gap`` after the end of the one before (after
     0 for the first) and holds ``length`` (at least 1) consecutive ids."""
-    runs: list[tuple[int, int]] = []
-    for i in ids:
-        if runs and runs[-1][0] + runs[-1][1] == i:
-            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
-        else:
-            runs.append((i, 1))
+    runs = to_runs(ids)
     out = [encode_var_uint(len(runs))]
     end = 0
     for start, length in runs:
