@@ -336,7 +336,8 @@ class Outbox:
             self._order_of.pop(merge.request_id, None)
             applied = _as_applied(merge, result.conflicts)
             self._confirmed.append((result.token, _entry(applied)))
-            self._rebuild()
+            if applied is not merge:  # the overlay shows the hub's values from now on
+                self._rebuild()
             if self._store is not None:
                 self._store.confirm_pending(merge.request_id, result.token)
         return [Finished(merge.order, result=result)]
