@@ -42,6 +42,7 @@ from sync.wire import (
     CloseCode,
     ErrorCode,
     ErrorRecord,
+    InvalidHubURL,
     JsonValue,
     MergeReply,
     MergeRequest,
@@ -66,6 +67,7 @@ from sync.wire import (
 
 __all__ = [
     "AuthError",
+    "InvalidHubURL",
     "BlockingBranch",
     "BlockingRemote",
     "connect_blocking",

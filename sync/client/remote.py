@@ -63,7 +63,7 @@ from sync.client._overlay import Overlay
 from sync.client._remote_reads import RemoteReads
 from sync.client.branch import RemoteBranch, RemoteToken
 from sync.client.core import ClientCore, ClientEvent, Frame
-from sync.wire.errors import RemoteError
+from sync.wire.errors import AuthError, InvalidHubURL, RemoteError
 
 __all__ = ["RemoteBranch", "RemoteError", "RemoteState", "RemoteToken", "connect"]
 
@@ -87,6 +87,10 @@ class RemoteState(RemoteReads):
         max_message: int = 4 * 2**20,
         schema: type[BaseModel] | None = None,
     ) -> None:
+        if not isinstance(url, str) or urlsplit(url).scheme not in ("ws", "wss"):
+            raise InvalidHubURL(f"a hub URL starts with ws:// or wss://, got {url!r}")
+        if not urlsplit(url).hostname:
+            raise InvalidHubURL(f"the hub URL names no host: {url!r}")
         self.url = url
         self.agent = agent
         self._token = token
@@ -336,7 +340,9 @@ class RemoteState(RemoteReads):
             except InvalidStatus as exc:
                 status = exc.response.status_code
                 if status in (401, 403):
-                    self._fatal = PermissionError(f"hub refused the token: HTTP {status}")
+                    self._fatal = AuthError(
+                        status, "token_refused", f"hub refused the token: HTTP {status}"
+                    )
                     log.error("hub refused access: HTTP %d", status)
                     return
                 log.info("hub handshake failed: HTTP %d", status)

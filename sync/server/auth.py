@@ -20,28 +20,11 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Literal
 
-from sync.wire.errors import SyncError
+from sync.wire.errors import AuthError
 
 __all__ = ["AuthError", "Grant", "Role", "mint_token", "verify_token"]
 
 Role = Literal["read", "write"]
-
-
-class AuthError(SyncError, PermissionError):
-    """An access token was refused.
-
-    Attributes:
-        code: why, as a stable string (``missing_token``, ``malformed_token``,
-            ``bad_signature``, ``expired_token``, ``wrong_room``).
-        http_status: the HTTP status the handshake is refused with (401 or 403).
-        reason: for people.
-    """
-
-    def __init__(self, http_status: int, code: str, reason: str) -> None:
-        super().__init__(reason)
-        self.http_status = http_status
-        self.code = code
-        self.reason = reason
 
 
 @dataclass(frozen=True)

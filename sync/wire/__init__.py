@@ -23,7 +23,15 @@ from sync.wire.changes import (
     WireConflict,
     WirePath,
 )
-from sync.wire.errors import CloseCode, ErrorCode, ProtocolError, RemoteError, SyncError
+from sync.wire.errors import (
+    AuthError,
+    CloseCode,
+    ErrorCode,
+    InvalidHubURL,
+    ProtocolError,
+    RemoteError,
+    SyncError,
+)
 from sync.wire.protocol import (
     MERGE_MESSAGE_TYPE,
     Awareness,
@@ -43,6 +51,7 @@ from sync.wire.protocol import (
 )
 
 __all__ = [
+    "AuthError",
     "MERGE_MESSAGE_TYPE",
     "MISSING",
     "Awareness",
@@ -61,6 +70,7 @@ __all__ = [
     "Missing",
     "WirePath",
     "PermissionDenied",
+    "InvalidHubURL",
     "ProtocolError",
     "QueryAwareness",
     "RemoteError",

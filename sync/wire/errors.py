@@ -23,7 +23,15 @@ from typing import Final
 
 from crdt_state import CrdtStateError
 
-__all__ = ["CloseCode", "ErrorCode", "ProtocolError", "RemoteError", "SyncError"]
+__all__ = [
+    "AuthError",
+    "CloseCode",
+    "ErrorCode",
+    "InvalidHubURL",
+    "ProtocolError",
+    "RemoteError",
+    "SyncError",
+]
 
 _MAX_CLOSE_REASON_BYTES: Final = 123  # RFC 6455 section 5.5: 125-byte control frame - 2-byte code
 
@@ -88,6 +96,30 @@ class SyncError(Exception):
     """
 
     code: str = "sync_error"
+
+
+class AuthError(SyncError, PermissionError):
+    """An access token was refused (by the hub's check, or the hub refused a client's).
+
+    Attributes:
+        code: why, as a stable string (``missing_token``, ``malformed_token``,
+            ``bad_signature``, ``expired_token``, ``wrong_room``; a client whose
+            handshake the hub refused gets ``token_refused``).
+        http_status: the HTTP status the handshake is refused with (401 or 403).
+        reason: for people.
+    """
+
+    def __init__(self, http_status: int, code: str, reason: str) -> None:
+        super().__init__(reason)
+        self.http_status = http_status
+        self.code = code
+        self.reason = reason
+
+
+class InvalidHubURL(SyncError, ValueError):
+    """A hub URL that is not ``ws://`` or ``wss://`` (code ``invalid_url``)."""
+
+    code = "invalid_url"
 
 
 class ProtocolError(SyncError, ValueError):
