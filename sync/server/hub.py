@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 from collections.abc import Callable, Mapping
 from fnmatch import fnmatchcase
 from http import HTTPStatus
@@ -39,6 +40,7 @@ from sync.server._merge import DOCUMENT_TOO_LARGE, judge_merge
 from sync.server._room import Room, Session
 from sync.server.auth import AuthError, Grant, verify_token
 from sync.server.limits import Limits
+from sync.server.observe import Inspector
 from sync.server.peer import (
     AwarenessQueried,
     AwarenessReceived,
@@ -100,6 +102,8 @@ class Hub:
         self._server: Server | None = None
         self._connections = 0
         self._opening: dict[str, asyncio.Future[Room]] = {}
+        self.inspector = Inspector(self)
+        """HTTP routes (/healthz, /readyz, /metrics, /inspect), feeds and metrics."""
 
     # -- lifecycle -----------------------------------------------------------------
     async def start(self) -> None:
@@ -111,10 +115,11 @@ class Hub:
                 self.host,
             )
         self._server = await serve(
-            self._handle,
+            self.inspector.handler(self._handle),
             self.host,
             self._port,
-            process_request=self._process_request,
+            process_request=self.inspector.process_request(self._process_request),
+            create_connection=self.inspector.connection_class,
             max_size=self.limits.max_message,
             compression=None,
             max_queue=64,
@@ -301,6 +306,7 @@ class Hub:
                 session.enqueue(p.encode_awareness(payload))
         else:
             max_document = self.limits.max_document
+            started = time.perf_counter()
             done = await judge_merge(
                 state,
                 event.request,
@@ -309,6 +315,7 @@ class Hub:
                 too_large=lambda extra: room.would_exceed(extra, max_document),
             )
             room.reply(session, done)  # after the update frame carrying the merge
+            self.inspector.merge_judged(room, event.request.agent or session.label, done, started)
 
 
 _closing: set[asyncio.Task[None]] = set()

@@ -1,0 +1,184 @@
+"""The hub's HTTP side: health, readiness, metrics, and who may see the inspector.
+
+Real hubs on loopback, real HTTP requests (urllib, in a worker thread so the hub's
+event loop keeps serving) and real websocket handshakes for the feed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hubs import SECRET
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import InvalidStatus
+
+from crdt_state import resolvers
+from sync.client.remote import connect
+from sync.server.auth import mint_token
+from sync.server.hub import Hub
+from sync.server.observe import routes
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    opener = urllib.request.build_opener(_NoRedirect)
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with opener.open(request, timeout=5) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+async def get(hub: Hub, path: str, **headers: str) -> tuple[int, dict[str, str], bytes]:
+    return await asyncio.to_thread(_get, f"http://127.0.0.1:{hub.port}{path}", headers)
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample of the Prometheus text ``text`` (0 when absent)."""
+    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    pattern = re.escape(name) + (r"\{" + re.escape(wanted) + r"\}" if wanted else "") + r" (\S+)"
+    found = re.search("^" + pattern + "$", text, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
+async def test_healthz_and_readyz_answer(tmp_path: Path) -> None:
+    async with Hub(port=0, db=tmp_path / "rooms") as hub:
+        status, _, body = await get(hub, "/healthz")
+        assert (status, body) == (200, b"ok\n")
+        async with connect(hub.url("r"), agent="a") as a:
+            await a.acommit({"x": 1}, a.token)
+        status, _, body = await get(hub, "/readyz")
+        assert status == 200 and json.loads(body) == {"ready": True, "problems": {}}
+
+
+async def test_readyz_fails_when_storage_is_not_writable(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the rooms' directory should be")
+    async with Hub(port=0, db=blocker) as hub:
+        status, _, body = await get(hub, "/readyz")
+        answer = json.loads(body)
+        assert status == 503 and answer["ready"] is False
+        assert "storage not writable" in answer["problems"]["storage"]
+
+
+async def test_metrics_move_as_merges_happen() -> None:
+    policies = {"*": {"n": resolvers.counter}}
+    async with Hub(port=0, secret=SECRET, resolvers=policies) as hub:
+        _, headers, before = await get(hub, "/metrics")
+        assert headers["Content-Type"].startswith("text/plain")
+        assert metric(before.decode(), "crdt_state_merges_total", status="ok") == 0
+        token = mint_token(SECRET, "m", "write", 60)
+        async with connect(hub.url("m"), agent="a", token=token) as a:
+            await a.acommit({"n": 1}, a.token)
+            base = a.token
+            await a.acommit({"n": 2}, base)
+            await a.acommit({"n": 5}, base)  # a conflict the counter settles
+            text = (await get(hub, "/metrics"))[2].decode()
+            assert metric(text, "crdt_state_connections", kind="room") == 1
+        assert metric(text, "crdt_state_merges_total", status="ok") == 2
+        assert metric(text, "crdt_state_merges_total", status="conflict") == 1
+        assert metric(text, "crdt_state_conflicts_total", policy="counter") == 1
+        assert metric(text, "crdt_state_merge_seconds_count") == 3
+        assert metric(text, "crdt_state_rooms_loaded") == 1
+        assert metric(text, "crdt_state_received_bytes_total") > 0
+        assert metric(text, "crdt_state_sent_bytes_total") > 0
+        with pytest.raises(InvalidStatus):
+            async with ws_connect(hub.url("m")):
+                pass
+        text = (await get(hub, "/metrics"))[2].decode()
+        assert metric(text, "crdt_state_refused_connections_total",
+                      reason="an access token is required") == 1  # fmt: skip
+
+
+async def test_durable_commit_latency_is_recorded(tmp_path: Path) -> None:
+    async with Hub(port=0, db=tmp_path / "rooms") as hub:
+        async with connect(hub.url("d"), agent="a") as a:
+            for i in range(3):
+                await a.acommit({"x": i}, a.token)
+        text = (await get(hub, "/metrics"))[2].decode()
+        assert metric(text, "crdt_state_durable_commit_seconds_count") == 3
+
+
+async def test_the_page_needs_a_token_for_its_room() -> None:
+    async with Hub(port=0, secret=SECRET) as hub:
+        assert (await get(hub, "/inspect/team/a"))[0] == 401
+        wrong = mint_token(SECRET, "other", "read", 60)
+        assert (await get(hub, f"/inspect/team/a?token={wrong}"))[0] == 403
+        expired = mint_token(SECRET, "team/a", "read", 60, now=0)
+        assert (await get(hub, f"/inspect/team/a?token={expired}"))[0] == 401
+        forged = mint_token("another secret", "team/a", "read", 60)
+        assert (await get(hub, f"/inspect/team/a?token={forged}"))[0] == 401
+        good = mint_token(SECRET, "team/*", "read", 60)
+        status, headers, _ = await get(hub, f"/inspect/team/a?token={good}&x=1")
+        assert status == 303 and headers["Location"] == "/inspect/team/a?x=1"
+        cookie = headers["Set-Cookie"]
+        assert cookie.startswith(f"{routes.COOKIE}={good};") and "HttpOnly" in cookie
+        status, headers, body = await get(hub, "/inspect/team/a", Cookie=f"{routes.COOKIE}={good}")
+        assert status == 200 and headers["Content-Type"].startswith("text/html")
+        assert b"crdt-state inspector" in body and b"<script" in body
+        assert b"http://" not in body.replace(b"http://www.w3.org", b"")  # nothing fetched
+        status, _, _ = await get(hub, "/inspect/team/a", Authorization=f"Bearer {good}")
+        assert status == 200
+
+
+async def test_the_feed_needs_a_token_for_its_room() -> None:
+    async with Hub(port=0, secret=SECRET) as hub:
+        base = f"ws://127.0.0.1:{hub.port}/inspect/team/a/feed"
+        for token, status in [
+            (None, 401),
+            (mint_token(SECRET, "other", "read", 60), 403),
+            (mint_token(SECRET, "team/a", "read", 60, now=0), 401),
+        ]:
+            url = base if token is None else f"{base}?token={token}"
+            with pytest.raises(InvalidStatus) as refused:
+                async with ws_connect(url):
+                    pass
+            assert refused.value.response.status_code == status
+        good = mint_token(SECRET, "team/a", "read", 60)
+        async with ws_connect(base, additional_headers={"Cookie": f"{routes.COOKIE}={good}"}) as ws:
+            hello = json.loads(await ws.recv())
+            state = json.loads(await ws.recv())
+        assert hello == {"type": "hello", "room": "team/a", "role": "read"}
+        assert state["type"] == "state" and state["state"] == {}
+
+
+async def test_the_room_list_needs_an_admin_token(tmp_path: Path) -> None:
+    async with Hub(port=0, secret=SECRET, db=tmp_path / "rooms") as hub:
+        writer = mint_token(SECRET, "*", "write", 60)
+        async with connect(hub.url("team/a"), agent="a", token=writer) as a:
+            await a.acommit({"x": 1}, a.token)
+            assert (await get(hub, "/inspect"))[0] == 401
+            room_token = mint_token(SECRET, "team/a", "read", 60)
+            assert (await get(hub, "/inspect", Authorization=f"Bearer {room_token}"))[0] == 403
+            expired = mint_token(SECRET, "*", "read", 60, now=0)
+            assert (await get(hub, "/inspect", Authorization=f"Bearer {expired}"))[0] == 401
+            admin = mint_token(SECRET, "*", "read", 60)
+            status, _, body = await get(hub, "/inspect", Authorization=f"Bearer {admin}")
+            assert status == 200
+            (room,) = json.loads(body)["rooms"]
+            assert room["name"] == "team/a" and room["connections"] == 1 and room["size"] > 0
+            assert room["last_activity"] is not None
+            status, _, page = await get(
+                hub, "/inspect", Authorization=f"Bearer {admin}", Accept="text/html"
+            )
+            assert status == 200 and b'href="/inspect/team/a"' in page
+
+
+async def test_rooms_named_like_routes_still_work_over_websockets() -> None:
+    async with Hub(port=0) as hub:
+        for name in ("metrics", "healthz", "inspect/x"):
+            async with connect(hub.url(name), agent="a") as a:
+                await a.acommit({"x": name}, a.token)
+            assert hub.rooms[name].state.get("x") == name
