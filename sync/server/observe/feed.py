@@ -69,6 +69,7 @@ class Feed:
         self._queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(MAX_QUEUE)
         self._loop = asyncio.get_running_loop()
         self._state_due = False
+        self._state_sent = 0.0
         self._merges: deque[float] = deque()
         self._last_agents: Any = None
         self._last_connections: Any = None
@@ -94,14 +95,20 @@ class Feed:
             self._loop.call_soon_threadsafe(self._changed, event)
 
     def _changed(self, event: dict[str, Any]) -> None:
-        self._merges.append(time.monotonic())
+        now = time.monotonic()
+        self._merges.append(now)
         self.push(event)
-        if not self._state_due:
+        if not self._state_due:  # at once after a quiet spell, else once per interval
             self._state_due = True
-            self._loop.call_later(STATE_INTERVAL, self._send_state)
+            wait = self._state_sent + STATE_INTERVAL - now
+            if wait <= 0:
+                self._loop.call_soon(self._send_state)
+            else:
+                self._loop.call_later(wait, self._send_state)
 
     def _send_state(self) -> None:
         self._state_due = False
+        self._state_sent = time.monotonic()
         self.push(self._state_event())
 
     # -- events built here --------------------------------------------------------------
