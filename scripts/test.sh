@@ -10,6 +10,15 @@ python3 -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 services_env=$(bash scripts/test-services.sh)
 eval "$services_env"
 
+# A real headless browser for the inspector page test: Debian's chromium and its driver.
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    echo "test.sh: installing chromium and chromium-driver with apt-get" >&2
+    sudo_=""; [ "$(id -u)" = 0 ] || sudo_="sudo -n"
+    $sudo_ apt-get update -qq >/dev/null
+    $sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        chromium chromium-driver >/dev/null
+fi
+
 # Real Yjs peers for the interop tests (yjs + y-websocket in Node).
 if [ -f tests/interop/package-lock.json ]; then
     (cd tests/interop && npm ci --omit=optional --no-audit --no-fund --loglevel=error)
