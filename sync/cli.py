@@ -2,6 +2,7 @@
 
 ``crdt-state hub --host 127.0.0.1 --port 8765 --db hub.db [--secret S]``
 ``crdt-state token --room 'triage/*' --role write --ttl 3600 [--secret S]``
+``crdt-state inspect FILE show|history|blame|conflicts|at|export`` (see :mod:`sync.cli_inspect`)
 
 The secret may also come from the ``CRDT_STATE_SECRET`` environment variable.
 """
@@ -16,6 +17,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from sync import cli_inspect
 from sync.mcp import cli as mcp_cli
 from sync.server.auth import mint_token
 from sync.server.hub import Hub
@@ -43,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     token.add_argument("--ttl", type=float, default=3600.0, help="seconds of validity")
     token.add_argument("--secret", default=os.environ.get("CRDT_STATE_SECRET"))
     mcp_cli.add_parser(sub)
+    cli_inspect.add_parser(sub)
     return parser
 
 
@@ -71,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "mcp":
         return mcp_cli.run(args)
+    if args.command == "inspect":
+        return cli_inspect.run(args)
     if args.command == "token":
         if not args.secret:
             print("crdt-state token: --secret (or CRDT_STATE_SECRET) is required", file=sys.stderr)

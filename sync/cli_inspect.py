@@ -1,0 +1,264 @@
+"""The ``crdt-state inspect`` subcommand: look into a durable state file.
+
+``crdt-state inspect FILE ACTION`` (a file made by ``SharedState.open``) or
+``crdt-state inspect --db DIR ROOM ACTION`` (a room of a hub's ``--db`` directory), with
+ACTION one of::
+
+    show [PATH]                                   the content (or one path), as JSON
+    history [--path P] [--agent A] [--since S]    the recorded changes, oldest first
+    blame PATH                                    who last wrote PATH, when
+    conflicts [--path P] [--since S]              recorded conflicts and their resolutions
+    at TOKEN                                      the content at a token (or a history seq)
+    export [-o FILE]                              content, history and conflicts as JSON
+
+Every action takes ``--json`` (machine-readable output); tables otherwise, with times in
+local time. ``--since`` takes ``30s``/``10m``/``2h``/``1d`` ago, a unix time, or an ISO
+date-time (local when it has no zone). The file is opened through
+:meth:`SharedState.open` and never written to; it cannot be open in a running hub at the
+same time (stop the hub, or copy the file first). Exit status: 0, or 2 with the reason on
+stderr (missing or busy file, bad path or token).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from crdt_state import MISSING, UNRESOLVED, CrdtStateError, SharedState, VersionVector, format_path
+from sync.server._store import room_file
+from sync.server.observe.events import blame_event, conflict_event, history_event, jsonable
+
+__all__ = ["add_parser", "format_table", "parse_since", "run"]
+
+_AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_CELL = 48
+
+
+def add_parser(sub: Any) -> None:
+    """Add the ``inspect`` subcommand to the ``crdt-state`` argument parser."""
+    inspect = sub.add_parser("inspect", help="look into a durable state file or a hub room")
+    inspect.add_argument("target", help="the state file (or, with --db, the room name)")
+    inspect.add_argument("--db", help="a hub's --db directory: TARGET is then a room name")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    actions = inspect.add_subparsers(dest="action", required=True)
+    show = actions.add_parser("show", parents=[common], help="the content, or one path")
+    show.add_argument("path", nargs="?")
+    history = actions.add_parser("history", parents=[common], help="recorded changes")
+    history.add_argument("--path")
+    history.add_argument("--agent")
+    history.add_argument("--since", type=parse_since)
+    history.add_argument("--limit", type=int)
+    blame = actions.add_parser("blame", parents=[common], help="who last wrote a path")
+    blame.add_argument("path")
+    conflicts = actions.add_parser("conflicts", parents=[common], help="recorded conflicts")
+    conflicts.add_argument("--path")
+    conflicts.add_argument("--since", type=parse_since)
+    at = actions.add_parser("at", parents=[common], help="the content at a token or seq")
+    at.add_argument("token", help="a token (as history prints it) or a history seq number")
+    export = actions.add_parser("export", parents=[common], help="everything, as JSON")
+    export.add_argument("-o", "--output", help="write to this file (default stdout)")
+
+
+def parse_since(text: str, *, now: float | None = None) -> float:
+    """A ``--since`` value as a unix time: ``10m`` (ago), ``1733220000``, ``2026-12-03T08:00``."""
+    now = time.time() if now is None else now
+    ago = _AGO.match(text.strip())
+    if ago:
+        return now - float(ago.group(1)) * _UNITS[ago.group(2)]
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text).timestamp()  # naive: local time
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a time: {text!r} (use 10m, 2h, a unix time or an ISO date-time)"
+        ) from None
+
+
+def local_time(stamp: float | None) -> str:
+    """``stamp`` in local time, to the second, with the zone."""
+    if stamp is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(stamp))
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Rows under headers, columns aligned; long cells are cut with ``…``."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
+    return "\n".join(out)
+
+
+def _cell(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(jsonable(value), ensure_ascii=False)
+    text = text.replace("\n", " ")
+    return text if len(text) <= _CELL else text[: _CELL - 1] + "…"
+
+
+def _value(value: Any) -> str:
+    if value is MISSING:
+        return "(absent)"
+    if value is UNRESOLVED:
+        return "(unresolved)"
+    return json.dumps(jsonable(value), ensure_ascii=False)
+
+
+def _dotted(path: Sequence[Any]) -> str:
+    return format_path(tuple(path)) if path else "(root)"
+
+
+def _open(args: argparse.Namespace) -> SharedState:
+    file = room_file(Path(args.db), args.target) if args.db else Path(args.target)
+    if not file.is_file():
+        raise _Fail(f"no state file at {file}")
+    try:
+        return SharedState.open(file, compact_document=False)
+    except CrdtStateError as exc:
+        raise _Fail(f"cannot open {file}: {exc} (is a hub holding it?)") from exc
+
+
+class _Fail(Exception):
+    """A reason to stop with exit status 2."""
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Run ``crdt-state inspect`` with parsed ``args``; returns the exit status."""
+    out = sys.stdout if out is None else out
+    try:
+        state = _open(args)
+    except _Fail as exc:
+        print(f"crdt-state inspect: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with state:
+            result = _ACTIONS[args.action](state, args)
+    except (_Fail, CrdtStateError, ValueError) as exc:
+        print(f"crdt-state inspect: {exc}", file=sys.stderr)
+        return 2
+    data, text = result
+    if args.json:
+        json.dump(data, out, ensure_ascii=False, indent=2)
+        out.write("\n")
+    elif text is not None:
+        out.write(text + "\n")
+    return 0
+
+
+Result = tuple[Any, str | None]
+
+
+def _show(state: SharedState, args: argparse.Namespace) -> Result:
+    content, token = state.read()
+    found = content if args.path is None else state.get(args.path, _ABSENT)
+    if found is _ABSENT:
+        raise _Fail(f"nothing at path {args.path!r}")
+    value = jsonable(found)
+    data = {"path": args.path, "value": value, "token": token.to_text(), "seq": state.position}
+    return data, json.dumps(value, ensure_ascii=False, indent=2)
+
+
+_ABSENT = object()
+
+
+def _history(state: SharedState, args: argparse.Namespace) -> Result:
+    entries = state.history(agent=args.agent, path=args.path, since=args.since, limit=args.limit)
+    data = [dict(history_event(e), local_time=local_time(e.time)) for e in entries]
+    rows = [
+        (str(e.seq), local_time(e.time), e.agent or "-", e.origin,
+         ", ".join(_dotted(p) for p in e.paths), e.token.to_text())
+        for e in entries
+    ]  # fmt: skip
+    return data, format_table(("seq", "time", "agent", "origin", "paths", "token"), rows)
+
+
+def _blame(state: SharedState, args: argparse.Namespace) -> Result:
+    entry = state.blame(args.path)
+    data = blame_event(entry)
+    if entry is None:
+        return data, f"{args.path}: never written (or written before the retained history)"
+    text = (
+        f"{args.path}: last written by {entry.agent or '?'} at {local_time(entry.time)}\n"
+        f"  wrote {_dotted(entry.path)} (seq {entry.seq}, token {entry.token.to_text()})"
+    )
+    return dict(data or {}, local_time=local_time(entry.time)), text
+
+
+def _conflicts(state: SharedState, args: argparse.Namespace) -> Result:
+    records = state.conflicts(args.path, args.since)
+    data = [dict(conflict_event(r), local_time=local_time(r.time)) for r in records]
+    rows = [
+        (local_time(r.time), _dotted(r.path), _value(r.base), _value(r.current),
+         _value(r.incoming), f"{r.current_agent or '?'} <- {r.incoming_agent or '?'}",
+         r.policy or "-", _value(r.resolution), "yes" if r.applied else "refused")
+        for r in records
+    ]  # fmt: skip
+    headers = ("time", "path", "base", "current", "incoming", "agents", "policy", "resolution",
+               "applied")  # fmt: skip
+    return data, format_table(headers, rows)
+
+
+def _at(state: SharedState, args: argparse.Namespace) -> Result:
+    wanted = args.token.strip()
+    if wanted.isdigit():
+        found = [e for e in state.history() if e.seq == int(wanted)]
+        if not found:
+            raise _Fail(f"no change with seq {wanted} in the retained history")
+        token = found[0].token
+    else:
+        token = VersionVector.from_text(wanted)
+    content = jsonable(state.at(token))
+    data = {"token": token.to_text(), "state": content}
+    return data, json.dumps(content, ensure_ascii=False, indent=2)
+
+
+def _export(state: SharedState, args: argparse.Namespace) -> Result:
+    content, token = state.read()
+    entries = state.history()
+    history: list[dict[str, Any]] = []
+    tty = sys.stderr.isatty()
+    for i, entry in enumerate(entries, 1):
+        history.append(history_event(entry))
+        if tty and (i % 1000 == 0 or i == len(entries)):  # a progress line for long exports
+            print(f"\rexporting history {i}/{len(entries)}", end="", file=sys.stderr)
+    if tty and entries:
+        print(file=sys.stderr)
+    data = {
+        "token": token.to_text(),
+        "seq": state.position,
+        "exported_at": time.time(),
+        "state": jsonable(content),
+        "history": history,
+        "conflicts": [conflict_event(r) for r in state.conflicts()],
+    }
+    if args.output:
+        Path(args.output).write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+        return {"written": args.output}, f"exported to {args.output}"
+    return data, json.dumps(data, ensure_ascii=False, indent=2)
+
+
+_ACTIONS = {
+    "show": _show,
+    "history": _history,
+    "blame": _blame,
+    "conflicts": _conflicts,
+    "at": _at,
+    "export": _export,
+}
