@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import inspect
 import json
+import logging
 import os
 import re
 import time
@@ -28,6 +29,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
+from sync.server._handshake import peer_address
 from sync.server._room import Room
 from sync.server.auth import AuthError, Grant, verify_token
 from sync.server.observe import routes
@@ -35,6 +37,8 @@ from sync.server.observe.feed import Feed
 from sync.server.observe.metrics import CONTENT_TYPE, HubMetrics
 
 __all__ = ["HubView", "Inspector", "ReadinessCheck"]
+
+log = logging.getLogger("crdt_state.inspect")
 
 ProcessRequest = Callable[
     [ServerConnection, Request], "Response | Awaitable[Response | None] | None"
@@ -154,6 +158,9 @@ class Inspector:
             grant = self._verify(token, room)
         except AuthError as exc:
             self.metrics.refused_connection(exc.code)
+            log.info(
+                "inspector refused %s (%s): %s", peer_address(connection), route.kind, exc.code
+            )
             status = HTTPStatus(exc.http_status)
             if route.kind == "rooms" and exc.code == "wrong_room":
                 return _respond(status, b"an admin token (room '*') is required\n")

@@ -7,7 +7,9 @@ event loop keeps serving) and real websocket handshakes for the feed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import re
 import urllib.error
 import urllib.request
@@ -182,3 +184,19 @@ async def test_rooms_named_like_routes_still_work_over_websockets() -> None:
             async with connect(hub.url(name), agent="a") as a:
                 await a.acommit({"x": name}, a.token)
             assert hub.rooms[name].state.get("x") == name
+
+
+async def test_tokens_never_reach_the_log(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    async with Hub(port=0, secret=SECRET) as hub:
+        good = mint_token(SECRET, "r", "read", 60)
+        wrong = mint_token(SECRET, "other", "read", 60)
+        for token in (good, wrong):
+            await get(hub, f"/inspect/r?token={token}")
+            with contextlib.suppress(InvalidStatus):
+                async with ws_connect(f"ws://127.0.0.1:{hub.port}/inspect/r/feed?token={token}"):
+                    pass
+        assert caplog.records  # the hub did log (refusals, connections)
+        text = "\n".join(record.getMessage() for record in caplog.records)
+        assert good not in text and wrong not in text
+        assert good.split(".")[1] not in text and wrong.split(".")[1] not in text
