@@ -6,11 +6,14 @@ compaction that never replaces data with an empty document; see
 ``crdt_state.storage``): a merge is acknowledged to a client only after it is
 on disk, so killing the hub loses nothing acknowledged; and no change is sent
 to any client before it is on disk (see :mod:`sync.server._room`), so no client holds
-a change that a restarted hub lacks.
+a change that a restarted hub lacks. Loading a room logs ``room_loading`` (with the
+file's size) and ``room_loaded`` (seconds, changes) events on ``crdt_state.hub``.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,8 @@ from urllib.parse import quote
 from crdt_state import SharedState
 
 __all__ = ["open_room_state", "room_file"]
+
+log = logging.getLogger("crdt_state.hub")
 
 
 def room_file(db: Path, name: str) -> Path:
@@ -33,4 +38,20 @@ def open_room_state(
     db.mkdir(parents=True, exist_ok=True)
     # clients keep replicas of the room's document: it must keep its identity
     options.setdefault("compact_document", False)
-    return SharedState.open(room_file(db, name), resolvers=resolvers, **options)
+    file = room_file(db, name)
+    size = file.stat().st_size if file.exists() else None
+    started = time.perf_counter()
+    if size is not None:  # reloading can take a while for a big room: say so first
+        log.info("room %s: loading %d bytes", name, size,
+                 extra={"event": "room_loading", "room": name, "bytes": size})  # fmt: skip
+    state = SharedState.open(file, resolvers=resolvers, **options)
+    seconds = time.perf_counter() - started
+    log.info(
+        "room %s: %s in %.3f s (%d changes)",
+        name,
+        "created" if size is None else "loaded",
+        seconds,
+        state.position,
+        extra={"event": "room_loaded", "room": name, "seconds": seconds, "seq": state.position},
+    )
+    return state

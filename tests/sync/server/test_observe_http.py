@@ -200,3 +200,20 @@ async def test_tokens_never_reach_the_log(caplog: pytest.LogCaptureFixture) -> N
         text = "\n".join(record.getMessage() for record in caplog.records)
         assert good not in text and wrong not in text
         assert good.split(".")[1] not in text and wrong.split(".")[1] not in text
+
+
+async def test_a_room_reload_reports_progress(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="crdt_state.hub")
+    db = tmp_path / "rooms"
+    async with Hub(port=0, db=db) as hub, connect(hub.url("big"), agent="a") as a:
+        await a.acommit({f"k{i}": i for i in range(50)}, a.token)
+    caplog.clear()
+    async with Hub(port=0, db=db) as hub:
+        await hub.room("big")
+    events = {getattr(r, "event", None): r for r in caplog.records}
+    loading, loaded = events["room_loading"], events["room_loaded"]
+    assert loading.room == "big" and loading.bytes > 0  # type: ignore[attr-defined]
+    assert loaded.seq >= 1 and loaded.seconds >= 0  # type: ignore[attr-defined]
+    assert caplog.records.index(loading) < caplog.records.index(loaded)
