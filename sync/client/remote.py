@@ -60,6 +60,7 @@ from crdt_state.transact import arun_transaction
 from sync.client._offline import OfflineStore, PendingMerge
 from sync.client._outbox import Finished, Send
 from sync.client._overlay import Overlay
+from sync.client._presence import Presence
 from sync.client._remote_reads import RemoteReads
 from sync.client.branch import RemoteBranch, RemoteToken
 from sync.client.core import ClientCore, ClientEvent, Frame
@@ -122,6 +123,8 @@ class RemoteState(RemoteReads):
         self.conflicted: list[Conflict] = []
         """Conflicts, with their resolutions, of merges that were applied after their
         caller stopped waiting."""
+        self.presence = Presence(self.replica.client_id, agent)
+        """This agent's awareness state, published to the room (see ``_presence``)."""
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self, timeout: float = 10.0) -> None:
@@ -133,6 +136,7 @@ class RemoteState(RemoteReads):
         """
         self._core.load()
         self._task = asyncio.create_task(self._run())
+        self.presence.start(lambda: self._ws)
         try:
             await asyncio.wait_for(self._wait_synced(), timeout)
         except TimeoutError:
@@ -152,6 +156,7 @@ class RemoteState(RemoteReads):
     async def close(self) -> None:
         """Disconnect; queued merges stay in the local file (if any)."""
         self._closing = True
+        self.presence.stop()
         if self._ws is not None:
             with contextlib.suppress(Exception):
                 await self._ws.close()
@@ -192,6 +197,7 @@ class RemoteState(RemoteReads):
         with self.replica.lock:  # the overlay and the fork taken at one moment
             overlay = self._outbox.snapshot()
             branch = self.replica.fork(agent or self.agent)
+            self.presence.forked(self.replica.token)
             return RemoteBranch(self, branch, self.replica.position, overlay)
 
     def _view_of(self, key: str, base_seq: int, overlay: Overlay) -> Any:
@@ -256,13 +262,16 @@ class RemoteState(RemoteReads):
         """
         table = self.replica.policies.overlay(resolvers_, default)
         merge = self._core.submit(ops, base, agent, table)
+        self.presence.merging(
+            [op.path for op in ops], online=self._ws is not None, queued=self.pending
+        )
         if self._ws is None:
             return _pending_result(merge)
         future: asyncio.Future[MergeResult] = asyncio.get_running_loop().create_future()
         self._waiting[merge.order] = (future, merge)
         async with self._send_lock:
             await self._send(merge)
-        return await future
+        return await self.presence.watch(future, lambda: self.pending)
 
     async def _send(self, merge: PendingMerge) -> None:
         """Send ``merge`` now, unless offline or already sent on this connection."""

@@ -1,0 +1,134 @@
+"""An agent's presence in its room: a standard y-protocols awareness state, kept current.
+
+Every remote agent announces itself through the awareness message every Yjs peer
+understands (stock ``y-websocket`` clients see it too), with this JSON state::
+
+    {"agent": "planner", "status": "idle" | "editing" | "merging" | "offline-queued",
+     "base": "<token text of the branch's fork base>", "paths": [["ticket", "owner"], ...],
+     "last_merge": "ok" | "conflict" | "error" | "pending" | null, "queued": 0}
+
+``paths`` are the paths of the agent's latest merges (the newest last, at most
+:data:`MAX_PATHS`). The state is sent on each connection and again whenever it changes;
+the hub retires it (state ``null``) when the connection closes. Pure logic apart from
+:meth:`Presence.run`, the task that sends it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Final
+
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
+
+from crdt_state import MergeResult, VersionVector
+from sync.wire.lib0 import encode_var_string, encode_var_uint
+from sync.wire.protocol import encode_awareness
+
+__all__ = ["MAX_PATHS", "Presence"]
+
+MAX_PATHS: Final = 16
+_RESEND: Final = 0.5
+"""Seconds between checks for a new connection when nothing changes."""
+
+
+class Presence:
+    """The awareness state of one agent (client id ``client``) and its clock."""
+
+    def __init__(self, client: int, agent: str) -> None:
+        self.client = client
+        self.clock = 0
+        self.state: dict[str, Any] = {
+            "agent": agent,
+            "status": "idle",
+            "base": None,
+            "paths": [],
+            "last_merge": None,
+            "queued": 0,
+        }
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    # -- what the agent does ----------------------------------------------------------
+    def forked(self, base: VersionVector) -> None:
+        """A branch was opened at ``base``."""
+        self._set(status="editing", base=base.to_text())
+
+    def merging(self, paths: Iterable[tuple[Any, ...]], *, online: bool, queued: int) -> None:
+        """A merge of ``paths`` was sent (``online``) or queued for later."""
+        touched = [p for p in self.state["paths"] if tuple(p) not in set(map(tuple, paths))]
+        touched += [list(p) for p in paths]
+        self._set(
+            status="merging" if online else "offline-queued",
+            paths=touched[-MAX_PATHS:],
+            queued=queued,
+        )
+
+    def merged(self, outcome: str, *, queued: int) -> None:
+        """A merge ended (``outcome``: ok, conflict, error or pending)."""
+        status = "offline-queued" if queued else "idle"
+        self._set(status=status, last_merge=outcome, queued=queued)
+
+    def _set(self, **fields: Any) -> None:
+        if all(self.state.get(k) == v for k, v in fields.items()):
+            return
+        self.state.update(fields)
+        self._changed.set()
+
+    async def watch(self, result: Awaitable[MergeResult], queued: Callable[[], int]) -> MergeResult:
+        """Await a merge's ``result``, then record how it ended; returns (or raises) it."""
+        try:
+            outcome = await result
+        except BaseException:
+            self.merged("error", queued=queued())
+            raise
+        status = "pending" if outcome.pending else "conflict" if outcome.conflicts else "ok"
+        self.merged(status, queued=queued())
+        return outcome
+
+    def start(self, connection: Callable[[], ClientConnection | None]) -> None:
+        """Start sending (see :meth:`run`) on the running event loop."""
+        if self._task is None:
+            self._task = asyncio.create_task(self.run(connection))
+
+    def stop(self) -> None:
+        """Stop sending; the hub retires the state when the connection closes."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    # -- the wire ------------------------------------------------------------------------
+    def frame(self) -> bytes:
+        """The awareness message announcing the current state (with the next clock)."""
+        self.clock += 1
+        text = json.dumps(self.state, separators=(",", ":"))
+        payload = (
+            encode_var_uint(1)
+            + encode_var_uint(self.client)
+            + encode_var_uint(self.clock)
+            + encode_var_string(text)
+        )
+        return encode_awareness(payload)
+
+    async def run(self, connection: Callable[[], ClientConnection | None]) -> None:
+        """Send the state on each new connection and on each change, until cancelled.
+
+        Args:
+            connection: the agent's current connection (``None`` while offline).
+        """
+        sent_on: ClientConnection | None = None
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), _RESEND)
+            ws = connection()
+            if ws is None or (ws is sent_on and not self._changed.is_set()):
+                continue
+            self._changed.clear()
+            try:
+                await ws.send(self.frame())
+                sent_on = ws
+            except ConnectionClosed:
+                sent_on = None
