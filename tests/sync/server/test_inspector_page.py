@@ -112,24 +112,32 @@ async def test_the_page_follows_a_room_live(browser: webdriver.Chrome, tmp_path:
             first_paint = await page.js("return window.inspector.firstTreePaint")
             assert "nobody" in await page.js(page.text('[data-path="plan.owner"]'))
 
-            # agents: presence published through standard awareness messages
+            # agents: sync.connect publishes each agent's presence...
+            await page.until(
+                "const t = document.querySelector('#agents').textContent;"
+                "return t.includes('alice') && t.includes('bob') && t.includes('idle')",
+                "alice and bob in the agents list",
+            )
+            # ...and so may any Yjs peer, through standard awareness messages
             async with ws_connect(f"{url}?token={write}") as raw:
-                state = {"agent": "alice", "status": "editing", "paths": ["plan.owner"]}
+                state = {"agent": "scout", "status": "editing", "paths": ["plan.owner"]}
                 await raw.send(presence(4242, 1, state))
                 await page.until(
                     "return [...document.querySelectorAll('#agents .agent')]"
-                    ".some(a => a.textContent.includes('alice')"
+                    ".some(a => a.textContent.includes('scout')"
                     " && a.textContent.includes('editing'))",
-                    "alice editing in the agents list",
+                    "scout editing in the agents list",
                 )
                 await raw.send(presence(4242, 2, dict(state, status="merging")))
                 await page.until(
-                    "return document.querySelector('#agents').textContent.includes('merging')",
-                    "alice's new status",
+                    "return [...document.querySelectorAll('#agents .agent')]"
+                    ".some(a => a.textContent.includes('scout')"
+                    " && a.textContent.includes('merging'))",
+                    "scout's new status",
                 )
             await page.until(
-                "return document.querySelector('#agents').textContent.includes('no agent')",
-                "alice retired when her connection left",
+                "return !document.querySelector('#agents').textContent.includes('scout')",
+                "scout retired when its connection left",
             )
 
             # a conflict: both agents write plan.owner from the same base
