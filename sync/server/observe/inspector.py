@@ -31,12 +31,16 @@ from websockets.http11 import Request, Response
 
 from sync.server._handshake import peer_address
 from sync.server._room import Room
+from sync.server._store import room_file
 from sync.server.auth import AuthError, Grant, verify_token
 from sync.server.observe import routes
 from sync.server.observe.feed import Feed
 from sync.server.observe.metrics import CONTENT_TYPE, HubMetrics
 
-__all__ = ["HubView", "Inspector", "ReadinessCheck"]
+__all__ = ["NO_SUCH_ROOM", "HubView", "Inspector", "ReadinessCheck"]
+
+NO_SUCH_ROOM = 4404
+"""Close code of a feed for a room that is neither loaded nor stored."""
 
 log = logging.getLogger("crdt_state.inspect")
 
@@ -263,6 +267,11 @@ class Inspector:
         return sorted(found.values(), key=lambda r: r["name"])
 
     async def _serve_feed(self, ws: ServerConnection, name: str, grant: Grant | None) -> None:
+        db = self.hub.db
+        if name not in self.hub.rooms and (db is None or not room_file(db, name).exists()):
+            # watching creates nothing: the page retries until an agent opens the room
+            await ws.close(NO_SUCH_ROOM, "no such room")
+            return
         room = await self.hub.room(name)
         feed = Feed(ws, room, grant)
         feeds = self._feeds.setdefault(name, set())

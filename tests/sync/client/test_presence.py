@@ -47,7 +47,7 @@ async def agents(feed: Any, want: Any) -> list[dict[str, Any]]:
 async def test_the_room_sees_each_agent_and_what_it_does() -> None:
     async with Hub(port=0) as hub:
         feed_url = f"ws://127.0.0.1:{hub.port}/inspect/team/feed"
-        async with ws_connect(feed_url) as feed, connect(hub.url("team"), agent="alice") as alice:
+        async with connect(hub.url("team"), agent="alice") as alice, ws_connect(feed_url) as feed:
             (seen,) = await agents(feed, lambda a: len(a) == 1)
             assert seen["state"]["agent"] == "alice" and seen["state"]["status"] == "idle"
             branch = alice.fork()

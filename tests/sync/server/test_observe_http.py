@@ -19,13 +19,14 @@ from typing import Any
 import pytest
 from hubs import SECRET
 from websockets.asyncio.client import connect as ws_connect
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from crdt_state import resolvers
 from sync.client.remote import connect
 from sync.server.auth import mint_token
 from sync.server.hub import Hub
 from sync.server.observe import routes
+from sync.server.observe.inspector import NO_SUCH_ROOM
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -149,7 +150,14 @@ async def test_the_feed_needs_a_token_for_its_room() -> None:
                     pass
             assert refused.value.response.status_code == status
         good = mint_token(SECRET, "team/a", "read", 60)
-        async with ws_connect(base, additional_headers={"Cookie": f"{routes.COOKIE}={good}"}) as ws:
+        cookie = {"Cookie": f"{routes.COOKIE}={good}"}
+        async with ws_connect(base, additional_headers=cookie) as ws:
+            with pytest.raises(ConnectionClosed) as closed:
+                await ws.recv()  # watching a room creates nothing
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == NO_SUCH_ROOM
+        assert "team/a" not in hub.rooms
+        await hub.room("team/a")
+        async with ws_connect(base, additional_headers=cookie) as ws:
             hello = json.loads(await ws.recv())
             state = json.loads(await ws.recv())
         assert hello == {"type": "hello", "room": "team/a", "role": "read"}
