@@ -121,10 +121,15 @@ class Presence:
         """
         sent_on: ClientConnection | None = None
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), _RESEND)
+            if not self._changed.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(_RESEND):
+                        await self._changed.wait()
             ws = connection()
-            if ws is None or (ws is sent_on and not self._changed.is_set()):
+            if ws is None:  # offline: look again later (never spin on a pending change)
+                await asyncio.sleep(_RESEND)
+                continue
+            if ws is sent_on and not self._changed.is_set():
                 continue
             self._changed.clear()
             try:
