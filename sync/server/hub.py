@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 from collections.abc import Callable, Mapping
 from fnmatch import fnmatchcase
 from http import HTTPStatus
@@ -37,6 +36,7 @@ from crdt_state import (
 from sync.server._handshake import peer_address, refuse, request_token, room_name
 from sync.server._merge import DOCUMENT_TOO_LARGE, judge_merge
 from sync.server._room import Room, Session
+from sync.server._store import room_file_fits
 from sync.server.auth import AuthError, Grant, verify_token
 from sync.server.limits import Limits
 from sync.server.peer import (
@@ -55,7 +55,6 @@ __all__ = ["Hub"]
 
 log = logging.getLogger("crdt_state.hub")
 
-_ROOM_NAME = re.compile(r"^[A-Za-z0-9._~\-]+(/[A-Za-z0-9._~\-]+)*$")
 _TRY_AGAIN_LATER = 1013
 
 
@@ -115,6 +114,7 @@ class Hub:
             self.host,
             self._port,
             process_request=self._process_request,
+            process_response=self._process_response,
             max_size=self.limits.max_message,
             compression=None,
             max_queue=64,
@@ -210,6 +210,8 @@ class Hub:
         name = room_name(request.path)
         if name is None:
             return refuse(connection, HTTPStatus.BAD_REQUEST, "bad room name")
+        if not room_file_fits(name):
+            return refuse(connection, HTTPStatus.REQUEST_URI_TOO_LONG, "room name too long")
         if self._connections >= self.limits.max_connections:
             return refuse(connection, HTTPStatus.SERVICE_UNAVAILABLE, "too many connections")
         room = self.rooms.get(name)
@@ -223,7 +225,20 @@ class Hub:
                 log.info("refused %s for room %s: %s", peer_address(connection), name, exc.code)
                 return refuse(connection, HTTPStatus(exc.http_status), exc.reason)
         self._grants[connection.id] = (name, grant)
+        key = connection.id  # a handshake dropped before its handler starts leaks nothing
+        connection.connection_lost_waiter.add_done_callback(lambda _: self._grants.pop(key, None))
         return None
+
+    def _process_response(
+        self, connection: ServerConnection, request: Request, response: Response
+    ) -> None:
+        """Forget the grant of a handshake that does not open a connection (websockets
+        refused it after :meth:`_process_request`, or the hub is shutting down)."""
+        if response.status_code != HTTPStatus.SWITCHING_PROTOCOLS or not self._serving():
+            self._grants.pop(connection.id, None)
+
+    def _serving(self) -> bool:
+        return self._server is not None and self._server.is_serving()
 
     # -- per connection ----------------------------------------------------------------
     async def _handle(self, ws: ServerConnection) -> None:
