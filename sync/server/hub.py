@@ -36,6 +36,7 @@ from crdt_state import (
 from sync.server._handshake import peer_address, refuse, request_token, room_name
 from sync.server._merge import DOCUMENT_TOO_LARGE, judge_merge
 from sync.server._room import Room, Session
+from sync.server._security import check_secret
 from sync.server._store import room_file_fits
 from sync.server.auth import AuthError, Grant, verify_token
 from sync.server.limits import Limits
@@ -65,8 +66,11 @@ class Hub:
         host, port: where to listen (port 0 picks a free port; see :attr:`port`).
         db: a SQLite file for the rooms' state (``None``: in memory only). With it,
             no change is sent to any client before it is stored (see :mod:`sync.server._room`).
-        secret: HMAC secret for access tokens; ``None`` accepts everyone, and
-            the hub then says so in its log.
+        secret: HMAC secret for access tokens. ``None`` accepts everyone (the hub then
+            says so in its log): allowed on a loopback host only, unless ``insecure``.
+            An empty secret is refused (:class:`~sync.server.HubConfigError`).
+        insecure: allow ``secret=None`` on a non-loopback host (every client on the
+            network may then read and write every room).
         resolvers: server-side conflict policies by room glob (matched like
             access tokens, with :func:`fnmatch.fnmatchcase`: ``*`` also matches
             ``/``), e.g. ``{"triage/*": {"calls": resolvers.counter}}``. When
@@ -86,7 +90,9 @@ class Hub:
         resolvers: Mapping[str, Mapping[Any, object]] | None = None,
         limits: Limits | None = None,
         state_factory: Callable[[str], SharedState] | None = None,
+        insecure: bool = False,
     ) -> None:
+        check_secret(secret, host, insecure=insecure)
         self.host = host
         self._port = port
         self.db = Path(db) if db is not None else None
@@ -105,8 +111,8 @@ class Hub:
         """Start listening."""
         if self.secret is None:
             log.warning(
-                "hub started without a secret: every client may read and write every room "
-                "(listening on %s)",
+                "INSECURE: hub started without a secret: every client may read and write "
+                "every room (listening on %s)",
                 self.host,
             )
         self._server = await serve(
