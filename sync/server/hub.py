@@ -33,6 +33,7 @@ from crdt_state import (
     CrdtStateError,
     SharedState,
 )
+from sync.server._expiry import EXPIRED_TOKEN, TOKEN_EXPIRED_REASON, expire_at, token_expired
 from sync.server._handshake import peer_address, refuse, request_token, room_name
 from sync.server._merge import DOCUMENT_TOO_LARGE, judge_merge
 from sync.server._room import Room, Session
@@ -256,6 +257,7 @@ class Hub:
         session: Session | None = None
         room: Room | None = None
         writer: asyncio.Task[None] | None = None
+        expiry: asyncio.Task[None] | None = None
         try:
             room = await self.room(name)
             session = Session(
@@ -267,9 +269,15 @@ class Hub:
             )
             room.join(session)
             writer = asyncio.create_task(_pump(ws, session))
+            if grant is not None:
+                expiry = asyncio.create_task(expire_at(ws, grant.expires))
             peer = HubPeer(can_write=session.can_write)
             session.enqueue_many(HubPeer.greeting(room.state.token, list(room.awareness.values())))
             async for data in ws:
+                if grant is not None and token_expired(grant):
+                    raise PeerRefused(
+                        EXPIRED_TOKEN, TOKEN_EXPIRED_REASON, close_code=CloseCode.POLICY_VIOLATION
+                    )
                 event = peer.receive(data)
                 if event is not None:
                     await self._on_event(room, session, event)
@@ -289,6 +297,8 @@ class Hub:
             if room is not None and session is not None:
                 room.leave(session)
                 session.outbox.put_nowait(None) if not session.outbox.full() else None
+            if expiry is not None:
+                expiry.cancel()
             if writer is not None:
                 writer.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
