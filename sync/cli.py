@@ -51,6 +51,25 @@ def _parser() -> argparse.ArgumentParser:
     hub.add_argument("--max-document", type=int, default=Limits.max_document)
     hub.add_argument("--max-connections", type=int, default=Limits.max_connections)
     hub.add_argument("--max-room-connections", type=int, default=Limits.max_room_connections)
+    hub.add_argument(
+        "--max-awareness",
+        type=int,
+        default=Limits.max_awareness,
+        help="largest awareness message in bytes (default %(default)s)",
+    )
+    hub.add_argument(
+        "--max-outbox-bytes",
+        type=int,
+        default=Limits.max_outbox_bytes,
+        help="bytes queued for a slow client before it is dropped with 1013 (default %(default)s)",
+    )
+    hub.add_argument(
+        "--room-idle-seconds",
+        type=float,
+        default=Limits.room_idle_seconds,
+        help="unload a room (flush, close its file) after this long without a connection "
+        "(default %(default)s)",
+    )
     hub.add_argument("--log-level", default="INFO")
     token = sub.add_parser("token", help="mint an access token")
     token.add_argument("--room", required=True, help="room name or glob, e.g. 'triage/*'")
@@ -112,6 +131,9 @@ async def _run_hub(args: argparse.Namespace) -> None:
         max_document=args.max_document,
         max_connections=args.max_connections,
         max_room_connections=args.max_room_connections,
+        max_awareness=args.max_awareness,
+        max_outbox_bytes=args.max_outbox_bytes,
+        room_idle_seconds=args.room_idle_seconds,
     )
     hub = Hub(
         args.host,

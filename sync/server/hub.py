@@ -58,6 +58,8 @@ __all__ = ["Hub"]
 log = logging.getLogger("crdt_state.hub")
 
 _TRY_AGAIN_LATER = 1013
+AWARENESS_TOO_LARGE = "awareness_too_large"
+"""The code of :class:`PeerRefused` for an awareness message over ``Limits.max_awareness``."""
 
 
 class Hub:
@@ -106,6 +108,7 @@ class Hub:
         self._server: Server | None = None
         self._connections = 0
         self._opening: dict[str, asyncio.Future[Room]] = {}
+        self._live: set[ServerConnection] = set()
 
     # -- lifecycle -----------------------------------------------------------------
     async def start(self) -> None:
@@ -131,9 +134,15 @@ class Hub:
     async def stop(self) -> None:
         """Stop listening, close every connection and every room's storage."""
         if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+            server, self._server = self._server, None
+            server.close()  # close handshakes with every client, concurrently
+            try:
+                async with asyncio.timeout(self.limits.shutdown_grace):
+                    await server.wait_closed()
+            except TimeoutError:  # clients that do not read never answer: cut them off
+                for ws in list(self._live):
+                    ws.transport.abort()
+                await server.wait_closed()
         for room in self.rooms.values():
             room.close()
         self.rooms.clear()
@@ -254,6 +263,7 @@ class Hub:
             await ws.close(CloseCode.POLICY_VIOLATION, "handshake not authorised")
             return
         self._connections += 1
+        self._live.add(ws)
         session: Session | None = None
         room: Room | None = None
         writer: asyncio.Task[None] | None = None
@@ -263,7 +273,7 @@ class Hub:
             session = Session(
                 grant=grant,
                 remote=peer_address(ws),
-                max_outbox=self.limits.max_outbox,
+                max_outbox=self.limits.max_outbox_bytes,
                 on_overflow=lambda _: _close_later(ws, _TRY_AGAIN_LATER, "client too slow"),
                 connection=ws,
             )
@@ -294,9 +304,10 @@ class Hub:
             await ws.close(CloseCode.INTERNAL_ERROR, "internal error")
         finally:
             self._connections -= 1
+            self._live.discard(ws)
             if room is not None and session is not None:
                 room.leave(session)
-                session.outbox.put_nowait(None) if not session.outbox.full() else None
+                session.outbox.close()
             if expiry is not None:
                 expiry.cancel()
             if writer is not None:
@@ -325,6 +336,12 @@ class Hub:
                     close_code=CloseCode.UNSUPPORTED_DATA,
                 ) from exc
         elif isinstance(event, AwarenessReceived):
+            if len(event.payload) > self.limits.max_awareness:
+                raise PeerRefused(
+                    AWARENESS_TOO_LARGE,
+                    "awareness message size limit reached",
+                    close_code=CloseCode.MESSAGE_TOO_BIG,
+                )
             room.awareness[session.id] = event.payload
             room.broadcast(p.encode_awareness(event.payload), exclude=session.id)
         elif isinstance(event, AwarenessQueried):
@@ -345,17 +362,28 @@ class Hub:
 _closing: set[asyncio.Task[None]] = set()
 
 
-def _close_later(ws: ServerConnection, code: int, reason: str) -> None:
-    """Close ``ws`` from synchronous code (the close handshake runs as a task)."""
-    task = asyncio.ensure_future(ws.close(code, reason))
+def _close_later(ws: ServerConnection, code: int, reason: str, grace: float = 1.0) -> None:
+    """Close ``ws`` from synchronous code (the close handshake runs as a task); a client
+    that does not answer within ``grace`` seconds (it does not read) is cut off."""
+    task = asyncio.ensure_future(_close_within(ws, code, reason, grace))
     _closing.add(task)
     task.add_done_callback(_closing.discard)
 
 
+async def _close_within(ws: ServerConnection, code: int, reason: str, grace: float) -> None:
+    try:
+        async with asyncio.timeout(grace):
+            await ws.close(code, reason)
+    except TimeoutError:
+        ws.transport.abort()
+
+
 async def _pump(ws: ServerConnection, session: Session) -> None:
-    """Send the session's queued frames, in order, until ``None`` or disconnection."""
+    """Send the session's queued frames, in order, until its outbox closes or disconnection."""
     while True:
         frame = await session.outbox.get()
+        if frame is None:
+            return
         session.busy = True
         try:
             while frame is not None:  # send what is queued without waking up again
@@ -363,11 +391,6 @@ async def _pump(ws: ServerConnection, session: Session) -> None:
                     await ws.send(frame)
                 except ConnectionClosed:
                     return
-                try:
-                    frame = session.outbox.get_nowait()
-                except asyncio.QueueEmpty:
-                    break
-            else:
-                return
+                frame = session.outbox.get_nowait()
         finally:
             session.busy = False
