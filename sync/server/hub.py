@@ -37,6 +37,7 @@ from sync.server._expiry import EXPIRED_TOKEN, TOKEN_EXPIRED_REASON, expire_at, 
 from sync.server._handshake import peer_address, refuse, request_token, room_name
 from sync.server._merge import DOCUMENT_TOO_LARGE, judge_merge
 from sync.server._room import Room, Session
+from sync.server._rooms import IdleRooms
 from sync.server._security import check_secret
 from sync.server._store import room_file_fits
 from sync.server.auth import AuthError, Grant, verify_token
@@ -81,6 +82,10 @@ class Hub:
             they do not settle go back to the merging client.
         limits: size and connection limits.
         state_factory: builds the state of a new room (overrides ``db``).
+
+    With ``db``, a room without connections for ``limits.room_idle_seconds`` is
+    unloaded (flushed, its file closed, its memory freed) and loaded again on the
+    next join; rooms in memory (no ``db``) or from ``state_factory`` stay loaded.
     """
 
     def __init__(
@@ -109,6 +114,12 @@ class Hub:
         self._connections = 0
         self._opening: dict[str, asyncio.Future[Room]] = {}
         self._live: set[ServerConnection] = set()
+        self._idle = IdleRooms(  # rooms in memory only are never unloaded: it would lose them
+            self.limits.room_idle_seconds,
+            self._unload_later,
+            enabled=self.db is not None and state_factory is None,
+        )
+        self._unloading: dict[str, asyncio.Task[None]] = {}
 
     # -- lifecycle -----------------------------------------------------------------
     async def start(self) -> None:
@@ -143,6 +154,9 @@ class Hub:
                 for ws in list(self._live):
                     ws.transport.abort()
                 await server.wait_closed()
+        self._idle.cancel_all()
+        if self._unloading:
+            await asyncio.gather(*self._unloading.values(), return_exceptions=True)
         for room in self.rooms.values():
             room.close()
         self.rooms.clear()
@@ -199,7 +213,10 @@ class Hub:
         return open_room_state(self.db, name, resolvers=policies)
 
     async def room(self, name: str) -> Room:
-        """The room called ``name``, loaded (or created) on first use."""
+        """The room called ``name``, loaded (or created) on first use.
+
+        A room no one joins within ``Limits.room_idle_seconds`` is unloaded again.
+        """
         room = self.rooms.get(name)
         if room is not None:
             return room
@@ -209,9 +226,13 @@ class Hub:
         future: asyncio.Future[Room] = asyncio.get_running_loop().create_future()
         self._opening[name] = future
         try:
+            unloading = self._unloading.get(name)
+            if unloading is not None:  # its file must be closed before it is opened again
+                await asyncio.shield(unloading)
             state = await asyncio.to_thread(self._new_state, name)
             room = Room(name, state, asyncio.get_running_loop())
             self.rooms[name] = room
+            self._idle.idle(name)
             future.set_result(room)
             return room
         except BaseException as exc:
@@ -220,6 +241,28 @@ class Hub:
             raise
         finally:
             self._opening.pop(name, None)
+
+    def _unload_later(self, name: str) -> None:
+        """Unload room ``name`` if it still has no connection (its idle timer fired)."""
+        room = self.rooms.get(name)
+        if room is None or room.sessions or name in self._unloading:
+            return
+        del self.rooms[name]  # a join from now on waits for the unload, then loads it again
+        task = asyncio.create_task(self._unload(name, room))
+        self._unloading[name] = task
+
+    async def _unload(self, name: str, room: Room) -> None:
+        """Flush ``room``, close its file and forget it."""
+        try:
+            room.flush()
+            await asyncio.to_thread(room.close)
+            log.debug(
+                "room %s unloaded after %.0f s without connections", name, self._idle.idle_seconds
+            )
+        except Exception:
+            log.exception("room %s: closing its state failed", name)
+        finally:
+            self._unloading.pop(name, None)
 
     # -- handshake -------------------------------------------------------------------
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
@@ -270,6 +313,9 @@ class Hub:
         expiry: asyncio.Task[None] | None = None
         try:
             room = await self.room(name)
+            while self.rooms.get(name) is not room:  # unloaded before this join: load again
+                room = await self.room(name)
+            self._idle.busy(name)
             session = Session(
                 grant=grant,
                 remote=peer_address(ws),
@@ -308,6 +354,8 @@ class Hub:
             if room is not None and session is not None:
                 room.leave(session)
                 session.outbox.close()
+                if not room.sessions and self.rooms.get(name) is room:
+                    self._idle.idle(name)
             if expiry is not None:
                 expiry.cancel()
             if writer is not None:
