@@ -35,6 +35,7 @@ from crdt_state import (
 )
 from sync.server._expiry import EXPIRED_TOKEN, TOKEN_EXPIRED_REASON, expire_at, token_expired
 from sync.server._handshake import peer_address, refuse, request_token, room_name
+from sync.server._json_model import NON_JSON_TYPE, non_json_content
 from sync.server._merge import DOCUMENT_TOO_LARGE, judge_merge
 from sync.server._room import Room, Session
 from sync.server._rooms import IdleRooms
@@ -374,6 +375,13 @@ class Hub:
                     DOCUMENT_TOO_LARGE,
                     "document size limit reached",
                     close_code=CloseCode.MESSAGE_TOO_BIG,
+                )
+            outside = non_json_content(event.update)
+            if outside is not None:
+                raise PeerRefused(
+                    NON_JSON_TYPE,
+                    f"update refused: {outside} is outside the JSON model",
+                    close_code=CloseCode.POLICY_VIOLATION,
                 )
             try:
                 await state.aapply_update(event.update, origin=session.label)
