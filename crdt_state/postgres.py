@@ -512,7 +512,13 @@ class PostgresStore:
         if ready and self._log_rows > self.keep_history + self._margin:
             self._compact()
         with self._db:
-            self._conn.close()
+            try:  # release the key at once (the server ends the session asynchronously)
+                if not self.read_only and not self._conn.closed:
+                    self._conn.execute("SELECT pg_advisory_unlock_all()")
+            except psycopg.Error:
+                pass  # the connection is gone: so is its lock
+            finally:
+                self._conn.close()
 
     @property
     def closed(self) -> bool:
