@@ -58,7 +58,7 @@ BeforeCommit = Callable[["psycopg.Connection[Any]", int], None]
 """``before_commit(conn, last_ticket)``: runs inside every write transaction, last.
 
 ``last_ticket`` is the newest ticket the transaction stores (for a compaction,
-the newest durable one; 0 when creating the state). Raising rolls the
+the newest ticket already committed; 0 when creating the state). Raising rolls the
 transaction back and fails the store (see :class:`PostgresStore`).
 """
 Durability = Literal["full", "normal", "off"]
@@ -176,6 +176,7 @@ class PostgresStore:
         self._ready = False
         self._last_seq = 0
         self._log_rows = 0
+        self._stored_ticket = 0  # the newest ticket committed (what compactions pass the hook)
         self._margin = max(64, keep_history // 4)
         self._commits = GroupCommit[_Item](
             self.name, self._write, self._after_write, off=durability == "off"
@@ -388,6 +389,7 @@ class PostgresStore:
         self._last_seq = last_seq
         self._log_rows += added
         self.epochs += epochs
+        self._stored_ticket = batch[-1][0]
 
     def _next(self, last_seq: int, seq: int) -> int:
         if seq != last_seq + 1:
@@ -422,13 +424,13 @@ class PostgresStore:
         try:
             with self._db, self._failures("compaction failed"):
                 fold = self._last_seq - self.keep_history
-                durable = self._commits.last_ticket()
+                stored = self._stored_ticket
                 epoch_due = compact(
                     self._conn,
                     self.key,
                     fold,
                     self.keep_conflicts,
-                    lambda conn: self._hook(durable),
+                    lambda conn: self._hook(stored),
                     measure=self.compact_document,
                 )
                 if epoch_due is None:

@@ -306,3 +306,26 @@ def test_postgres_and_sqlite_agree_on_any_program(
     on_sqlite = run(lambda **o: SharedState.open(file, **o))
     on_postgres = run(lambda **o: open_postgres(throwaway_postgres, key, **o))
     assert on_postgres == on_sqlite
+
+
+def test_damaged_rows_are_refused_untouched(throwaway_postgres: str) -> None:
+    dsn = throwaway_postgres
+    damage = {
+        "gap": "DELETE FROM crdt_store_log WHERE key = %s AND seq = 10",
+        "no snapshot": "DELETE FROM crdt_store_snapshot WHERE key = %s",
+        "bad blob": "UPDATE crdt_store_snapshot SET doc = '\\xffff00'::bytea WHERE key = %s",
+        "bad update": "UPDATE crdt_store_log SET doc_update = '\\x05ffff01'::bytea"
+        " WHERE key = %s AND seq = 5",
+    }
+    for words, statement in damage.items():
+        key = fresh_key()
+        state = open_postgres(dsn, key)
+        for i in range(20):
+            state.commit({f"k{i}": i}, state.token, "ann")
+        state.close()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(statement, (key,))
+        before = rows(dsn, "log", key), rows(dsn, "snapshot", key)
+        with pytest.raises(StorageError, match="damaged"):
+            open_postgres(dsn, key)
+        assert (rows(dsn, "log", key), rows(dsn, "snapshot", key)) == before, words
