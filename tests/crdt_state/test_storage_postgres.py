@@ -329,3 +329,30 @@ def test_damaged_rows_are_refused_untouched(throwaway_postgres: str) -> None:
         with pytest.raises(StorageError, match="damaged"):
             open_postgres(dsn, key)
         assert (rows(dsn, "log", key), rows(dsn, "snapshot", key)) == before, words
+
+
+def test_a_compaction_refused_by_the_hook_changes_nothing_and_fails_the_store(
+    throwaway_postgres: str,
+) -> None:
+    dsn, room = throwaway_postgres, fresh_key()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(FENCE_TABLE)
+        conn.execute(POSITIONS_TABLE)
+        conn.execute("INSERT INTO test_fences VALUES (%s, 1)", (room,))
+    state = open_postgres(dsn, room, keep_history=2, before_commit=fenced(room, 1))
+    for i in range(10):
+        state.commit({"n": i}, state.token, "ann")
+    store = state.store
+    assert isinstance(store, PostgresStore)
+    before = rows(dsn, "log", room)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE test_fences SET fence = 2 WHERE room = %s", (room,))
+    store._compact()  # what the writer runs once the log is long enough
+    assert store.last_compaction_error is not None
+    assert isinstance(store.last_compaction_error.__cause__, StaleFence)
+    assert rows(dsn, "log", room) == before  # the refused compaction left the rows
+    with pytest.raises(StorageError) as info:
+        state.commit({"n": 99}, state.token, "ann")
+    assert isinstance(info.value.__cause__, StaleFence)
+    state.close()
+    assert rows(dsn, "log", room) == before
