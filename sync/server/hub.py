@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 from collections.abc import Callable, Mapping
 from fnmatch import fnmatchcase
@@ -35,9 +34,15 @@ from crdt_state import (
     CrdtStateError,
     SharedState,
 )
+from sync.server._expiry import EXPIRED_TOKEN, TOKEN_EXPIRED_REASON, expire_at, token_expired
 from sync.server._handshake import peer_address, refuse, request_token, room_name
+from sync.server._json_model import NON_JSON_TYPE, non_json_content
 from sync.server._merge import DOCUMENT_TOO_LARGE, judge_merge
 from sync.server._room import Room, Session
+from sync.server._rooms import IdleRooms
+from sync.server._security import check_secret
+from sync.server._sending import close_later, pump
+from sync.server._store import room_file_fits
 from sync.server.auth import AuthError, Grant, verify_token
 from sync.server.limits import Limits
 from sync.server.observe import Inspector
@@ -57,8 +62,9 @@ __all__ = ["Hub"]
 
 log = logging.getLogger("crdt_state.hub")
 
-_ROOM_NAME = re.compile(r"^[A-Za-z0-9._~\-]+(/[A-Za-z0-9._~\-]+)*$")
 _TRY_AGAIN_LATER = 1013
+AWARENESS_TOO_LARGE = "awareness_too_large"
+"""The code of :class:`PeerRefused` for an awareness message over ``Limits.max_awareness``."""
 
 
 class Hub:
@@ -68,8 +74,11 @@ class Hub:
         host, port: where to listen (port 0 picks a free port; see :attr:`port`).
         db: a SQLite file for the rooms' state (``None``: in memory only). With it,
             no change is sent to any client before it is stored (see :mod:`sync.server._room`).
-        secret: HMAC secret for access tokens; ``None`` accepts everyone, and
-            the hub then says so in its log.
+        secret: HMAC secret for access tokens. ``None`` accepts everyone (the hub then
+            says so in its log): allowed on a loopback host only, unless ``insecure``.
+            An empty secret is refused (:class:`~sync.server.HubConfigError`).
+        insecure: allow ``secret=None`` on a non-loopback host (every client on the
+            network may then read and write every room).
         resolvers: server-side conflict policies by room glob (matched like
             access tokens, with :func:`fnmatch.fnmatchcase`: ``*`` also matches
             ``/``), e.g. ``{"triage/*": {"calls": resolvers.counter}}``. When
@@ -77,6 +86,10 @@ class Hub:
             they do not settle go back to the merging client.
         limits: size and connection limits.
         state_factory: builds the state of a new room (overrides ``db``).
+
+    With ``db``, a room without connections for ``limits.room_idle_seconds`` is
+    unloaded (flushed, its file closed, its memory freed) and loaded again on the
+    next join; rooms in memory (no ``db``) or from ``state_factory`` stay loaded.
     """
 
     def __init__(
@@ -89,7 +102,9 @@ class Hub:
         resolvers: Mapping[str, Mapping[Any, object]] | None = None,
         limits: Limits | None = None,
         state_factory: Callable[[str], SharedState] | None = None,
+        insecure: bool = False,
     ) -> None:
+        check_secret(secret, host, insecure=insecure)
         self.host = host
         self._port = port
         self.db = Path(db) if db is not None else None
@@ -104,14 +119,21 @@ class Hub:
         self._opening: dict[str, asyncio.Future[Room]] = {}
         self.inspector = Inspector(self)
         """HTTP routes (/healthz, /readyz, /metrics, /inspect), feeds and metrics."""
+        self._live: set[ServerConnection] = set()
+        self._idle = IdleRooms(  # rooms in memory only are never unloaded: it would lose them
+            self.limits.room_idle_seconds,
+            self._unload_later,
+            enabled=self.db is not None and state_factory is None,
+        )
+        self._unloading: dict[str, asyncio.Task[None]] = {}
 
     # -- lifecycle -----------------------------------------------------------------
     async def start(self) -> None:
         """Start listening."""
         if self.secret is None:
             log.warning(
-                "hub started without a secret: every client may read and write every room "
-                "(listening on %s)",
+                "INSECURE: hub started without a secret: every client may read and write "
+                "every room (listening on %s)",
                 self.host,
             )
         self._server = await serve(
@@ -120,6 +142,7 @@ class Hub:
             self._port,
             process_request=self.inspector.process_request(self._process_request),
             create_connection=self.inspector.connection_class,
+            process_response=self._process_response,
             max_size=self.limits.max_message,
             compression=None,
             max_queue=64,
@@ -129,9 +152,18 @@ class Hub:
     async def stop(self) -> None:
         """Stop listening, close every connection and every room's storage."""
         if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+            server, self._server = self._server, None
+            server.close()  # close handshakes with every client, concurrently
+            try:
+                async with asyncio.timeout(self.limits.shutdown_grace):
+                    await server.wait_closed()
+            except TimeoutError:  # clients that do not read never answer: cut them off
+                for ws in list(self._live):
+                    ws.transport.abort()
+                await server.wait_closed()
+        self._idle.cancel_all()
+        if self._unloading:
+            await asyncio.gather(*self._unloading.values(), return_exceptions=True)
         for room in self.rooms.values():
             room.close()
         self.rooms.clear()
@@ -188,7 +220,10 @@ class Hub:
         return open_room_state(self.db, name, resolvers=policies)
 
     async def room(self, name: str) -> Room:
-        """The room called ``name``, loaded (or created) on first use."""
+        """The room called ``name``, loaded (or created) on first use.
+
+        A room no one joins within ``Limits.room_idle_seconds`` is unloaded again.
+        """
         room = self.rooms.get(name)
         if room is not None:
             return room
@@ -198,9 +233,13 @@ class Hub:
         future: asyncio.Future[Room] = asyncio.get_running_loop().create_future()
         self._opening[name] = future
         try:
+            unloading = self._unloading.get(name)
+            if unloading is not None:  # its file must be closed before it is opened again
+                await asyncio.shield(unloading)
             state = await asyncio.to_thread(self._new_state, name)
             room = Room(name, state, asyncio.get_running_loop())
             self.rooms[name] = room
+            self._idle.idle(name)
             future.set_result(room)
             return room
         except BaseException as exc:
@@ -210,11 +249,35 @@ class Hub:
         finally:
             self._opening.pop(name, None)
 
+    def _unload_later(self, name: str) -> None:
+        """Unload room ``name`` if it still has no connection (its idle timer fired)."""
+        room = self.rooms.get(name)
+        if room is None or room.sessions or name in self._unloading:
+            return
+        del self.rooms[name]  # a join from now on waits for the unload, then loads it again
+        task = asyncio.create_task(self._unload(name, room))
+        self._unloading[name] = task
+
+    async def _unload(self, name: str, room: Room) -> None:
+        """Flush ``room``, close its file and forget it."""
+        try:
+            room.flush()
+            await asyncio.to_thread(room.close)
+            log.debug(
+                "room %s unloaded after %.0f s without connections", name, self._idle.idle_seconds
+            )
+        except Exception:
+            log.exception("room %s: closing its state failed", name)
+        finally:
+            self._unloading.pop(name, None)
+
     # -- handshake -------------------------------------------------------------------
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         name = room_name(request.path)
         if name is None:
             return refuse(connection, HTTPStatus.BAD_REQUEST, "bad room name")
+        if not room_file_fits(name):
+            return refuse(connection, HTTPStatus.REQUEST_URI_TOO_LONG, "room name too long")
         if self._connections >= self.limits.max_connections:
             return refuse(connection, HTTPStatus.SERVICE_UNAVAILABLE, "too many connections")
         room = self.rooms.get(name)
@@ -228,7 +291,20 @@ class Hub:
                 log.info("refused %s for room %s: %s", peer_address(connection), name, exc.code)
                 return refuse(connection, HTTPStatus(exc.http_status), exc.reason)
         self._grants[connection.id] = (name, grant)
+        key = connection.id  # a handshake dropped before its handler starts leaks nothing
+        connection.connection_lost_waiter.add_done_callback(lambda _: self._grants.pop(key, None))
         return None
+
+    def _process_response(
+        self, connection: ServerConnection, request: Request, response: Response
+    ) -> None:
+        """Forget the grant of a handshake that does not open a connection (websockets
+        refused it after :meth:`_process_request`, or the hub is shutting down)."""
+        if response.status_code != HTTPStatus.SWITCHING_PROTOCOLS or not self._serving():
+            self._grants.pop(connection.id, None)
+
+    def _serving(self) -> bool:
+        return self._server is not None and self._server.is_serving()
 
     # -- per connection ----------------------------------------------------------------
     async def _handle(self, ws: ServerConnection) -> None:
@@ -237,23 +313,34 @@ class Hub:
             await ws.close(CloseCode.POLICY_VIOLATION, "handshake not authorised")
             return
         self._connections += 1
+        self._live.add(ws)
         session: Session | None = None
         room: Room | None = None
         writer: asyncio.Task[None] | None = None
+        expiry: asyncio.Task[None] | None = None
         try:
             room = await self.room(name)
+            while self.rooms.get(name) is not room:  # unloaded before this join: load again
+                room = await self.room(name)
+            self._idle.busy(name)
             session = Session(
                 grant=grant,
                 remote=peer_address(ws),
-                max_outbox=self.limits.max_outbox,
-                on_overflow=lambda _: _close_later(ws, _TRY_AGAIN_LATER, "client too slow"),
+                max_outbox=self.limits.max_outbox_bytes,
+                on_overflow=lambda _: close_later(ws, _TRY_AGAIN_LATER, "client too slow"),
                 connection=ws,
             )
             room.join(session)
-            writer = asyncio.create_task(_pump(ws, session))
+            writer = asyncio.create_task(pump(ws, session))
+            if grant is not None:
+                expiry = asyncio.create_task(expire_at(ws, grant.expires))
             peer = HubPeer(can_write=session.can_write)
             session.enqueue_many(HubPeer.greeting(room.state.token, list(room.awareness.values())))
             async for data in ws:
+                if grant is not None and token_expired(grant):
+                    raise PeerRefused(
+                        EXPIRED_TOKEN, TOKEN_EXPIRED_REASON, close_code=CloseCode.POLICY_VIOLATION
+                    )
                 event = peer.receive(data)
                 if event is not None:
                     await self._on_event(room, session, event)
@@ -270,9 +357,14 @@ class Hub:
             await ws.close(CloseCode.INTERNAL_ERROR, "internal error")
         finally:
             self._connections -= 1
+            self._live.discard(ws)
             if room is not None and session is not None:
                 room.leave(session)
-                session.outbox.put_nowait(None) if not session.outbox.full() else None
+                session.outbox.close()
+                if not room.sessions and self.rooms.get(name) is room:
+                    self._idle.idle(name)
+            if expiry is not None:
+                expiry.cancel()
             if writer is not None:
                 writer.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -290,6 +382,13 @@ class Hub:
                     "document size limit reached",
                     close_code=CloseCode.MESSAGE_TOO_BIG,
                 )
+            outside = non_json_content(event.update)
+            if outside is not None:
+                raise PeerRefused(
+                    NON_JSON_TYPE,
+                    f"update refused: {outside} is outside the JSON model",
+                    close_code=CloseCode.POLICY_VIOLATION,
+                )
             try:
                 await state.aapply_update(event.update, origin=session.label)
             except CrdtStateError as exc:
@@ -299,6 +398,12 @@ class Hub:
                     close_code=CloseCode.UNSUPPORTED_DATA,
                 ) from exc
         elif isinstance(event, AwarenessReceived):
+            if len(event.payload) > self.limits.max_awareness:
+                raise PeerRefused(
+                    AWARENESS_TOO_LARGE,
+                    "awareness message size limit reached",
+                    close_code=CloseCode.MESSAGE_TOO_BIG,
+                )
             room.awareness[session.id] = event.payload
             room.broadcast(p.encode_awareness(event.payload), exclude=session.id)
         elif isinstance(event, AwarenessQueried):
@@ -316,34 +421,3 @@ class Hub:
             )
             room.reply(session, done)  # after the update frame carrying the merge
             self.inspector.merge_judged(room, event.request.agent or session.label, done, started)
-
-
-_closing: set[asyncio.Task[None]] = set()
-
-
-def _close_later(ws: ServerConnection, code: int, reason: str) -> None:
-    """Close ``ws`` from synchronous code (the close handshake runs as a task)."""
-    task = asyncio.ensure_future(ws.close(code, reason))
-    _closing.add(task)
-    task.add_done_callback(_closing.discard)
-
-
-async def _pump(ws: ServerConnection, session: Session) -> None:
-    """Send the session's queued frames, in order, until ``None`` or disconnection."""
-    while True:
-        frame = await session.outbox.get()
-        session.busy = True
-        try:
-            while frame is not None:  # send what is queued without waking up again
-                try:
-                    await ws.send(frame)
-                except ConnectionClosed:
-                    return
-                try:
-                    frame = session.outbox.get_nowait()
-                except asyncio.QueueEmpty:
-                    break
-            else:
-                return
-        finally:
-            session.busy = False

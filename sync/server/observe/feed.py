@@ -23,6 +23,7 @@ import json
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from websockets.asyncio.server import ServerConnection
@@ -40,7 +41,7 @@ from sync.server.observe.events import (
     jsonable,
 )
 
-__all__ = ["MAX_QUEUE", "STATE_INTERVAL", "Feed"]
+__all__ = ["MAX_QUEUE", "ROOM_UNLOADED", "STATE_INTERVAL", "Feed"]
 
 log = logging.getLogger("crdt_state.inspect")
 
@@ -48,6 +49,8 @@ STATE_INTERVAL = 0.05
 """Seconds between two ``state`` events while the room changes."""
 MAX_QUEUE = 2_000
 """Events waiting for a slow page before its feed is closed."""
+ROOM_UNLOADED = 1012
+"""Close code of a feed whose room the hub unloaded (the page reconnects)."""
 _TICK = 0.25
 _HISTORY_LIMIT = 500
 _CONFLICT_LIMIT = 200
@@ -60,12 +63,22 @@ class Feed:
         ws: the accepted websocket.
         room: the room it watches.
         grant: the token's grant (``None`` on a hub without a secret).
+        current: the room the hub holds under that name now; when it is no longer
+            ``room`` (the hub unloaded an idle room), the feed closes with 1012 and the
+            page reconnects to the room loaded again.
     """
 
-    def __init__(self, ws: ServerConnection, room: Room, grant: Grant | None) -> None:
+    def __init__(
+        self,
+        ws: ServerConnection,
+        room: Room,
+        grant: Grant | None,
+        current: Callable[[], Room | None] | None = None,
+    ) -> None:
         self.ws = ws
         self.room = room
         self.grant = grant
+        self._current = current or (lambda: room)
         self._queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(MAX_QUEUE)
         self._loop = asyncio.get_running_loop()
         self._state_due = False
@@ -109,7 +122,8 @@ class Feed:
     def _send_state(self) -> None:
         self._state_due = False
         self._state_sent = time.monotonic()
-        self.push(self._state_event())
+        if self._current() is self.room:
+            self.push(self._state_event())
 
     # -- events built here --------------------------------------------------------------
     def _state_event(self) -> dict[str, Any]:
@@ -246,6 +260,10 @@ class Feed:
         beats = 0
         while True:
             await asyncio.sleep(_TICK)
+            if self._current() is not self.room:  # unloaded: the page comes back to the new one
+                self._closed = True
+                await self.ws.close(ROOM_UNLOADED, "room unloaded")
+                return
             self._tick()
             beats += 1
             if beats % 4 == 0:

@@ -273,7 +273,7 @@ class Inspector:
             await ws.close(NO_SUCH_ROOM, "no such room")
             return
         room = await self.hub.room(name)
-        feed = Feed(ws, room, grant)
+        feed = Feed(ws, room, grant, lambda: self.hub.rooms.get(name))
         feeds = self._feeds.setdefault(name, set())
         feeds.add(feed)
         try:

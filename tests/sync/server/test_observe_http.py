@@ -25,7 +25,9 @@ from crdt_state import resolvers
 from sync.client.remote import connect
 from sync.server.auth import mint_token
 from sync.server.hub import Hub
+from sync.server.limits import Limits
 from sync.server.observe import routes
+from sync.server.observe.feed import ROOM_UNLOADED
 from sync.server.observe.inspector import NO_SUCH_ROOM
 
 
@@ -225,3 +227,21 @@ async def test_a_room_reload_reports_progress(
     assert loading.room == "big" and loading.bytes > 0  # type: ignore[attr-defined]
     assert loaded.seq >= 1 and loaded.seconds >= 0  # type: ignore[attr-defined]
     assert caplog.records.index(loading) < caplog.records.index(loaded)
+
+
+async def test_a_feed_follows_its_room_through_an_unload(tmp_path: Path) -> None:
+    async with Hub(port=0, db=tmp_path / "rooms", limits=Limits(room_idle_seconds=0.3)) as hub:
+        async with connect(hub.url("quiet"), agent="a") as a:
+            await a.acommit({"x": 1}, a.token)
+        feed_url = f"ws://127.0.0.1:{hub.port}/inspect/quiet/feed"
+        async with ws_connect(feed_url) as ws:
+            with pytest.raises(ConnectionClosed) as closed:
+                async with asyncio.timeout(10):
+                    while True:
+                        await ws.recv()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == ROOM_UNLOADED
+        async with ws_connect(feed_url) as ws:  # the page comes back: the room loads again
+            async with asyncio.timeout(5):
+                while (event := json.loads(await ws.recv()))["type"] != "state":
+                    pass
+        assert event["state"] == {"x": 1}
