@@ -77,7 +77,10 @@ class Inspector:
     Attributes:
         metrics: the hub's :class:`HubMetrics`.
         readiness_checks: extra checks for ``/readyz`` (a cluster adds its links here).
+        max_feeds: inspector feeds open at once; more are refused with 503.
     """
+
+    max_feeds = 256
 
     def __init__(self, hub: HubView) -> None:
         self.hub = hub
@@ -88,6 +91,11 @@ class Inspector:
         self._pending: dict[Any, tuple[str, Grant | None]] = {}
         self._activity: dict[str, float] = {}
         self._page: bytes | None = None
+
+    @property
+    def feeds(self) -> int:
+        """Inspector feeds open now."""
+        return sum(map(len, self._feeds.values()))
 
     # -- hooks the hub calls --------------------------------------------------------------
     def merge_judged(self, room: Room, agent: str, frame: bytes, started: float) -> None:
@@ -171,6 +179,9 @@ class Inspector:
             return _respond(status, (exc.reason + "\n").encode())
         if route.kind == "feed":
             assert route.room is not None
+            if self.feeds + len(self._pending) >= self.max_feeds:
+                self.metrics.refused_connection("too many inspector feeds")
+                return _respond(HTTPStatus.SERVICE_UNAVAILABLE, b"too many inspector feeds\n")
             self._pending[connection.id] = (route.room, grant)
             return None
         if in_url and token is not None:  # move the token into a cookie, out of the URL

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hubs import SECRET
+from hubs import SECRET, eventually
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
@@ -245,3 +245,18 @@ async def test_a_feed_follows_its_room_through_an_unload(tmp_path: Path) -> None
                 while (event := json.loads(await ws.recv()))["type"] != "state":
                     pass
         assert event["state"] == {"x": 1}
+
+
+async def test_inspector_feeds_are_limited(hub: Hub) -> None:
+    hub.inspector.max_feeds = 1
+    await hub.room("r")
+    url = f"ws://127.0.0.1:{hub.port}/inspect/r/feed"
+    async with ws_connect(url) as first:
+        assert json.loads(await first.recv())["type"] == "hello"
+        with pytest.raises(InvalidStatus) as refused:
+            async with ws_connect(url):
+                pass
+        assert refused.value.response.status_code == 503
+    await eventually(lambda: hub.inspector.feeds == 0)
+    async with ws_connect(url) as again:
+        assert json.loads(await again.recv())["type"] == "hello"
