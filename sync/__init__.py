@@ -42,6 +42,7 @@ from sync.wire import (
     CloseCode,
     ErrorCode,
     ErrorRecord,
+    HubUnreachable,
     InvalidHubURL,
     JsonValue,
     MergeReply,
@@ -61,13 +62,16 @@ from sync.wire import (
     WireChange,
     WireConflict,
     WirePath,
+    WriteDenied,
     decode_message,
     encode_message,
 )
 
 __all__ = [
     "AuthError",
+    "HubUnreachable",
     "InvalidHubURL",
+    "WriteDenied",
     "BlockingBranch",
     "BlockingRemote",
     "connect_blocking",

@@ -327,6 +327,29 @@ class Outbox:
                     )
             return events + self._unblock()
 
+    def fail_request(self, request_id: int, error: CrdtStateError) -> list[Event]:
+        """End the merge that ``request_id`` stands for with ``error`` (nothing when it
+        does not stand for a live merge); later merges built on it fail too."""
+        with self._lock:
+            order = self._order_of.get(request_id)
+            if order is None:
+                return []
+            return self._fail(self._live[order], error) + self._unblock()
+
+    def fail_all(self, error: Callable[[PendingMerge], CrdtStateError]) -> list[Event]:
+        """End every live merge, each with ``error(merge)`` (the latest first, so none
+        ends as a broken chain instead); the events come in submission order."""
+        with self._lock:
+            events: list[Event] = []
+            for _, live in sorted(self._live.items(), reverse=True):
+                events += self._fail(live, error(live.merge))
+            return events[::-1]
+
+    def order_of(self, request_id: int) -> int | None:
+        """The place of the live merge ``request_id`` stands for (``None``: none)."""
+        with self._lock:
+            return self._order_of.get(request_id)
+
     def _finish(self, live: _Live, result: MergeResult) -> list[Event]:
         merge = live.merge
         if result.token <= self._replica.token:

@@ -45,12 +45,11 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
-from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from pydantic import BaseModel
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from crdt_state import (
     Branch,
@@ -60,6 +59,7 @@ from crdt_state import (
     MergeResult,
     Retry,
     SharedState,
+    StateUpdate,
     VersionVector,
     resolvers,
 )
@@ -68,14 +68,30 @@ from sync.client._offline import OfflineStore, PendingMerge
 from sync.client._outbox import Finished, Send
 from sync.client._overlay import Overlay
 from sync.client._remote_reads import RemoteReads
+from sync.client._urls import hub_urls, mask, masked_logger, with_token
 from sync.client.branch import RemoteBranch, RemoteToken
 from sync.client.core import ClientCore, ClientEvent, Frame
-from sync.wire.errors import AuthError, InvalidHubURL, RemoteError
+from sync.wire.errors import AuthError, HubUnreachable, RemoteError
 
-__all__ = ["RemoteBranch", "RemoteError", "RemoteState", "RemoteToken", "connect"]
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "RemoteBranch",
+    "RemoteError",
+    "RemoteState",
+    "RemoteToken",
+    "connect",
+]
 
 log = logging.getLogger("crdt_state.client")
+_ws_log = masked_logger("crdt_state.client.websocket")
+"""What the websocket library logs about the client's connections, tokens masked."""
 T = TypeVar("T")
+
+CONNECT_TIMEOUT = 10.0
+"""Seconds :func:`connect` and :func:`~sync.client.blocking.connect_blocking` wait for the
+first sync with a hub."""
+_ERROR_HEADER = "X-Crdt-State-Error"
+"""A refused handshake's stable error code, when the hub names it (else ``token_refused``)."""
 
 
 class RemoteState(RemoteReads):
@@ -121,6 +137,8 @@ class RemoteState(RemoteReads):
         self._later: set[asyncio.Task[None]] = set()
         self._waiting: dict[int, tuple[asyncio.Future[MergeResult], PendingMerge]] = {}
         self._fatal: BaseException | None = None
+        self._tried_all = False  # every URL failed once in a row since the start
+        self._last_error = "no attempt yet"
         self.failed: list[CrdtStateError] = []
         """Merges that failed after their caller stopped waiting (queued offline, or in
         flight when the connection dropped), each as its typed error."""
@@ -134,29 +152,39 @@ class RemoteState(RemoteReads):
         return self.urls[self._at]
 
     # -- lifecycle -----------------------------------------------------------------------
-    async def start(self, timeout: float = 10.0) -> None:
+    async def start(self, timeout: float = CONNECT_TIMEOUT) -> None:
         """Load the local file, start the connection, wait for the first sync.
 
-        With a ``local`` file the wait is skipped when the hub is unreachable
-        (the agent works offline); without one, :class:`ConnectionError` is
-        raised after ``timeout`` seconds.
+        With a ``local`` file the wait ends as soon as every hub URL was tried once and
+        none could be reached: the agent works offline at once (merges are queued).
+
+        Raises:
+            HubUnreachable: without a ``local`` file, no hub synced within ``timeout``
+                seconds.
+            AuthError: the hub refused the token.
+
+        Whatever the outcome, no background task outlives a failed or cancelled start.
         """
-        self._core.load()
-        self._task = asyncio.create_task(self._run())
         try:
-            await asyncio.wait_for(self._wait_synced(), timeout)
+            self._core.load()
+            self._task = asyncio.create_task(self._run())
+            await asyncio.wait_for(self._wait_ready(), timeout)
         except TimeoutError:
             if not self._local:
                 await self.close()
-                where = " or ".join(self.urls)
-                raise ConnectionError(f"could not sync with {where} in {timeout} s") from None
+                shown = tuple(mask(url, self._token) for url in self.urls)
+                raise HubUnreachable(shown, timeout, self._last_error) from None
+        except BaseException:
+            await self.close()
+            raise
 
-    async def _wait_synced(self) -> None:
-        while not self._synced.is_set():
+    async def _wait_ready(self) -> None:
+        """Until synced (or, with a local file, until every URL failed once)."""
+        while not (self._synced.is_set() or (self._local and self._tried_all)):
             if self._fatal is not None:
                 raise self._fatal
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._synced.wait(), 0.05)
+                await asyncio.wait_for(self._synced.wait(), 0.02)
         if self._fatal is not None:
             raise self._fatal
 
@@ -185,6 +213,31 @@ class RemoteState(RemoteReads):
     def connected(self) -> bool:
         """True while a synced connection to the hub is up."""
         return self._ws is not None and self._core.synced
+
+    @property
+    def read_only(self) -> bool:
+        """True once the hub refused a write of this client (its token may only read):
+        from then on merges fail at once with :class:`~sync.wire.errors.WriteDenied`."""
+        return self._core.read_only
+
+    def subscribe(self, listener: Callable[[StateUpdate], None]) -> Callable[[], None]:
+        """Call ``listener(StateUpdate)`` after every change the replica takes from the hub.
+
+        As :meth:`crdt_state.SharedState.subscribe`, on the replica: the listener sees
+        the hub's confirmed changes (the agent's own merges once the hub applied them;
+        not while they are queued or in flight), in order, under the replica's lock,
+        on the thread that runs the connection. It must be quick and must not call
+        back into the state. Returns a function that removes the listener.
+        """
+        return self.replica.subscribe(listener)
+
+    def __repr__(self) -> str:
+        state = "connected" if self.connected else "offline"
+        extra = " read-only" if self.read_only else ""
+        return (
+            f"<RemoteState agent={self.agent!r} url={mask(self.url, self._token)!r} {state}"
+            f"{extra} pending={self.pending} failed={len(self.failed)}>"
+        )
 
     @property
     def pending(self) -> int:
@@ -321,53 +374,60 @@ class RemoteState(RemoteReads):
             self.conflicted.extend(event.result.conflicts)
 
     # -- the connection -----------------------------------------------------------------------
-    def _connect_url(self) -> str:
-        if not self._token:
-            return self.url
-        parts = urlsplit(self.url)
-        query = (parts.query + "&" if parts.query else "") + urlencode({"token": self._token})
-        return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
-
     async def _run(self) -> None:
-        """Connect, pump, reconnect: round robin over :attr:`urls`, backoff per round."""
+        """Connect, pump, reconnect: round robin over :attr:`urls`, backoff per round.
+
+        The backoff grows with every round of URLs that all failed, and is reset only by
+        a connection that synced: a hub that drops the connection on one request before
+        the sync (it is sent first) keeps the client backing off (see
+        :meth:`ClientCore.disconnected` for how such a request ends).
+        """
         failed_in_row = 0  # connections that failed or dropped since one last synced
         rounds = 0  # rounds of every URL failing in a row
         while not self._closing:
             synced = False
+            close: tuple[int | None, str] = (None, "")
             try:
                 async with ws_connect(
-                    self._connect_url(),
+                    with_token(self.url, self._token),
                     max_size=self._max_message,
                     compression=None,
                     open_timeout=5,
+                    logger=_ws_log,
                 ) as ws:
                     self._ws = ws
-                    async with self._send_lock:
-                        for frame in self._core.connected():
-                            await ws.send(frame)
-                    async for data in ws:
-                        if isinstance(data, bytes):
-                            await self._carry_out(self._core.receive(data))
-                            if self._core.synced and not synced:
-                                synced = True
-                                failed_in_row = rounds = 0
-                                self._synced.set()
+                    try:
+                        async with self._send_lock:
+                            for frame in self._core.connected():
+                                await ws.send(frame)
+                        async for data in ws:
+                            if isinstance(data, bytes):
+                                await self._carry_out(self._core.receive(data))
+                                if self._core.synced and not synced:
+                                    synced = True
+                                    failed_in_row = rounds = 0
+                                    self._synced.set()
+                    finally:
+                        close = (ws.close_code, ws.close_reason or "")
+                self._last_error = f"the hub closed the connection: {close[0]} {close[1]}"
             except InvalidStatus as exc:
                 status = exc.response.status_code
                 if status in (401, 403):
-                    self._fatal = AuthError(
-                        status, "token_refused", f"hub refused the token: HTTP {status}"
-                    )
-                    log.error("hub %s refused access: HTTP %d", self.url, status)
+                    self._fatal = self._refused(exc)
+                    log.error("hub %s refused access: %s", self._shown(), self._fatal)
                     return
-                log.info("hub %s handshake failed: HTTP %d", self.url, status)
+                self._lost(f"handshake refused: HTTP {status}")
+            except InvalidURI as exc:  # checked up front; kept as a last guard
+                self._fatal = exc
+                return
             except (OSError, ConnectionClosed, InvalidHandshake, TimeoutError) as exc:
-                log.info("connection to %s lost: %s", self.url, exc)
-            except Exception:  # a bad frame from the hub: drop this connection, reconnect
-                log.exception("unexpected data from %s; reconnecting", self.url)
+                self._lost(str(exc) or type(exc).__name__)
+            except Exception as exc:  # a bad frame from the hub: drop this connection, reconnect
+                self._lost(f"unexpected data ({type(exc).__name__}: {exc})")
             finally:
                 self._ws = None
-                self._core.disconnected()
+                for event in self._core.disconnected(*close):
+                    self._finished(event)
                 self._synced.clear()
                 self._release_waiters()
             if self._closing:
@@ -377,8 +437,27 @@ class RemoteState(RemoteReads):
             if failed_in_row >= len(self.urls):  # every URL failed in a row: back off
                 failed_in_row = 0
                 rounds += 1
+                self._tried_all = True
                 delay = self._backoff.cap(min(rounds, 30))
                 await asyncio.sleep(self._backoff.rng.uniform(0, delay))
+
+    def _shown(self) -> str:
+        """The current URL as logs show it (token masked)."""
+        return mask(self.url, self._token)
+
+    def _lost(self, why: str) -> None:
+        self._last_error = mask(why, self._token)
+        log.info("connection to %s lost: %s", self._shown(), self._last_error)
+
+    def _refused(self, exc: InvalidStatus) -> AuthError:
+        """The typed error of a handshake refused with 401/403 (the hub's code when sent)."""
+        response = exc.response
+        code = response.headers.get(_ERROR_HEADER, "")
+        if not (code.isascii() and code.replace("_", "").isalnum() and len(code) <= 40):
+            code = "token_refused"
+        body = bytes(response.body or b"").decode("utf-8", "replace").strip().splitlines()
+        reason = mask(body[0][:200], self._token) if body else f"HTTP {response.status_code}"
+        return AuthError(response.status_code, code, f"hub refused the token: {reason} ({code})")
 
     def _release_waiters(self) -> None:
         """Merges awaited when the connection drops return as pending; they stay queued."""
@@ -386,33 +465,6 @@ class RemoteState(RemoteReads):
         for future, merge in waiting.values():
             if not future.done():
                 future.set_result(_pending_result(merge))
-
-
-def hub_urls(url: str | Sequence[str]) -> tuple[str, ...]:
-    """The hub URLs of one room, checked: ``ws://`` or ``wss://``, a host, one room path.
-
-    Args:
-        url: one URL, or the URLs of the same room on several hubs.
-
-    Returns:
-        The URLs, in order.
-
-    Raises:
-        InvalidHubURL: no URL, a URL that is not ``ws://host/...`` or ``wss://host/...``,
-            or URLs naming different rooms (different paths).
-    """
-    urls = (url,) if isinstance(url, str) else tuple(url) if isinstance(url, Sequence) else ()
-    if not urls:
-        raise InvalidHubURL(f"a hub URL or a list of hub URLs is needed, got {url!r}")
-    for one in urls:
-        if not isinstance(one, str) or urlsplit(one).scheme not in ("ws", "wss"):
-            raise InvalidHubURL(f"a hub URL starts with ws:// or wss://, got {one!r}")
-        if not urlsplit(one).hostname:
-            raise InvalidHubURL(f"the hub URL names no host: {one!r}")
-    rooms = {urlsplit(one).path.rstrip("/") for one in urls}
-    if len(rooms) > 1:
-        raise InvalidHubURL(f"the hub URLs must name the same room (path), got {list(urls)!r}")
-    return urls
 
 
 def _pending_result(merge: PendingMerge) -> MergeResult:
@@ -428,21 +480,30 @@ async def connect(
     local: str | Path | None = None,
     resolvers: Mapping[Any, object] | None = None,
     default: object = resolvers.raise_conflict,
-    timeout: float = 10.0,
+    timeout: float = CONNECT_TIMEOUT,
     reconnect: Retry | None = None,
     schema: type[BaseModel] | None = None,
 ) -> AsyncIterator[RemoteState]:
     """Join the hub room at ``url`` as ``agent``; yields a :class:`RemoteState`.
 
-    ``url`` is one ``ws://``/``wss://`` URL, or a list of URLs of the same room on
-    several hubs (all with the same path, the room; the client fails over between them, round
-    robin, see :mod:`sync.client.remote`);
+    Args:
+        url: a ``ws://``/``wss://`` URL, or a list of URLs of the same room (same path)
+            on several hubs: the client fails over between them, round robin.
+        agent: the agent's name (branches and merges carry it).
+        token: an access token (sent as the ``token`` query parameter; never logged).
+        local: a SQLite file keeping the writer id, the replica and queued merges
+            across restarts; with it, an unreachable hub means starting offline at once.
+        resolvers: the client's own conflict policies (``default`` for other paths).
+        default: the policy of paths no resolver names.
+        timeout: seconds to wait for the first sync (see :meth:`RemoteState.start`).
+        reconnect: the backoff between rounds of failed connections.
+        schema: a pydantic model: branch writes are validated against it and
+            :meth:`RemoteState.model` reads the room typed.
 
-    ``token`` is an access token (sent as the ``token`` query parameter);
-    ``local`` a SQLite file keeping the writer id, the replica and queued
-    merges across restarts; ``resolvers``/``default`` the client's own conflict
-    policies; ``schema`` a pydantic model: branch writes are validated against
-    it and :meth:`RemoteState.model` reads the room typed.
+    Raises:
+        InvalidHubURL: a bad URL (at once, before any connection attempt).
+        HubUnreachable: without ``local``, no hub synced within ``timeout``.
+        AuthError: the hub refused the token.
     """
     remote = RemoteState(
         url,
