@@ -25,7 +25,8 @@ process) sent with every merge; the hub deduplicates on (writer, request id),
 so a merge re-sent after a reconnect or a restart is applied once.
 
 Offline: merges are queued (in the ``local`` SQLite file when given, so they
-survive a restart) and sent in order when the connection is back.
+survive a restart) and sent in order when the connection is back. The connection
+itself (reconnecting, failing over) is :class:`~sync.client._link.Link`.
 
 **Several hubs.** :func:`connect` takes one URL or a list of URLs of the same room
 served by several hubs (a cluster, or a hub and its stand-in on the same database).
@@ -47,9 +48,6 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
-from websockets.asyncio.client import ClientConnection
-from websockets.asyncio.client import connect as ws_connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from crdt_state import (
     Branch,
@@ -64,14 +62,15 @@ from crdt_state import (
     resolvers,
 )
 from crdt_state.transact import arun_transaction
+from sync.client._link import Link
 from sync.client._offline import OfflineStore, PendingMerge
-from sync.client._outbox import Finished, Send
+from sync.client._outbox import Finished
 from sync.client._overlay import Overlay
 from sync.client._remote_reads import RemoteReads
-from sync.client._urls import hub_urls, mask, masked_logger, with_token
+from sync.client._urls import hub_urls
 from sync.client.branch import RemoteBranch, RemoteToken
-from sync.client.core import ClientCore, ClientEvent, Frame
-from sync.wire.errors import AuthError, HubUnreachable, RemoteError
+from sync.client.core import ClientCore
+from sync.wire.errors import HubUnreachable, RemoteError
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -83,15 +82,11 @@ __all__ = [
 ]
 
 log = logging.getLogger("crdt_state.client")
-_ws_log = masked_logger("crdt_state.client.websocket")
-"""What the websocket library logs about the client's connections, tokens masked."""
 T = TypeVar("T")
 
 CONNECT_TIMEOUT = 10.0
 """Seconds :func:`connect` and :func:`~sync.client.blocking.connect_blocking` wait for the
 first sync with a hub."""
-_ERROR_HEADER = "X-Crdt-State-Error"
-"""A refused handshake's stable error code, when the hub names it (else ``token_refused``)."""
 
 
 class RemoteState(RemoteReads):
@@ -110,9 +105,7 @@ class RemoteState(RemoteReads):
         max_message: int = 4 * 2**20,
         schema: type[BaseModel] | None = None,
     ) -> None:
-        self.urls = hub_urls(url)
-        """Every hub URL of the room, in the order they are tried."""
-        self._at = 0  # index in urls of the hub in use, or tried last
+        urls = hub_urls(url)
         self.agent = agent
         self._token = token
         # a mirror of the hub: it never writes on its own, and takes the hub's
@@ -127,18 +120,16 @@ class RemoteState(RemoteReads):
         self._core = ClientCore(self.replica, self.writer, store)
         self._outbox = self._core.outbox
         self._local = store is not None
-        self._backoff = reconnect or Retry(attempts=1, base_delay=0.05, max_delay=2.0)
-        self._max_message = max_message
-        self._ws: ClientConnection | None = None
-        self._synced = asyncio.Event()
-        self._send_lock = asyncio.Lock()
-        self._closing = False
-        self._task: asyncio.Task[None] | None = None
-        self._later: set[asyncio.Task[None]] = set()
+        self._link = Link(
+            self._core,
+            urls,
+            token,
+            reconnect or Retry(attempts=1, base_delay=0.05, max_delay=2.0),
+            max_message,
+            self._finished,
+            self._release_waiters,
+        )
         self._waiting: dict[int, tuple[asyncio.Future[MergeResult], PendingMerge]] = {}
-        self._fatal: BaseException | None = None
-        self._tried_all = False  # every URL failed once in a row since the start
-        self._last_error = "no attempt yet"
         self.failed: list[CrdtStateError] = []
         """Merges that failed after their caller stopped waiting (queued offline, or in
         flight when the connection dropped), each as its typed error."""
@@ -149,7 +140,12 @@ class RemoteState(RemoteReads):
     @property
     def url(self) -> str:
         """The URL of the hub in use (or, while offline, the one tried last)."""
-        return self.urls[self._at]
+        return self._link.url
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """Every hub URL of the room, in the order they are tried."""
+        return self._link.urls
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self, timeout: float = CONNECT_TIMEOUT) -> None:
@@ -167,38 +163,31 @@ class RemoteState(RemoteReads):
         """
         try:
             self._core.load()
-            self._task = asyncio.create_task(self._run())
+            self._link.start()
             await asyncio.wait_for(self._wait_ready(), timeout)
         except TimeoutError:
             if not self._local:
                 await self.close()
-                shown = tuple(mask(url, self._token) for url in self.urls)
-                raise HubUnreachable(shown, timeout, self._last_error) from None
+                shown = tuple(self._link.shown(url) for url in self.urls)
+                raise HubUnreachable(shown, timeout, self._link.last_error) from None
         except BaseException:
             await self.close()
             raise
 
     async def _wait_ready(self) -> None:
         """Until synced (or, with a local file, until every URL failed once)."""
-        while not (self._synced.is_set() or (self._local and self._tried_all)):
-            if self._fatal is not None:
-                raise self._fatal
+        link = self._link
+        while not (link.synced.is_set() or (self._local and link.tried_all)):
+            if link.fatal is not None:
+                raise link.fatal
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._synced.wait(), 0.02)
-        if self._fatal is not None:
-            raise self._fatal
+                await asyncio.wait_for(link.synced.wait(), 0.02)
+        if link.fatal is not None:
+            raise link.fatal
 
     async def close(self) -> None:
         """Disconnect; queued merges stay in the local file (if any)."""
-        self._closing = True
-        if self._ws is not None:
-            with contextlib.suppress(Exception):
-                await self._ws.close()
-        for task in [self._task, *self._later]:
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+        await self._link.close()
         self._release_waiters()
         self._core.save()
 
@@ -212,7 +201,7 @@ class RemoteState(RemoteReads):
     @property
     def connected(self) -> bool:
         """True while a synced connection to the hub is up."""
-        return self._ws is not None and self._core.synced
+        return self._link.ws is not None and self._core.synced
 
     @property
     def read_only(self) -> bool:
@@ -235,7 +224,7 @@ class RemoteState(RemoteReads):
         state = "connected" if self.connected else "offline"
         extra = " read-only" if self.read_only else ""
         return (
-            f"<RemoteState agent={self.agent!r} url={mask(self.url, self._token)!r} {state}"
+            f"<RemoteState agent={self.agent!r} url={self._link.shown()!r} {state}"
             f"{extra} pending={self.pending} failed={len(self.failed)}>"
         )
 
@@ -320,42 +309,12 @@ class RemoteState(RemoteReads):
         """
         table = self.replica.policies.overlay(resolvers_, default)
         merge = self._core.submit(ops, base, agent, table)
-        if self._ws is None:
+        if self._link.ws is None:
             return _pending_result(merge)
         future: asyncio.Future[MergeResult] = asyncio.get_running_loop().create_future()
         self._waiting[merge.order] = (future, merge)
-        async with self._send_lock:
-            await self._send(merge)
+        await self._link.send(merge)
         return await future
-
-    async def _send(self, merge: PendingMerge) -> None:
-        """Send ``merge`` now, unless offline or already sent on this connection."""
-        ws, frame = self._ws, self._core.frame_for(merge)
-        if ws is not None and frame is not None:
-            with contextlib.suppress(ConnectionClosed):
-                await ws.send(frame)
-
-    async def _send_later(self, merge: PendingMerge, delay: float, connection: int) -> None:
-        await asyncio.sleep(delay)
-        if self._core.still_due(merge, connection):
-            async with self._send_lock:
-                await self._send(merge)
-
-    async def _carry_out(self, events: list[ClientEvent]) -> None:
-        """Do what the core asks: send frames, schedule delayed sends, tell callers."""
-        for event in events:
-            if isinstance(event, Frame):
-                ws = self._ws
-                if ws is not None:
-                    with contextlib.suppress(ConnectionClosed):
-                        await ws.send(event.data)
-            elif isinstance(event, Send):
-                connection = self._core.connection
-                task = asyncio.create_task(self._send_later(event.merge, event.delay, connection))
-                self._later.add(task)
-                task.add_done_callback(self._later.discard)
-            else:
-                self._finished(event)
 
     def _finished(self, event: Finished) -> None:
         waiting = self._waiting.pop(event.order, None)
@@ -372,92 +331,6 @@ class RemoteState(RemoteReads):
             self.failed.append(event.error)
         elif event.result is not None and event.result.conflicts:
             self.conflicted.extend(event.result.conflicts)
-
-    # -- the connection -----------------------------------------------------------------------
-    async def _run(self) -> None:
-        """Connect, pump, reconnect: round robin over :attr:`urls`, backoff per round.
-
-        The backoff grows with every round of URLs that all failed, and is reset only by
-        a connection that synced: a hub that drops the connection on one request before
-        the sync (it is sent first) keeps the client backing off (see
-        :meth:`ClientCore.disconnected` for how such a request ends).
-        """
-        failed_in_row = 0  # connections that failed or dropped since one last synced
-        rounds = 0  # rounds of every URL failing in a row
-        while not self._closing:
-            synced = False
-            close: tuple[int | None, str] = (None, "")
-            try:
-                async with ws_connect(
-                    with_token(self.url, self._token),
-                    max_size=self._max_message,
-                    compression=None,
-                    open_timeout=5,
-                    logger=_ws_log,
-                ) as ws:
-                    self._ws = ws
-                    try:
-                        async with self._send_lock:
-                            for frame in self._core.connected():
-                                await ws.send(frame)
-                        async for data in ws:
-                            if isinstance(data, bytes):
-                                await self._carry_out(self._core.receive(data))
-                                if self._core.synced and not synced:
-                                    synced = True
-                                    failed_in_row = rounds = 0
-                                    self._synced.set()
-                    finally:
-                        close = (ws.close_code, ws.close_reason or "")
-                self._last_error = f"the hub closed the connection: {close[0]} {close[1]}"
-            except InvalidStatus as exc:
-                status = exc.response.status_code
-                if status in (401, 403):
-                    self._fatal = self._refused(exc)
-                    log.error("hub %s refused access: %s", self._shown(), self._fatal)
-                    return
-                self._lost(f"handshake refused: HTTP {status}")
-            except InvalidURI as exc:  # checked up front; kept as a last guard
-                self._fatal = exc
-                return
-            except (OSError, ConnectionClosed, InvalidHandshake, TimeoutError) as exc:
-                self._lost(str(exc) or type(exc).__name__)
-            except Exception as exc:  # a bad frame from the hub: drop this connection, reconnect
-                self._lost(f"unexpected data ({type(exc).__name__}: {exc})")
-            finally:
-                self._ws = None
-                for event in self._core.disconnected(*close):
-                    self._finished(event)
-                self._synced.clear()
-                self._release_waiters()
-            if self._closing:
-                return
-            failed_in_row += 1
-            self._at = (self._at + 1) % len(self.urls)
-            if failed_in_row >= len(self.urls):  # every URL failed in a row: back off
-                failed_in_row = 0
-                rounds += 1
-                self._tried_all = True
-                delay = self._backoff.cap(min(rounds, 30))
-                await asyncio.sleep(self._backoff.rng.uniform(0, delay))
-
-    def _shown(self) -> str:
-        """The current URL as logs show it (token masked)."""
-        return mask(self.url, self._token)
-
-    def _lost(self, why: str) -> None:
-        self._last_error = mask(why, self._token)
-        log.info("connection to %s lost: %s", self._shown(), self._last_error)
-
-    def _refused(self, exc: InvalidStatus) -> AuthError:
-        """The typed error of a handshake refused with 401/403 (the hub's code when sent)."""
-        response = exc.response
-        code = response.headers.get(_ERROR_HEADER, "")
-        if not (code.isascii() and code.replace("_", "").isalnum() and len(code) <= 40):
-            code = "token_refused"
-        body = bytes(response.body or b"").decode("utf-8", "replace").strip().splitlines()
-        reason = mask(body[0][:200], self._token) if body else f"HTTP {response.status_code}"
-        return AuthError(response.status_code, code, f"hub refused the token: {reason} ({code})")
 
     def _release_waiters(self) -> None:
         """Merges awaited when the connection drops return as pending; they stay queued."""
