@@ -25,10 +25,10 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from crdt_state import Retry
+from sync.client._events import ClientEvent, Finished, Frame, Send
 from sync.client._offline import PendingMerge
-from sync.client._outbox import Finished, Send
 from sync.client._urls import mask, masked_logger, with_token
-from sync.client.core import ClientCore, ClientEvent, Frame
+from sync.client.core import ClientCore
 from sync.wire.errors import AuthError
 
 __all__ = ["ERROR_HEADER", "Link"]

@@ -10,9 +10,9 @@ pumps a connection through it:
 
 - after connecting, send every frame of :meth:`ClientCore.connected`, in order;
 - pass every binary message received to :meth:`ClientCore.receive` and carry out what it
-  returns: :class:`Frame` (send it), :class:`~sync.client._outbox.Send` (send
+  returns: :class:`Frame` (send it), :class:`~sync.client._events.Send` (send
   ``frame_for(merge)`` after ``delay`` seconds, if :meth:`ClientCore.still_due`),
-  :class:`~sync.client._outbox.Finished` (a merge ended: tell its caller);
+  :class:`~sync.client._events.Finished` (a merge ended: tell its caller);
 - after the connection drops, call :meth:`ClientCore.disconnected` with the close code
   and reason, and tell the callers of the merges it ends (:class:`Finished` events);
 - to merge, :meth:`ClientCore.submit`, then send :meth:`ClientCore.frame_for` when online.
@@ -24,16 +24,16 @@ updates are kept.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Final, TypeAlias
+from typing import Any, Final
 
 from pycrdt import merge_updates
 
 from crdt_state import MISSING, BrokenChain, Change, CrdtStateError, SharedState, VersionVector
 from crdt_state.resolvers import PolicyTable
 from crdt_state.values import tree_get
+from sync.client._events import ClientEvent, Finished, Frame, Send
 from sync.client._offline import OfflineStore, PendingMerge
-from sync.client._outbox import Finished, Outbox, Send
+from sync.client._outbox import Outbox
 from sync.client._overlay import RemoteToken, chain_of
 from sync.wire import protocol as p
 from sync.wire.convert import wire_changes
@@ -55,16 +55,6 @@ _MAX_HELD: Final = 64
 """Held hub updates are merged into one past this many."""
 _FOLD_REPLICA_ROWS: Final = 1_000
 """The local file's replica rows are folded into one full update past this many."""
-
-
-@dataclass(frozen=True, slots=True)
-class Frame:
-    """Send ``data`` to the hub now."""
-
-    data: bytes
-
-
-ClientEvent: TypeAlias = Frame | Send | Finished
 
 
 class ClientCore:
@@ -302,6 +292,7 @@ class ClientCore:
             return events
         if isinstance(message, p.MergeReply):
             self._in_flight.discard(message.request_id)
+            self._strikes.pop(message.request_id, None)
             events = self._due(self.outbox.on_result(message))
             if self._held and not self._in_flight:
                 held, self._held = self._held, []

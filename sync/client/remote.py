@@ -62,9 +62,9 @@ from crdt_state import (
     resolvers,
 )
 from crdt_state.transact import arun_transaction
+from sync.client._events import Finished
 from sync.client._link import Link
 from sync.client._offline import OfflineStore, PendingMerge
-from sync.client._outbox import Finished
 from sync.client._overlay import Overlay
 from sync.client._remote_reads import RemoteReads
 from sync.client._urls import hub_urls
