@@ -29,6 +29,7 @@ from crdt_state import (
     VersionVector,
 )
 from crdt_state import resolvers as builtin
+from sync.client._overlay import Overlay
 from sync.client.remote import CONNECT_TIMEOUT, RemoteBranch, RemoteState, RemoteToken
 
 __all__ = ["BlockingBranch", "BlockingRemote", "connect_blocking"]
@@ -64,6 +65,16 @@ class BlockingBranch:
         return self.branch.status
 
     @property
+    def state(self) -> SharedState:
+        """The replica this branch was forked from."""
+        return self.branch.state
+
+    @property
+    def overlay(self) -> Overlay:
+        """The agent's unconfirmed merges this branch reads on top of its base."""
+        return self.branch.overlay
+
+    @property
     def result(self) -> MergeResult | None:
         """The result of the merge once merged."""
         return self.branch.result
@@ -86,13 +97,21 @@ class BlockingBranch:
         """The branch's view as an instance of the schema (``TypeError`` without one)."""
         return self.branch.model()
 
-    def changes(self) -> tuple[tuple[str, ...], ...]:
+    def changed_paths(self) -> tuple[tuple[str, ...], ...]:
         """The paths this branch changed (root-most)."""
-        return self.branch.changes()
+        return self.branch.changed_paths()
+
+    def changes(self) -> tuple[tuple[str, ...], ...]:
+        """Deprecated name of :meth:`changed_paths`."""
+        return self.branch.changed_paths()
+
+    def as_changes(self) -> list[Change]:
+        """The branch's changes, as a merge sends them."""
+        return self.branch.as_changes()
 
     def ops(self) -> list[Change]:
-        """The branch's changes, as a merge sends them."""
-        return self.branch.ops()
+        """Another name of :meth:`as_changes`."""
+        return self.branch.as_changes()
 
     def __getitem__(self, key: str) -> Any:
         return self.branch[key]

@@ -21,7 +21,7 @@ from hubs import FAST, SECRET, RestartableHub, eventually, free_port
 from websockets.asyncio.server import ServerConnection, serve
 
 import sync
-from crdt_state import ConflictError, Retry, StateUpdate
+from crdt_state import Branch, ConflictError, Retry, StateUpdate
 from sync.client.core import MAX_STRIKES
 from sync.client.remote import CONNECT_TIMEOUT, RemoteState
 from sync.wire import protocol as p
@@ -310,3 +310,13 @@ async def test_a_conflict_from_the_hub_names_the_path(hub: sync.Hub) -> None:
         with pytest.raises(ConflictError) as info:
             await second.amerge()
         assert "plan" in str(info.value) and "owner" in str(info.value)
+
+
+def test_branch_surfaces_match_without_getattr() -> None:
+    def public(cls: type) -> set[str]:
+        return {name for name in dir(cls) if not name.startswith("_")}
+
+    assert public(Branch) <= public(sync.RemoteBranch)
+    assert public(sync.RemoteBranch) - public(sync.BlockingBranch) == {"amerge"}
+    for cls in (sync.RemoteBranch, sync.BlockingBranch, sync.BlockingRemote):
+        assert "__getattr__" not in vars(cls)
