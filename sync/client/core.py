@@ -124,7 +124,8 @@ class ClientCore:
         while merges are unanswered, the close code says why:
 
         - 1008 (policy violation): writes are refused; every live merge fails with
-          :class:`~sync.wire.errors.WriteDenied`, and so does every later one;
+          :class:`~sync.wire.errors.WriteDenied`, and so does every later one (as after
+          a permission-denied message, or a merge answered with the error ``read_only``);
         - 1002, 1003, 1009: the oldest unanswered merge cannot be taken (malformed,
           unsupported, too big); it fails with a :class:`RemoteError`;
         - anything else (1011, a lost connection): the oldest unanswered merge is sent
@@ -140,7 +141,7 @@ class ClientCore:
         if not unanswered or close_code is None:
             return []
         if close_code == CloseCode.POLICY_VIOLATION:
-            return self._deny(reason)
+            return [e for e in self._deny(reason) if isinstance(e, Finished)]
         oldest = unanswered[0][1]
         error: CrdtStateError | None = None
         if close_code in _FINAL_CLOSES:
@@ -158,7 +159,7 @@ class ClientCore:
         self._strikes.pop(oldest, None)
         return [e for e in self.outbox.fail_request(oldest, error) if isinstance(e, Finished)]
 
-    def _deny(self, reason: str) -> list[Finished]:
+    def _deny(self, reason: str) -> list[ClientEvent]:
         """The hub refused a write: every live merge fails, and every later one will."""
         self.read_only = True
         self._in_flight.clear()
@@ -173,7 +174,8 @@ class ClientCore:
                 },
             )
         )
-        return [e for e in events if isinstance(e, Finished)]
+        out: list[ClientEvent] = [e for e in events if isinstance(e, Finished)]
+        return out
 
     # -- merges out ----------------------------------------------------------------------
     def submit(
@@ -293,18 +295,23 @@ class ClientCore:
         if isinstance(message, p.MergeReply):
             self._in_flight.discard(message.request_id)
             self._strikes.pop(message.request_id, None)
+            if message.error is not None and message.error.code == WriteDenied.code:
+                return self._deny(message.error.message) + self._take_held()
             events = self._due(self.outbox.on_result(message))
             if self._held and not self._in_flight:
                 held, self._held = self._held, []
                 events += self._apply(held)
             return events
         if isinstance(message, p.PermissionDenied):  # the hub closes with 1008 next
-            events = list(self._deny(message.reason))
-            if self._held:
-                held, self._held = self._held, []
-                events += self._apply(held)
-            return events
+            return self._deny(message.reason) + self._take_held()
         return []  # awareness, other auth and unknown messages: nothing to do
+
+    def _take_held(self) -> list[ClientEvent]:
+        """Apply the held hub updates once nothing is in flight any more."""
+        if not self._held or self._in_flight:
+            return []
+        held, self._held = self._held, []
+        return self._apply(held)
 
     def _apply(self, updates: list[bytes]) -> list[ClientEvent]:
         """Take the hub's updates into the replica (and the local file).

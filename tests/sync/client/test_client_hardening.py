@@ -14,11 +14,13 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from http import HTTPStatus
 from pathlib import Path
 
 import pytest
 from hubs import FAST, SECRET, RestartableHub, eventually, free_port
 from websockets.asyncio.server import ServerConnection, serve
+from websockets.http11 import Request, Response
 
 import sync
 from crdt_state import Branch, ConflictError, Retry, StateUpdate
@@ -136,7 +138,7 @@ class _Hub:
     """A websocket server speaking the wire protocol that mistreats every merge."""
 
     def __init__(self, on_merge: str) -> None:
-        self.on_merge = on_merge  # "close1011" or "error"
+        self.on_merge = on_merge  # "close1011", "error" or "read_only"
         self.connections: list[float] = []
         self.merges = 0
 
@@ -154,6 +156,8 @@ class _Hub:
                     await ws.close(1011, "internal error")
                     return
                 error = ErrorRecord("invalid_value", "this value is not accepted")
+                if self.on_merge == "read_only":
+                    error = ErrorRecord("read_only", "read-only token: merges are refused")
                 reply = p.MergeReply(message.request_id, p.MergeStatus.ERROR, b"\x00", error=error)
                 await ws.send(p.encode_message(reply))
 
@@ -203,6 +207,39 @@ async def test_a_merge_the_hub_answers_with_an_error_is_final() -> None:
         assert info.value.code == "invalid_value"
         await asyncio.sleep(0.2)
         assert fake.merges == 1 and len(fake.connections) == 1 and remote.pending == 0
+
+
+async def test_a_merge_answered_read_only_denies_writes_without_a_drop() -> None:
+    async with (
+        _misbehaving("read_only") as (fake, url),
+        sync.connect(url, agent="a", reconnect=FAST) as remote,
+    ):
+        branch = remote.fork()
+        branch["x"] = 1
+        with pytest.raises(sync.WriteDenied):
+            await branch.amerge()
+        with pytest.raises(sync.WriteDenied):
+            await remote.acommit({"y": 1}, remote.token)
+        assert remote.read_only and remote.connected and len(fake.connections) == 1
+        assert fake.merges == 1
+
+
+async def test_a_refused_handshake_carries_the_hubs_code() -> None:
+    def refuse(connection: ServerConnection, request: Request) -> Response:
+        response = connection.respond(HTTPStatus.UNAUTHORIZED, "token expired\n")
+        response.headers["X-Crdt-State-Error"] = "expired_token"
+        return response
+
+    async def never(ws: ServerConnection) -> None:
+        raise AssertionError("no connection gets through")
+
+    async with serve(never, "127.0.0.1", 0, process_request=refuse) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        with pytest.raises(sync.AuthError) as info:
+            async with sync.connect(f"ws://127.0.0.1:{port}/room", agent="a", token="t0k"):
+                pass
+    assert info.value.code == "expired_token" and info.value.http_status == 401
+    assert "token expired" in str(info.value) and "t0k" not in str(info.value)
 
 
 # -- tokens and tasks ----------------------------------------------------------------------
