@@ -203,7 +203,7 @@ def reading_entries(index: PathIndex, base_seq: int, path: Path, entry_at: Entry
     """The entries after ``base_seq`` that rolling ``path`` back needs, oldest first.
 
     Those that touched the path, up to the first that restores it whole (see
-    :func:`restores`): processed newest first, :func:`~crdt_state._changelog.read_at`
+    :func:`restores`): processed newest first, :func:`~crdt_state._entry_reads.read_at`
     lets that one overwrite whatever the newer ones did.
     """
     out: list[Entry] = []
