@@ -1,9 +1,10 @@
 """The read side of a :class:`~crdt_state.state.SharedState`: content, history, typed views.
 
-:class:`StateReads` is the base of ``SharedState``: every method here reads through the
+:class:`StateReads` is a base of ``SharedState``: every method here reads through the
 one :class:`~crdt_state._core.StateCore` the state owns (no other field), so the write
-side (``state.py``: opening, merges, commits, replication, closing) and the read side
-stay apart. Not API: the names are ``SharedState``'s, documented there.
+side (``state.py``: opening, merges, commits, closing), the exchange with other replicas
+(``_state_exchange.py``) and the read side stay apart. Not API: the names are
+``SharedState``'s, documented there.
 """
 
 from __future__ import annotations
