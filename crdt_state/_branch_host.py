@@ -39,10 +39,12 @@ class _Scoped(Protocol):
 
 
 class MergeOnExit:
-    """The ``with`` / ``async with`` protocol of a branch: leaving the block merges an
-    open branch (``merge``, or ``amerge`` for ``async with``); an exception discards it
-    and propagates. For any class with ``status``, ``discard``, ``merge`` and ``amerge``
-    (:class:`Branch`, a remote branch)."""
+    """The ``with`` / ``async with`` protocol of a branch.
+
+    Leaving the block merges an open branch (``merge``, or ``amerge`` for
+    ``async with``); an exception discards it and propagates. For any class with
+    ``status``, ``discard``, ``merge`` and ``amerge`` (:class:`Branch`, a remote branch).
+    """
 
     def __enter__(self: _S) -> _S:
         return self

@@ -212,8 +212,11 @@ class ChangeLog:
         return lo
 
     def since_token(self, token: VersionVector) -> tuple[int, list[Entry]]:
-        """The base seq of ``token`` and the entries it has not seen (exact for tokens
-        of other replicas). Every entry since the base: prefer :meth:`for_merge`."""
+        """The base seq of ``token`` and the entries it has not seen.
+
+        Exact for tokens of other replicas. Gives every entry since the base:
+        prefer :meth:`for_merge`.
+        """
         seq = self.seq_of(token)
         return seq, [e for e in self.since(seq) if not e.covered_by(token)]
 
@@ -227,9 +230,10 @@ class ChangeLog:
         token: VersionVector | None = None,
         also: Iterable[Entry] = (),
     ) -> list[Entry]:
-        """Every entry after ``base_seq`` that wrote or restored a path overlapping one
-        of ``paths`` (equal, ancestor or descendant), with those of ``also`` after
-        ``base_seq``; those ``token`` covers are left out. Oldest first.
+        """Every entry after ``base_seq`` that wrote or restored a path overlapping ``paths``.
+
+        Overlapping: equal, ancestor or descendant of one of ``paths``. With those
+        of ``also`` after ``base_seq``; those ``token`` covers are left out. Oldest first.
 
         For ``paths``, :func:`overlaps`, :func:`read_at` and :func:`unseen_by_chain`
         (given ``also`` = the chain's entries, see :meth:`made_by`) answer over this
@@ -381,8 +385,10 @@ class ChangeLog:
         return False
 
     def keys_since(self, base_seq: int) -> set[str]:
-        """The top-level keys under which an entry after ``base_seq`` wrote or restored
-        a path. Raises like :meth:`since`."""
+        """The top-level keys under which an entry after ``base_seq`` wrote or restored a path.
+
+        Raises like :meth:`since`.
+        """
         self._check_base(base_seq)
         if self._head_seq - base_seq <= len(self._index):
             keys: set[str] = set()

@@ -29,8 +29,11 @@ __all__ = ["StateReads"]
 
 
 class StateReads:
-    """Reads of a shared state: its content now and at a log position, its stored
-    history, and its typed (schema) views."""
+    """Reads of a shared state.
+
+    Its content now and at a log position, its stored history, and its typed
+    (schema) views.
+    """
 
     _core: StateCore
     _policies: PolicyTable
@@ -43,9 +46,12 @@ class StateReads:
 
     @property
     def position(self) -> int:
-        """The log position of the current version: how many change sets this state
-        has integrated (merges and received updates). A branch remembers the position
-        it forked at; :meth:`read_at` reads the state as it was at a position."""
+        """The log position of the current version.
+
+        How many change sets this state has integrated (merges and received
+        updates). A branch remembers the position it forked at; :meth:`read_at`
+        reads the state as it was at a position.
+        """
         return self._core.log.head_seq
 
     @property
@@ -92,9 +98,14 @@ class StateReads:
             return tree_get(self._core.mirror, parse_path(path)) is not MISSING
 
     def read_at(self, path: Any, position: int) -> Any:
-        """A copy of the value ``path`` had at log ``position`` (see :attr:`position`);
-        :data:`MISSING` when absent. Raises :class:`~crdt_state.errors.StaleBase` for
-        a position older than the retained history."""
+        """A copy of the value ``path`` had at log ``position`` (see :attr:`position`).
+
+        Returns:
+            The value, or :data:`MISSING` when absent.
+
+        Raises:
+            StaleBase: a position older than the retained history.
+        """
         return self._core.read_at(parse_path(path), position)
 
     def keys_at(self, position: int) -> set[str]:
@@ -125,8 +136,11 @@ class StateReads:
         return store
 
     def history(self, **filters: Any) -> list[HistoryEntry]:
-        """The recorded changes, oldest first (filters: ``agent``, ``path``, ``since``,
-        ``until``, ``limit``; see :meth:`crdt_state.journal.StateStore.history`)."""
+        """The recorded changes, oldest first.
+
+        Filters: ``agent``, ``path``, ``since``, ``until``, ``limit``; see
+        :meth:`crdt_state.journal.StateStore.history`.
+        """
         return self._reader().history(**filters)
 
     def at(self, token: VersionVector) -> dict[str, Any]:
@@ -182,9 +196,12 @@ class StateReads:
         return self._typed().to_model(self.snapshot())
 
     def to_model(self, data: dict[str, Any]) -> BaseModel:
-        """``data`` (a snapshot of this state, or one like it) validated as an instance
-        of the schema: ``TypeError`` without one, :class:`~crdt_state.errors.SchemaError`
-        for bad data."""
+        """``data`` (a snapshot of this state, or one like it) as an instance of the schema.
+
+        Raises:
+            TypeError: the state has no schema.
+            SchemaError: ``data`` does not validate.
+        """
         return self._typed().to_model(data)
 
     def json_schema(self) -> dict[str, Any]:

@@ -161,8 +161,10 @@ class SharedState(StateReads, StateExchange):
             self._core.check_open()
 
     def prepare(self, changes: Mapping[Any, Any] | Iterable[Change]) -> list[Change]:
-        """A change set as this state would merge it: paths parsed, values validated
-        (schema included) and normalised, each path named once.
+        """A change set as this state would merge it.
+
+        Paths parsed, values validated (schema included) and normalised, each path
+        named once.
 
         ``changes`` is ``{path: value}`` (:data:`MISSING` deletes) or
         :class:`Change` objects. Raises what a merge of them would raise for a bad

@@ -226,8 +226,10 @@ class SqliteStore:
         return self._commits.last_ticket()
 
     def flush(self) -> None:
-        """Wait until everything recorded so far is committed, whatever the durability,
-        and any compaction those commits started has finished (queries read a settled file).
+        """Wait until everything recorded so far is committed and settled.
+
+        Whatever the durability; settled: any compaction those commits started
+        has finished (queries read a settled file).
 
         Raises:
             StorageError: the store is closed.
