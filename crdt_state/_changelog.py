@@ -212,11 +212,7 @@ class ChangeLog:
         return lo
 
     def since_token(self, token: VersionVector) -> tuple[int, list[Entry]]:
-        """The base seq of ``token`` and the entries it has not seen.
-
-        Exact for tokens of other replicas. Gives every entry since the base:
-        prefer :meth:`for_merge`.
-        """
+        """The base seq of ``token`` and every entry since it that ``token`` has not seen."""
         seq = self.seq_of(token)
         return seq, [e for e in self.since(seq) if not e.covered_by(token)]
 
