@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from pycrdt import Doc, Map
 
 from . import _document as ydoc
-from ._changelog import ChangeLog, Entry, read_at
+from ._changelog import ChangeLog, Entry
+from ._entry_reads import read_at
 from ._events import join_updates
 from .conflicts import Change, Conflict, StateUpdate, WriteKind
 from .errors import StateClosed
