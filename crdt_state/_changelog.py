@@ -5,20 +5,21 @@ Each merge, and each update received from another replica, becomes one
 detection) and how to undo it (to read the state as it was at an older
 version). Conflicts are judged against the fork base: only entries *after*
 the base are consulted, so the cost follows the size of the changes, not the
-size of the state.
+size of the state. The log picks the entries a question needs; what a list of
+entries answers (the value at an older version, overlaps with a branch, what a
+chain has not seen) is in :mod:`crdt_state._entry_reads`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ._entry import Entry, TruncateTo, WriteKind, advance
+from ._entry_reads import read_at, under, unseen_by_chain
 from ._pathindex import PathIndex, choose_for_merge, reading_entries
 from .errors import StaleBase, UnknownBase
-from .paths import Path, is_prefix
-from .values import patch, tree_get
+from .paths import Path
 from .version import VersionVector
 
 if TYPE_CHECKING:
@@ -211,8 +212,7 @@ class ChangeLog:
         return lo
 
     def since_token(self, token: VersionVector) -> tuple[int, list[Entry]]:
-        """The base seq of ``token`` and the entries it has not seen (exact for tokens
-        of other replicas). Every entry since the base: prefer :meth:`for_merge`."""
+        """The base seq of ``token`` and every entry since it that ``token`` has not seen."""
         seq = self.seq_of(token)
         return seq, [e for e in self.since(seq) if not e.covered_by(token)]
 
@@ -226,9 +226,10 @@ class ChangeLog:
         token: VersionVector | None = None,
         also: Iterable[Entry] = (),
     ) -> list[Entry]:
-        """Every entry after ``base_seq`` that wrote or restored a path overlapping one
-        of ``paths`` (equal, ancestor or descendant), with those of ``also`` after
-        ``base_seq``; those ``token`` covers are left out. Oldest first.
+        """Every entry after ``base_seq`` that wrote or restored a path overlapping ``paths``.
+
+        Overlapping: equal, ancestor or descendant of one of ``paths``. With those
+        of ``also`` after ``base_seq``; those ``token`` covers are left out. Oldest first.
 
         For ``paths``, :func:`overlaps`, :func:`read_at` and :func:`unseen_by_chain`
         (given ``also`` = the chain's entries, see :meth:`made_by`) answer over this
@@ -375,13 +376,15 @@ class ChangeLog:
             if not entry.writes:
                 return True
             covered = {path for link in later if link.seq > entry.seq for path in link.writes}
-            if not covered or not all(_under(path, covered) for path in entry.writes):
+            if not covered or not all(under(path, covered) for path in entry.writes):
                 return True
         return False
 
     def keys_since(self, base_seq: int) -> set[str]:
-        """The top-level keys under which an entry after ``base_seq`` wrote or restored
-        a path. Raises like :meth:`since`."""
+        """The top-level keys under which an entry after ``base_seq`` wrote or restored a path.
+
+        Raises like :meth:`since`.
+        """
         self._check_base(base_seq)
         if self._head_seq - base_seq <= len(self._index):
             keys: set[str] = set()
@@ -394,133 +397,3 @@ class ChangeLog:
     def entries(self) -> Iterator[Entry]:
         """The retained entries, oldest first."""
         return iter(list(self._entries))
-
-
-def unseen_by_chain(entries: Sequence[Entry], chain: Collection[RequestKey]) -> list[Entry]:
-    """The entries a merge built on ``chain`` has not seen (pure; oldest first).
-
-    ``entries`` are those after the merge's base that its token did not cover;
-    ``chain`` the keys of the writer's earlier merges it was computed on top of.
-    The chain's own entries are seen. So is, at any path, whatever an older
-    entry wrote there before a chain entry wrote that path or an ancestor of
-    it: the chain entry was applied as sent, judged against a base that held
-    the older write, so the value the agent read already includes it. Such
-    writes are removed from the entries returned (with their undo records, so
-    :func:`read_at` gives the value the agent saw); an entry left with no
-    write is dropped.
-    """
-    if not chain:
-        return list(entries)
-    covered: set[Path] = set()  # paths written by chain entries newer than the one at hand
-    out: list[Entry] = []
-    for entry in reversed(entries):
-        if entry.request in chain:
-            covered.update(entry.writes)
-            continue
-        if not covered:
-            out.append(entry)
-            continue
-        writes = {p: k for p, k in entry.writes.items() if not _under(p, covered)}
-        if len(writes) == len(entry.writes):
-            out.append(entry)
-        elif writes:
-            undo = [(p, v) for p, v in entry.undo if not _under(p, covered)]
-            out.append(replace(entry, writes=writes, undo=undo))
-    out.reverse()
-    return out
-
-
-def _under(path: Path, paths: set[Path]) -> bool:
-    """True when ``path`` or one of its ancestors is in ``paths``."""
-    return any(path[:i] in paths for i in range(1, len(path) + 1))
-
-
-def read_at(current: Any, path: Path, entries: Iterable[Entry]) -> Any:
-    """Roll the value ``current`` found at ``path`` back through ``entries``.
-
-    ``entries`` are the entries after the wanted version, oldest first; the
-    result is the value ``path`` had before all of them (``MISSING`` when
-    absent). ``current`` is not modified; parts of it may be shared by the result.
-    """
-    value = current
-    for entry in reversed(list(entries)):
-        for written, before in reversed(entry.undo):
-            if is_prefix(written, path):
-                if isinstance(before, TruncateTo):
-                    if written == path and isinstance(value, list):
-                        value = value[: before.length]
-                    continue
-                value = tree_get(before, path[len(written) :])
-            elif is_prefix(path, written):
-                rest = written[len(path) :]
-                if isinstance(before, TruncateTo):
-                    old = tree_get(value, rest)
-                    if not isinstance(old, list):
-                        continue
-                    before = old[: before.length]
-                value = patch(value, rest, before)
-    return value
-
-
-@dataclass(frozen=True, slots=True)
-class Overlap:
-    """State writes since the base that touch one branch write."""
-
-    kinds: frozenset[WriteKind]
-    exact: bool  # every related write is at exactly the branch path
-    agent: str | None
-
-
-def overlaps(writes: Iterable[Path], entries: Sequence[Entry]) -> dict[Path, Overlap]:
-    """For each branch path, the state writes since the base that overlap it.
-
-    Two paths overlap when they are equal or one is an ancestor of the other.
-    Paths with no overlapping write are left out of the result. ``agent`` is
-    the agent of the newest entry with an overlapping write. One pass over the
-    entries, a few set lookups per written path.
-    """
-    if not entries:
-        return {}
-    targets = list(writes)
-    exact_targets = set(targets)
-    below: dict[Path, list[Path]] = {}  # strict ancestor -> branch paths under it
-    for target in targets:
-        for i in range(1, len(target)):
-            below.setdefault(target[:i], []).append(target)
-    found: dict[Path, _Seen] = {}
-
-    def touch(target: Path, path: Path, kind: WriteKind, agent: str | None) -> None:
-        seen = found.get(target)
-        if seen is None:
-            seen = found[target] = _Seen()
-        seen.kinds.add(kind)
-        seen.exact = seen.exact and path == target
-        seen.agent = agent
-
-    for entry in entries:
-        for path, kind in entry.writes.items():
-            # most written paths relate to no branch path: a few set lookups, no allocation
-            if path in exact_targets:
-                touch(path, path, kind, entry.agent)
-            if len(path) > 1:
-                for i in range(1, len(path)):
-                    if path[:i] in exact_targets:
-                        touch(path[:i], path, kind, entry.agent)
-            if path in below:
-                for target in below[path]:
-                    touch(target, path, kind, entry.agent)
-    out: dict[Path, Overlap] = {}
-    for target in targets:
-        seen = found.get(target)
-        if seen is not None:
-            out[target] = Overlap(kinds=frozenset(seen.kinds), exact=seen.exact, agent=seen.agent)
-    return out
-
-
-@dataclass(slots=True)
-class _Seen:
-    """What :func:`overlaps` has met so far for one branch path."""
-
-    kinds: set[WriteKind] = field(default_factory=set)
-    exact: bool = True
-    agent: str | None = None

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from pycrdt import Doc, Map
 
 from . import _document as ydoc
-from ._changelog import ChangeLog, Entry, read_at
+from ._changelog import ChangeLog, Entry
+from ._entry_reads import read_at
 from ._events import join_updates
 from .conflicts import Change, Conflict, StateUpdate, WriteKind
 from .errors import StateClosed
@@ -131,9 +132,11 @@ class StateCore:
             self.update_sub = self.doc.observe(self._on_transaction)
 
     def stop_observing(self) -> None:
-        """Drop the update observer of a closed state (it writes nothing more): the
-        document's callback holds the core, a cycle through pycrdt that the garbage
-        collector cannot see, so a closed state would otherwise never be freed."""
+        """Drop the update observer of a closed state (it writes nothing more).
+
+        The document's callback holds the core, a cycle through pycrdt that the garbage
+        collector cannot see, so a closed state would otherwise never be freed.
+        """
         if self.update_sub is not None:
             self.doc.unobserve(self.update_sub)
             self.update_sub = None

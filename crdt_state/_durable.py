@@ -63,8 +63,11 @@ def open_store(make: Callable[..., S], store: StateStore, options: dict[str, Any
 
 
 def initial(core: StateCore) -> tuple[StoredState, list[BlameEntry]]:
-    """What a new store holds for ``core``: its document as the snapshot, and the blame
-    of the changes already made (schema defaults)."""
+    """What a new store holds for ``core``.
+
+    Its document as the snapshot, and the blame of the changes already made
+    (schema defaults).
+    """
     with core.lock:
         blame = [
             BlameEntry(path=p, agent=e.agent, time=e.time, token=e.token, seq=e.seq)

@@ -56,8 +56,11 @@ class Entry:
 
 
 def advance(before: VersionVector, after: VersionVector) -> tuple[dict[int, tuple[int, int]], bool]:
-    """The clock ranges ``after`` has beyond ``before``, and whether ``after`` has every
-    clock of ``before`` at least as far (the tokens of one document only grow)."""
+    """The clock ranges ``after`` has beyond ``before``, and whether it is monotone.
+
+    Monotone: ``after`` has every clock of ``before`` at least as far (the tokens
+    of one document only grow).
+    """
     start_of = before.get_clock
     delta: dict[int, tuple[int, int]] = {}
     kept = 0  # clients of ``before`` that ``after`` has at least as far

@@ -143,8 +143,10 @@ class GroupCommit(Generic[T]):
             return self._issued
 
     def flush(self) -> None:
-        """Wait until everything queued so far is written, whatever the durability, and
-        the ``after`` of those writes ran (queries then read a settled file).
+        """Wait until everything queued so far is written and settled.
+
+        Whatever the durability; settled: the ``after`` of those writes ran
+        (queries then read a settled file).
 
         Raises:
             StorageError: the queue is closed, or failed.

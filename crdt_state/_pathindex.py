@@ -67,8 +67,11 @@ class PathIndex:
     def add(
         self, seq: int, writes: Mapping[Path, str], undo: Iterable[tuple[Path, object]]
     ) -> None:
-        """Index entry ``seq`` (newer than every seq indexed so far) under the paths it
-        wrote (``writes``: path -> kind) and restores (``undo``)."""
+        """Index entry ``seq`` under the paths it wrote and restores.
+
+        ``seq`` is newer than every seq indexed so far; ``writes`` maps path ->
+        kind, ``undo`` holds the entry's undo records.
+        """
         at, below, replacing = self._at, self._below, self._replaced
         for path, kind in writes.items():
             if path in at:
@@ -90,8 +93,11 @@ class PathIndex:
                     _push(below, path[:i], seq)
 
     def drop(self, first_seq: int, dropped: Iterable[Indexed]) -> None:
-        """Forget every seq below ``first_seq``; ``dropped`` are the ``(writes, undo)``
-        of the entries dropped (as given to :meth:`add`)."""
+        """Forget every seq below ``first_seq``.
+
+        ``dropped`` are the ``(writes, undo)`` of the entries dropped (as given
+        to :meth:`add`).
+        """
         exact: set[Path] = set()
         for writes, undo in dropped:
             exact.update(writes)
@@ -103,8 +109,9 @@ class PathIndex:
 
     # -- queries ---------------------------------------------------------------------
     def related(self, path: Path, after: int) -> Lists:
-        """The lists of entries touching a path that overlaps ``path``, each as
-        ``(seqs, start, relation)``; ``seqs[start:]`` are those above ``after``.
+        """The lists of entries touching a path that overlaps ``path``.
+
+        Each as ``(seqs, start, relation)``; ``seqs[start:]`` are those above ``after``.
 
         ``relation`` is how the indexed path relates to ``path``: ``0`` the path
         itself, ``-1`` strictly below it, or ``i`` (``1 <= i < len(path)``) the
@@ -118,15 +125,19 @@ class PathIndex:
         return out
 
     def replacing(self, path: Path, after: int) -> Lists:
-        """The entries that set or deleted exactly ``path`` after ``after``, as
-        :meth:`related` gives lists (relation ``0``; empty when there are none)."""
+        """The entries that set or deleted exactly ``path`` after ``after``.
+
+        As :meth:`related` gives lists (relation ``0``; empty when there are none).
+        """
         out: Lists = []
         _after(self._replaced.get(path), after, 0, out)
         return out
 
     def roots_after(self, after: int) -> set[str]:
-        """The top-level keys under which some entry newer than ``after`` touched a path
-        (a pass over every indexed path)."""
+        """The top-level keys under which some entry newer than ``after`` touched a path.
+
+        A pass over every indexed path.
+        """
         return {
             path[0]
             for path, seqs in self._at.items()
@@ -135,8 +146,11 @@ class PathIndex:
 
 
 def ascending(lists: Lists) -> Iterator[int]:
-    """The seqs of ``lists`` (as given by :meth:`PathIndex.related`), merged: increasing,
-    each once. Lazy: taking the first few costs a few steps, whatever the lengths."""
+    """The seqs of ``lists`` (as given by :meth:`PathIndex.related`), merged.
+
+    Increasing, each once. Lazy: taking the first few costs a few steps, whatever
+    the lengths.
+    """
     if len(lists) == 1:
         seqs, start, _ = lists[0]
         return _tail(seqs, start)
@@ -203,7 +217,7 @@ def reading_entries(index: PathIndex, base_seq: int, path: Path, entry_at: Entry
     """The entries after ``base_seq`` that rolling ``path`` back needs, oldest first.
 
     Those that touched the path, up to the first that restores it whole (see
-    :func:`restores`): processed newest first, :func:`~crdt_state._changelog.read_at`
+    :func:`restores`): processed newest first, :func:`~crdt_state._entry_reads.read_at`
     lets that one overwrite whatever the newer ones did.
     """
     out: list[Entry] = []
@@ -269,8 +283,11 @@ def _choose(
 
 
 def _newest(path: Path, lists: Lists, entry_at: EntryAt, token: VersionVector | None) -> int | None:
-    """The newest entry of ``lists`` that ``token`` does not cover and that wrote a path
-    related to ``path`` as its list says (each list is walked from its newest end)."""
+    """The newest entry of ``lists`` that ``token`` does not cover and that wrote there.
+
+    There: a path related to ``path`` as its list says (each list is walked from
+    its newest end).
+    """
     newest = 0
     for seqs, start, relation in lists:
         for i in range(len(seqs) - 1, start - 1, -1):
@@ -287,8 +304,10 @@ def _newest(path: Path, lists: Lists, entry_at: EntryAt, token: VersionVector | 
 
 
 def wrote(writes: Mapping[Path, str], path: Path, relation: int) -> bool:
-    """True when ``writes`` has a path related to ``path`` as ``relation`` says
-    (``0`` the path itself, ``-1`` strictly below it, ``i`` its ancestor ``path[:i]``)."""
+    """True when ``writes`` has a path related to ``path`` as ``relation`` says.
+
+    ``0`` the path itself, ``-1`` strictly below it, ``i`` its ancestor ``path[:i]``.
+    """
     if relation == 0:
         return path in writes
     if relation > 0:
@@ -298,8 +317,10 @@ def wrote(writes: Mapping[Path, str], path: Path, relation: int) -> bool:
 
 
 def restores(entry: Entry, path: Path) -> bool:
-    """True when ``entry`` has an undo record giving ``path`` its whole old value
-    (at the path or an ancestor; a :class:`TruncateTo` only shortens a list)."""
+    """True when ``entry`` has an undo record giving ``path`` its whole old value.
+
+    At the path or an ancestor; a :class:`TruncateTo` only shortens a list.
+    """
     return any(
         is_prefix(written, path) and not isinstance(before, TruncateTo)
         for written, before in entry.undo

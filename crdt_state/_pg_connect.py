@@ -1,5 +1,6 @@
-"""Connecting a PostgreSQL store: DSNs without passwords, the writer's setup and lock,
-psycopg errors as :class:`~crdt_state.errors.StorageError`.
+"""Connecting a PostgreSQL store: DSNs without passwords, setup, lock, errors.
+
+The writer's setup and lock, and psycopg errors as :class:`~crdt_state.errors.StorageError`.
 
 Every error names the database as ``postgresql://user@host:port/dbname#key`` and
 carries a stable ``details["reason"]``: ``"unavailable"`` (the server does not answer or
@@ -157,8 +158,11 @@ def run_hook(
     ticket: int,
     where: str,
 ) -> None:
-    """Call the store's ``before_commit`` hook; what it raises becomes the ``__cause__`` of a
-    :class:`StorageError` (``"refused"``), which rolls the transaction back."""
+    """Call the store's ``before_commit`` hook inside the write transaction.
+
+    What it raises becomes the ``__cause__`` of a :class:`StorageError` (``"refused"``),
+    which rolls the transaction back.
+    """
     try:
         hook(conn, ticket)
     except Exception as exc:

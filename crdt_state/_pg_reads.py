@@ -100,8 +100,10 @@ class PgReads:
 
 
 class StoredHistory:
-    """The history queries of :class:`~crdt_state.postgres.PostgresStore`: each flushes the
-    store's queued writes, then asks :class:`PgReads`."""
+    """The history queries of :class:`~crdt_state.postgres.PostgresStore`.
+
+    Each flushes the store's queued writes, then asks :class:`PgReads`.
+    """
 
     _reads: PgReads
 

@@ -65,6 +65,9 @@ def write_batch(
     """Store ``batch`` in order, inside the caller's transaction.
 
     Args:
+        conn: the writer's connection, inside the caller's transaction.
+        key: the state's key.
+        batch: the queued items with their tickets, oldest first.
         last_seq: the seq of the newest stored change; changes must follow it.
         log_rows: the log rows stored now (an epoch drops them all).
         where: the database, for messages.

@@ -90,8 +90,10 @@ def undo_writes(root: Map[Any], mirror: dict[str, Any], undo: list[tuple[Path, A
 
 
 def _truncate(root: Map[Any], path: Path, length: int) -> None:
-    """Cut the array at ``path`` back to ``length`` items, in place (concurrent appends
-    by other replicas to the same array survive)."""
+    """Cut the array at ``path`` back to ``length`` items, in place.
+
+    Concurrent appends by other replicas to the same array survive.
+    """
     node: Any = root
     for key in path:
         if not isinstance(node, Map) or key not in node:

@@ -170,8 +170,11 @@ def _out_of_descriptors() -> bool:
 
 
 def _failure(what: str, file: str, exc: sqlite3.Error) -> StorageError:
-    """The error for ``exc`` raised while opening ``file``: SQLite says "unable to open
-    database file" when the process is out of file descriptors, which is not damage."""
+    """The error for ``exc`` raised while opening ``file``.
+
+    SQLite says "unable to open database file" when the process is out of file
+    descriptors, which is not damage.
+    """
     if _out_of_descriptors():
         error = _refuse(
             f"cannot open the state file: too many open files in this process (EMFILE): {exc}",

@@ -1,9 +1,10 @@
 """The read side of a :class:`~crdt_state.state.SharedState`: content, history, typed views.
 
-:class:`StateReads` is the base of ``SharedState``: every method here reads through the
+:class:`StateReads` is a base of ``SharedState``: every method here reads through the
 one :class:`~crdt_state._core.StateCore` the state owns (no other field), so the write
-side (``state.py``: opening, merges, commits, replication, closing) and the read side
-stay apart. Not API: the names are ``SharedState``'s, documented there.
+side (``state.py``: opening, merges, commits, closing), the exchange with other replicas
+(``_state_exchange.py``) and the read side stay apart. Not API: the names are
+``SharedState``'s, documented there.
 """
 
 from __future__ import annotations
@@ -28,8 +29,11 @@ __all__ = ["StateReads"]
 
 
 class StateReads:
-    """Reads of a shared state: its content now and at a log position, its stored
-    history, and its typed (schema) views."""
+    """Reads of a shared state.
+
+    Its content now and at a log position, its stored history, and its typed
+    (schema) views.
+    """
 
     _core: StateCore
     _policies: PolicyTable
@@ -42,9 +46,12 @@ class StateReads:
 
     @property
     def position(self) -> int:
-        """The log position of the current version: how many change sets this state
-        has integrated (merges and received updates). A branch remembers the position
-        it forked at; :meth:`read_at` reads the state as it was at a position."""
+        """The log position of the current version.
+
+        How many change sets this state has integrated (merges and received
+        updates). A branch remembers the position it forked at; :meth:`read_at`
+        reads the state as it was at a position.
+        """
         return self._core.log.head_seq
 
     @property
@@ -91,9 +98,14 @@ class StateReads:
             return tree_get(self._core.mirror, parse_path(path)) is not MISSING
 
     def read_at(self, path: Any, position: int) -> Any:
-        """A copy of the value ``path`` had at log ``position`` (see :attr:`position`);
-        :data:`MISSING` when absent. Raises :class:`~crdt_state.errors.StaleBase` for
-        a position older than the retained history."""
+        """A copy of the value ``path`` had at log ``position`` (see :attr:`position`).
+
+        Returns:
+            The value, or :data:`MISSING` when absent.
+
+        Raises:
+            StaleBase: a position older than the retained history.
+        """
         return self._core.read_at(parse_path(path), position)
 
     def keys_at(self, position: int) -> set[str]:
@@ -124,8 +136,11 @@ class StateReads:
         return store
 
     def history(self, **filters: Any) -> list[HistoryEntry]:
-        """The recorded changes, oldest first (filters: ``agent``, ``path``, ``since``,
-        ``until``, ``limit``; see :meth:`crdt_state.journal.StateStore.history`)."""
+        """The recorded changes, oldest first.
+
+        Filters: ``agent``, ``path``, ``since``, ``until``, ``limit``; see
+        :meth:`crdt_state.journal.StateStore.history`.
+        """
         return self._reader().history(**filters)
 
     def at(self, token: VersionVector) -> dict[str, Any]:
@@ -181,9 +196,12 @@ class StateReads:
         return self._typed().to_model(self.snapshot())
 
     def to_model(self, data: dict[str, Any]) -> BaseModel:
-        """``data`` (a snapshot of this state, or one like it) validated as an instance
-        of the schema: ``TypeError`` without one, :class:`~crdt_state.errors.SchemaError`
-        for bad data."""
+        """``data`` (a snapshot of this state, or one like it) as an instance of the schema.
+
+        Raises:
+            TypeError: the state has no schema.
+            SchemaError: ``data`` does not validate.
+        """
         return self._typed().to_model(data)
 
     def json_schema(self) -> dict[str, Any]:

@@ -45,6 +45,7 @@ class Unresolved:
     _instance: Unresolved | None = None
 
     def __new__(cls) -> Unresolved:
+        """The one instance (a singleton, compared with ``is``)."""
         if cls._instance is None:
             cls._instance = super().__new__(cls)
         return cls._instance
@@ -74,6 +75,7 @@ class Change:
     value: Any = MISSING
 
     def to_dict(self) -> dict[str, Any]:
+        """The change as JSON-ready data: ``kind``, ``path`` (a list), ``value`` unless a delete."""
         out: dict[str, Any] = {"kind": self.kind, "path": list(self.path)}
         if self.kind != "delete":
             out["value"] = self.value
@@ -116,8 +118,10 @@ class Conflict:
 
     @property
     def same_value(self) -> bool:
-        """True when the branch wrote exactly the value the state holds (strict equality:
-        ``True`` is not ``1``; two deletes are the same value)."""
+        """True when the branch wrote exactly the value the state holds.
+
+        Strict equality: ``True`` is not ``1``; two deletes are the same value.
+        """
         return same(self.incoming, self.current)
 
     @property
@@ -233,6 +237,7 @@ class ConflictError(CrdtStateError):
         self.retry = retry
 
     def to_dict(self) -> dict[str, Any]:
+        """The error's data, with its ``conflicts`` (as dicts) and ``retry``."""
         out = super().to_dict()
         out["conflicts"] = [c.to_dict() for c in self.conflicts]
         out["retry"] = self.retry

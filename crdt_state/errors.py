@@ -151,6 +151,7 @@ class SchemaError(CrdtStateError, ValueError):
         self.errors: list[dict[str, Any]] = [dict(e) for e in errors]
 
     def to_dict(self) -> dict[str, Any]:
+        """The error's data, with its pydantic-shaped ``errors``."""
         out = super().to_dict()
         out["errors"] = self.errors
         return out

@@ -81,9 +81,11 @@ class StoredRequest:
 
 @dataclass(frozen=True, slots=True)
 class StoredState:
-    """What a store holds: a snapshot (a Yjs update with every change up to
-    ``snapshot_seq``), the changes after it, oldest first, and the newest
-    remembered requests, oldest first."""
+    """What a store holds.
+
+    A snapshot (a Yjs update with every change up to ``snapshot_seq``), the
+    changes after it, oldest first, and the newest remembered requests, oldest first.
+    """
 
     snapshot_seq: int
     snapshot_token: VersionVector
@@ -129,8 +131,11 @@ class HistoryEntry:
 
 @dataclass(frozen=True, slots=True)
 class BlameEntry:
-    """The last change of a path: ``path`` is the path that change actually wrote
-    (the path asked about, an ancestor or a descendant of it)."""
+    """The last change of a path.
+
+    ``path`` is the path that change actually wrote (the path asked about, an
+    ancestor or a descendant of it).
+    """
 
     path: Path
     agent: str | None

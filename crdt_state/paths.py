@@ -78,6 +78,11 @@ class Pattern:
 
     @classmethod
     def parse(cls, pattern: object) -> Pattern:
+        """``pattern`` as a :class:`Pattern` (keys may be ``*`` and ``**``; a pattern passes as is).
+
+        Raises:
+            InvalidPath: ``pattern`` is not a valid path.
+        """
         if isinstance(pattern, Pattern):
             return pattern
         keys = parse_path(pattern)

@@ -21,7 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._changelog import Entry, overlaps, read_at
+from ._entry import Entry
+from ._entry_reads import overlaps, read_at
 from .conflicts import Change, Conflict, ConflictError
 from .errors import CrdtStateError, WrongType
 from .paths import Path

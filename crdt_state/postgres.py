@@ -166,7 +166,9 @@ class PostgresStore(StoredHistory):
             durability: ``"full"`` (commit waits for PostgreSQL's WAL flush),
                 ``"normal"`` (``synchronous_commit=off``: a server crash may lose
                 the last commits) or ``"off"`` (merges do not wait).
-            keep_history, keep_conflicts, compact_document: as :meth:`SqliteStore.open`.
+            keep_history: changes kept in the log after compaction (as :meth:`SqliteStore.open`).
+            keep_conflicts: audited conflicts kept (``None``: all), as SQLite.
+            compact_document: allow new epochs when tombstones dominate, as SQLite.
             before_commit: ``before_commit(conn, last_ticket)``, run inside every
                 write transaction before it commits (see :data:`BeforeCommit`).
             lock: hold a session advisory lock on ``key`` so a second writer is

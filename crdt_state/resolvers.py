@@ -262,8 +262,10 @@ class PolicyTable:
         return self._parent._lookup(path) if self._parent is not None else None
 
     def has_rule(self, path: Path) -> bool:
-        """True when a pattern of this table (or a parent's) governs ``path``: its
-        policy is not just the default."""
+        """True when a pattern of this table (or a parent's) governs ``path``.
+
+        Governs: its policy is not just the default.
+        """
         return self._lookup(path) is not None
 
     def policy_for(self, path: Path) -> Policy:

@@ -36,15 +36,22 @@ merge did not touch are not held against it.
 
 from __future__ import annotations
 
-import inspect
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pycrdt import Doc, Map
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from . import _document as ydoc
+from ._schema_errors import (
+    BY_NAME,
+    dump,
+    pydantic_errors,
+    schema_error,
+    show_type,
+    validate_input,
+)
 from ._schema_slots import Slot, error_entry
 from .conflicts import Change
 from .errors import INTERRUPTS, InvalidUpdate, SchemaError, UnsupportedValue
@@ -52,12 +59,6 @@ from .paths import Path, format_path, is_prefix, parse_path
 from .values import MISSING, normalize, patch, tree_get
 
 __all__ = ["StateSchema"]
-
-_BY_NAME: dict[str, Any] = (
-    {"by_name": True}
-    if "by_name" in inspect.signature(TypeAdapter.validate_python).parameters
-    else {}
-)
 
 
 class StateSchema:
@@ -121,7 +122,7 @@ class StateSchema:
         slot = self.slot(path)
         if slot.kind == "any":
             return normalize(value, path)
-        return _dump(slot, _validate_input(slot, value, path), path)
+        return dump(slot, validate_input(slot, value, path), path)
 
     def prepare_items(self, path: Path, items: list[Any]) -> list[Any]:
         """Validate items about to be appended to the list at ``path``, one by one.
@@ -134,7 +135,7 @@ class StateSchema:
             return [normalize(v, path, level=level) for v in items]
         if slot.kind != "list":
             raise SchemaError(
-                f"{format_path(path)}: cannot append to a field of type {_show(slot.core)}",
+                f"{format_path(path)}: cannot append to a field of type {show_type(slot.core)}",
                 path=path,
                 errors=[error_entry("list_type", path, "Input should be a valid list", None)],
             )
@@ -146,11 +147,11 @@ class StateSchema:
                 out.append(normalize(value, path, level=level))
                 continue
             try:
-                out.append(_dump(item, _validate_input(item, value, path, (i,)), path, level))
+                out.append(dump(item, validate_input(item, value, path, (i,)), path, level))
             except SchemaError as exc:
                 errors.extend(exc.errors)
         if errors:
-            raise _error(errors, path)
+            raise schema_error(errors, path)
         return out
 
     def partial_items(self, values: BaseModel | Mapping[str, Any]) -> list[tuple[Path, Any]]:
@@ -184,16 +185,18 @@ class StateSchema:
             except SchemaError as exc:
                 errors.extend(exc.errors)
         if errors:
-            raise _error(errors, items[0][0] if len(items) == 1 else None)
+            raise schema_error(errors, items[0][0] if len(items) == 1 else None)
         return out
 
     # -- reads ----------------------------------------------------------------------
     def to_model(self, snapshot: Mapping[str, Any]) -> BaseModel:
         """A validated model instance of a plain snapshot (:class:`SchemaError` if invalid)."""
         try:
-            return self.model_type.model_validate_json(json.dumps(snapshot), **_BY_NAME)
+            return self.model_type.model_validate_json(json.dumps(snapshot), **BY_NAME)
         except ValidationError as exc:
-            raise _error(_errors(exc, ()), None, "the state does not validate") from None
+            raise schema_error(
+                pydantic_errors(exc, ()), None, "the state does not validate"
+            ) from None
 
     # -- merges and remote updates ----------------------------------------------------
     def check_plan(self, mirror: Mapping[str, Any], plan: Sequence[Change]) -> None:
@@ -231,7 +234,7 @@ class StateSchema:
             else:
                 errors.extend(self._value_errors(point, _value_after(mirror, plan, point)))
         if errors:
-            raise _error(errors, None, "the merge would make the state invalid")
+            raise schema_error(errors, None, "the merge would make the state invalid")
 
     def _check_point(self, op: Change) -> Path | dict[str, Any] | None:
         """Where to validate after ``op``: a path, ``None`` (nothing), or a ready error."""
@@ -262,9 +265,9 @@ class StateSchema:
         if slot.kind == "any":
             return []
         try:
-            slot.adapter.validate_json(json.dumps(value), **_BY_NAME)
+            slot.adapter.validate_json(json.dumps(value), **BY_NAME)
         except ValidationError as exc:
-            return _errors(exc, path)
+            return pydantic_errors(exc, path)
         return []
 
     def _whole_errors(self, top: Mapping[str, Any], touched: set[str]) -> list[dict[str, Any]]:
@@ -278,9 +281,11 @@ class StateSchema:
             except SchemaError as exc:
                 errors.extend(exc.errors)
         try:
-            self.model_type.model_validate_json(json.dumps(top), **_BY_NAME)
+            self.model_type.model_validate_json(json.dumps(top), **BY_NAME)
         except ValidationError as exc:
-            errors.extend(e for e in _errors(exc, ()) if not e["loc"] or e["loc"][0] in touched)
+            errors.extend(
+                e for e in pydantic_errors(exc, ()) if not e["loc"] or e["loc"][0] in touched
+            )
         return errors
 
     def check_update(self, doc: Doc[Any], data: bytes) -> None:
@@ -332,82 +337,10 @@ class StateSchema:
                     continue
                 errors.extend(self._value_errors((key,), ydoc.doc_read(twin, (key,))))
         if errors:
-            raise _error(errors, None, "update refused: the state would not validate")
+            raise schema_error(errors, None, "update refused: the state would not validate")
 
 
-# -- helpers ----------------------------------------------------------------------------
-def _show(tp: Any) -> str:
-    return tp.__name__ if isinstance(tp, type) else repr(tp).replace("typing.", "")
-
-
-def _validate_input(slot: Slot, value: Any, path: Path, loc: tuple[Any, ...] = ()) -> Any:
-    """Python-mode validation, falling back to JSON mode for stored forms (strict models).
-
-    Errors are located at ``path + loc``.
-    """
-    try:
-        return slot.adapter.validate_python(value, **_BY_NAME)
-    except ValidationError as exc:
-        first = exc
-    try:
-        text = json.dumps(value)
-    except (TypeError, ValueError):
-        text = None
-    if text is not None:
-        try:
-            return slot.adapter.validate_json(text, **_BY_NAME)
-        except ValidationError:
-            pass
-    raise _error(_errors(first, (*path, *loc)), path) from None
-
-
-def _dump(slot: Slot, validated: Any, path: Path, level: int | None = None) -> Any:
-    data = slot.adapter.dump_python(validated, mode="json", by_alias=False, warnings=False)
-    return normalize(data, path, level=level)
-
-
-def _errors(exc: ValidationError, prefix: tuple[Any, ...]) -> list[dict[str, Any]]:
-    """pydantic's error details, JSON-safe, with ``loc`` prefixed by the state path."""
-    out: list[dict[str, Any]] = []
-    for item in json.loads(exc.json(include_url=False)):
-        entry = error_entry(item["type"], (*prefix, *item["loc"]), item["msg"], item.get("input"))
-        if "ctx" in item:
-            entry["ctx"] = item["ctx"]
-        out.append(entry)
-    return out
-
-
-def _error(
-    errors: list[dict[str, Any]], path: Path | None, headline: str | None = None
-) -> SchemaError:
-    lines = [f"{_show_loc(e['loc'])}: {e['msg']} (input: {_short(e['input'])})" for e in errors]
-    count = f"{len(errors)} validation error{'s' if len(errors) != 1 else ''}"
-    message = f"{headline + ': ' if headline else ''}{count}: " + "; ".join(lines)
-    if path is None and errors:
-        loc = errors[0]["loc"]
-        keys = []
-        for key in loc:
-            if not isinstance(key, str):
-                break
-            keys.append(key)
-        path = tuple(keys) or None
-    return SchemaError(message, errors=errors, path=path)
-
-
-def _show_loc(loc: Sequence[Any]) -> str:
-    if not loc:
-        return "(state)"
-    text = ""
-    for key in loc:
-        text += f"[{key}]" if isinstance(key, int) else (f".{key}" if text else str(key))
-    return text
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
+# -- helpers of check_plan --------------------------------------------------------------
 def _outermost(points: set[Path]) -> list[Path]:
     ordered = sorted(points, key=len)
     kept: list[Path] = []

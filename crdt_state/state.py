@@ -14,7 +14,8 @@ planner judges, the core applies), :mod:`crdt_state._replication` (Yjs
 updates from other replicas), :mod:`crdt_state._durable` (reopening from a
 :class:`~crdt_state.journal.StateStore`, new epochs) and
 :mod:`crdt_state._state_reads` (the read side: content, history from the
-store, typed views).
+store, typed views) and :mod:`crdt_state._state_exchange` (Yjs updates out and
+in, listeners).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from . import _durable, _merge, _replication
-from ._core import Listener, StateCore
+from . import _durable, _merge
+from ._core import StateCore
+from ._state_exchange import StateExchange
 from ._state_reads import StateReads
 from ._writes import apply_writes
 from .branch import Branch
@@ -46,7 +48,7 @@ __all__ = ["SharedState", "StateUpdate"]
 T = TypeVar("T")
 
 
-class SharedState(StateReads):
+class SharedState(StateReads, StateExchange):
     """The authoritative, thread-safe state that branches fork from and merge into.
 
     Args:
@@ -159,8 +161,10 @@ class SharedState(StateReads):
             self._core.check_open()
 
     def prepare(self, changes: Mapping[Any, Any] | Iterable[Change]) -> list[Change]:
-        """A change set as this state would merge it: paths parsed, values validated
-        (schema included) and normalised, each path named once.
+        """A change set as this state would merge it.
+
+        Paths parsed, values validated (schema included) and normalised, each path
+        named once.
 
         ``changes`` is ``{path: value}`` (:data:`MISSING` deletes) or
         :class:`Change` objects. Raises what a merge of them would raise for a bad
@@ -332,66 +336,6 @@ class SharedState(StateReads):
         return await arun_transaction(
             self.fork, fn, agent=agent, retry=retry, resolvers=resolvers, default=default
         )
-
-    # -- replication and listeners ------------------------------------------------------------
-    def get_update(self, since: VersionVector | None = None) -> bytes:
-        """A Yjs update with everything this state has beyond ``since`` (all when None)."""
-        core = self._core
-        with core.lock:
-            core.shared = True
-            if since is None:
-                return bytes(core.doc.get_update())
-            return bytes(core.doc.get_update(since.to_state()))
-
-    def apply_update(
-        self, update: bytes, *, agent: str | None = None, origin: str | None = None
-    ) -> MergeResult:
-        """Integrate a Yjs update from another replica (any Yjs peer).
-
-        Updates are idempotent and commutative: applying one twice, or several
-        in any order, gives the same state. Writes from updates are logged, so
-        branches forked earlier see them as concurrent changes.
-
-        Args:
-            update: the Yjs update.
-            agent: recorded as the change's agent (in history, blame, listeners).
-            origin: deprecated name of ``agent``.
-
-        Raises:
-            InvalidUpdate: malformed bytes (nothing changed).
-            UnsupportedValue: a value deeper than :data:`~crdt_state.values.MAX_DEPTH`
-                (nothing changed).
-        """
-        result, ticket = _replication.apply_update(self._core, update, agent or origin)
-        self._core.wait_durable(ticket)
-        return result
-
-    async def aapply_update(
-        self, update: bytes, *, agent: str | None = None, origin: str | None = None
-    ) -> MergeResult:
-        """:meth:`apply_update` for asyncio code (the disk wait does not block the loop)."""
-        result, ticket = _replication.apply_update(self._core, update, agent or origin)
-        await self._core.await_durable(ticket)
-        return result
-
-    def subscribe(self, listener: Listener) -> Callable[[], None]:
-        """Call ``listener(StateUpdate)`` after every change, in order, under the lock.
-
-        Returns a function that removes the listener. Listeners must be quick
-        and must not call back into the state's mutating methods.
-        """
-        core = self._core
-        with core.lock:
-            core.observe_updates()
-            core.listeners.append(listener)
-            core.shared = True
-
-        def unsubscribe() -> None:
-            with core.lock:
-                if listener in core.listeners:
-                    core.listeners.remove(listener)
-
-        return unsubscribe
 
     # -- closing -----------------------------------------------------------------------------
     def close(self) -> None:

@@ -7,7 +7,8 @@ are queued under the state's lock and committed by one writer thread, many at
 a time (group commit); compaction folds old log rows into a new snapshot and
 may ask the state for a new epoch. docs/architecture.md explains durability
 modes, compaction, epochs and client ids; :mod:`crdt_state._sqlite_file` the
-file format.
+file format. The store's write path (one batch in one transaction) is
+:mod:`crdt_state._sqlite_writes`, its read path :mod:`crdt_state._sqlite_reads`.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 from . import _sqlite_file as sqlfile
 from . import _sqlite_log as sqllog
 from ._group_commit import GroupCommit
 from ._sqlite_reads import SqliteReads, compact
+from ._sqlite_writes import Audit, Item, RememberedRequest, write_batch
 from .conflicts import Conflict, StateUpdate
 from .errors import StorageError
 from .journal import (
@@ -48,24 +49,6 @@ STORE_OPTIONS: Final = ("durability", "keep_history", "keep_conflicts", "compact
 """The keyword options of :meth:`SqliteStore.open` (``SharedState.open`` passes them on)."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Audit:
-    conflicts: tuple[Conflict, ...]
-    token: VersionVector
-    time: float
-
-
-@dataclass(frozen=True, slots=True)
-class _Request:
-    """An applied request that wrote nothing (no change row carries it)."""
-
-    key: RequestKey
-    token: VersionVector
-    seq: int
-    clean: bool
-
-
-_Item = StateUpdate | EpochStart | _Audit | _Request
 _open_stores: weakref.WeakSet[SqliteStore] = weakref.WeakSet()
 
 
@@ -112,7 +95,7 @@ class SqliteStore:
         self._last_seq = 0
         self._log_rows = 0
         self._margin = max(64, keep_history // 4)
-        self._commits = GroupCommit[_Item](
+        self._commits = GroupCommit[Item](
             file, self._write, self._after_write, off=durability == "off"
         )
         _open_stores.add(self)
@@ -216,13 +199,13 @@ class SqliteStore:
 
     def audit(self, conflicts: Sequence[Conflict], token: VersionVector) -> int:
         """Queue conflicts of a merge that wrote nothing (refused, or kept the current value)."""
-        return self._enqueue(_Audit(tuple(conflicts), token, time.time()))
+        return self._enqueue(Audit(tuple(conflicts), token, time.time()))
 
     def remember_request(self, key: RequestKey, token: VersionVector, seq: int, clean: bool) -> int:
         """Queue an applied request that wrote nothing (``seq``: the head then); a ticket."""
-        return self._enqueue(_Request(key, token, seq, clean))
+        return self._enqueue(RememberedRequest(key, token, seq, clean))
 
-    def _enqueue(self, item: _Item) -> int:
+    def _enqueue(self, item: Item) -> int:
         return self._commits.enqueue(item)
 
     # -- waiting ---------------------------------------------------------------------
@@ -243,8 +226,10 @@ class SqliteStore:
         return self._commits.last_ticket()
 
     def flush(self) -> None:
-        """Wait until everything recorded so far is committed, whatever the durability,
-        and any compaction those commits started has finished (queries read a settled file).
+        """Wait until everything recorded so far is committed and settled.
+
+        Whatever the durability; settled: any compaction those commits started
+        has finished (queries read a settled file).
 
         Raises:
             StorageError: the store is closed.
@@ -252,7 +237,7 @@ class SqliteStore:
         self._commits.flush()
 
     # -- the writer thread (see crdt_state._group_commit) ------------------------------
-    def _write(self, batch: list[tuple[int, _Item]]) -> None:
+    def _write(self, batch: list[tuple[int, Item]]) -> None:
         with self._db:
             self._commit(batch)  # looked up per call: tests slow it down
 
@@ -260,53 +245,13 @@ class SqliteStore:
         if self._log_rows > self.keep_history + self._margin:
             self._compact()
 
-    def _commit(self, batch: list[tuple[int, _Item]]) -> None:
+    def _commit(self, batch: list[tuple[int, Item]]) -> None:
         """Write one group of queued items in one transaction, in their order."""
-        conn = self._conn
-        last_seq = self._last_seq
-        added = 0
-        changes: list[StateUpdate] = []
-        epoch = False
-        with sqlfile.transaction(conn):
-            for _, item in batch:
-                if isinstance(item, StateUpdate):
-                    if item.seq != last_seq + 1:
-                        raise self._out_of_order(last_seq, item.seq)
-                    last_seq = item.seq
-                    changes.append(item)
-                    added += 1
-                    continue
-                sqllog.append_changes(conn, changes)  # keep the order of the items
-                changes = []
-                if isinstance(item, _Audit):
-                    applied = all(c.resolved for c in item.conflicts)
-                    token = item.token.to_state()
-                    sqllog.append_conflicts(conn, item.conflicts, token, item.time, applied)
-                elif isinstance(item, _Request):
-                    key = item.key
-                    token = item.token.to_state()
-                    sqllog.remember_request(
-                        conn, key.writer, key.request_id, item.seq, token, item.clean
-                    )
-                else:  # a new epoch: its document is the whole history
-                    if item.seq != last_seq + 1:
-                        raise self._out_of_order(last_seq, item.seq)
-                    last_seq = item.seq
-                    sqllog.restart_at(conn, item.seq, item.token.to_state(), item.document)
-                    added = -self._log_rows
-                    self.epochs += 1
-                    epoch = True
-            sqllog.append_changes(conn, changes)
-        self._last_seq = last_seq
-        self._log_rows += added
-        if epoch:
-            sqllog.release_free_pages(conn)
-
-    def _out_of_order(self, last_seq: int, seq: int) -> StorageError:
-        return StorageError(
-            "the state and its file disagree on the change sequence",
-            details={"file": self.file, "expected": last_seq + 1, "got": seq},
+        written = write_batch(
+            self._conn, [item for _, item in batch], self._last_seq, self._log_rows, self.file
         )
+        self._last_seq, self._log_rows = written.last_seq, written.log_rows
+        self.epochs += written.epochs
 
     def _compact(self) -> None:
         """Fold all but the newest ``keep_history`` log rows into a new snapshot."""

@@ -60,6 +60,7 @@ class Missing:
     _instance: Missing | None = None
 
     def __new__(cls) -> Missing:
+        """The one instance, :data:`MISSING` (a singleton, compared with ``is``)."""
         if cls._instance is None:
             cls._instance = super().__new__(cls)
         return cls._instance

@@ -185,14 +185,14 @@ class VersionVector(Mapping[int, int]):
 
     @classmethod
     def from_state(cls, state: bytes, *, strict: bool = False) -> VersionVector:
-        """Decode a Yjs state vector: ``varuint n``, then ``n`` pairs ``(client, clock)``.
+        r"""Decode a Yjs state vector: ``varuint n``, then ``n`` pairs ``(client, clock)``.
 
         The one state-vector decoder of the project. Lenient by default (what
         the core reads from its own pycrdt documents and files: a client listed
         twice keeps its last clock); ``strict`` for bytes from the network.
 
         Args:
-            state: the encoded state vector (``Doc.get_state()``; ``b"\\x00"`` is empty).
+            state: the encoded state vector (``Doc.get_state()``; ``b"\x00"`` is empty).
             strict: the rules for bytes from the network (the sync wire's one
                 rule set): also refuse a client listed twice, a count of entries
                 that cannot fit in the bytes (before reading them), a varuint

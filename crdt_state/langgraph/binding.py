@@ -39,11 +39,17 @@ class SupportsBranches(Protocol):
     """
 
     @property
-    def token(self) -> VersionVector: ...
+    def token(self) -> VersionVector:
+        """The current version."""
+        ...
 
-    def read(self) -> tuple[dict[str, Any], VersionVector]: ...
+    def read(self) -> tuple[dict[str, Any], VersionVector]:
+        """The content and its version, read in one moment."""
+        ...
 
-    def fork(self, agent: str) -> Any: ...
+    def fork(self, agent: str) -> Any:
+        """A new branch for ``agent`` at the current version."""
+        ...
 
 
 class Binding:
@@ -66,10 +72,12 @@ class Binding:
 
     @property
     def token(self) -> VersionVector:
+        """The bound state's current version."""
         token: VersionVector = self.state.token
         return token
 
     def read(self) -> tuple[dict[str, Any], VersionVector]:
+        """The bound state's content and its version, read in one moment."""
         snapshot, token = self.state.read()
         return snapshot, token
 

@@ -94,11 +94,14 @@ class Presence:
         if self._task is None:
             self._task = asyncio.create_task(self.run(connection))
 
-    def stop(self) -> None:
-        """Stop sending; the hub retires the state when the connection closes."""
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
+    async def stop(self) -> None:
+        """Stop sending (and wait for the sender to end); the hub retires the state when
+        the connection closes."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     # -- the wire ------------------------------------------------------------------------
     def frame(self) -> bytes:

@@ -25,8 +25,16 @@ process) sent with every merge; the hub deduplicates on (writer, request id),
 so a merge re-sent after a reconnect or a restart is applied once.
 
 Offline: merges are queued (in the ``local`` SQLite file when given, so they
-survive a restart) and sent in order when the connection is back.
-Reconnection uses capped exponential backoff with full jitter.
+survive a restart) and sent in order when the connection is back. The connection
+itself (reconnecting, failing over) is :class:`~sync.client._link.Link`.
+
+**Several hubs.** :func:`connect` takes one URL or a list of URLs of the same room
+served by several hubs (a cluster, or a hub and its stand-in on the same database).
+When the connection drops or a hub cannot be reached, the client tries the next URL
+at once (round robin); once every URL failed in a row, it waits with capped
+exponential backoff and full jitter before the next round. Unanswered merges are
+sent again on the new connection and deduplicated by the hub on (writer, request
+id). :attr:`RemoteState.url` is the hub in use (or tried last).
 """
 
 from __future__ import annotations
@@ -35,15 +43,11 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
-from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from pydantic import BaseModel
-from websockets.asyncio.client import ClientConnection
-from websockets.asyncio.client import connect as ws_connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
 from crdt_state import (
     Branch,
@@ -53,23 +57,37 @@ from crdt_state import (
     MergeResult,
     Retry,
     SharedState,
+    StateUpdate,
     VersionVector,
     resolvers,
 )
 from crdt_state.transact import arun_transaction
+from sync.client._events import Finished
+from sync.client._link import Link
 from sync.client._offline import OfflineStore, PendingMerge
-from sync.client._outbox import Finished, Send
 from sync.client._overlay import Overlay
 from sync.client._presence import Presence
 from sync.client._remote_reads import RemoteReads
+from sync.client._urls import hub_urls
 from sync.client.branch import RemoteBranch, RemoteToken
-from sync.client.core import ClientCore, ClientEvent, Frame
-from sync.wire.errors import AuthError, InvalidHubURL, RemoteError
+from sync.client.core import ClientCore
+from sync.wire.errors import HubUnreachable, RemoteError
 
-__all__ = ["RemoteBranch", "RemoteError", "RemoteState", "RemoteToken", "connect"]
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "RemoteBranch",
+    "RemoteError",
+    "RemoteState",
+    "RemoteToken",
+    "connect",
+]
 
 log = logging.getLogger("crdt_state.client")
 T = TypeVar("T")
+
+CONNECT_TIMEOUT = 10.0
+"""Seconds :func:`connect` and :func:`~sync.client.blocking.connect_blocking` wait for the
+first sync with a hub."""
 
 
 class RemoteState(RemoteReads):
@@ -77,7 +95,7 @@ class RemoteState(RemoteReads):
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         *,
         agent: str,
         token: str | None = None,
@@ -88,11 +106,7 @@ class RemoteState(RemoteReads):
         max_message: int = 4 * 2**20,
         schema: type[BaseModel] | None = None,
     ) -> None:
-        if not isinstance(url, str) or urlsplit(url).scheme not in ("ws", "wss"):
-            raise InvalidHubURL(f"a hub URL starts with ws:// or wss://, got {url!r}")
-        if not urlsplit(url).hostname:
-            raise InvalidHubURL(f"the hub URL names no host: {url!r}")
-        self.url = url
+        urls = hub_urls(url)
         self.agent = agent
         self._token = token
         # a mirror of the hub: it never writes on its own, and takes the hub's
@@ -107,16 +121,16 @@ class RemoteState(RemoteReads):
         self._core = ClientCore(self.replica, self.writer, store)
         self._outbox = self._core.outbox
         self._local = store is not None
-        self._backoff = reconnect or Retry(attempts=1, base_delay=0.05, max_delay=2.0)
-        self._max_message = max_message
-        self._ws: ClientConnection | None = None
-        self._synced = asyncio.Event()
-        self._send_lock = asyncio.Lock()
-        self._closing = False
-        self._task: asyncio.Task[None] | None = None
-        self._later: set[asyncio.Task[None]] = set()
+        self._link = Link(
+            self._core,
+            urls,
+            token,
+            reconnect or Retry(attempts=1, base_delay=0.05, max_delay=2.0),
+            max_message,
+            self._finished,
+            self._release_waiters,
+        )
         self._waiting: dict[int, tuple[asyncio.Future[MergeResult], PendingMerge]] = {}
-        self._fatal: BaseException | None = None
         self.failed: list[CrdtStateError] = []
         """Merges that failed after their caller stopped waiting (queued offline, or in
         flight when the connection dropped), each as its typed error."""
@@ -126,45 +140,59 @@ class RemoteState(RemoteReads):
         self.presence = Presence(self.replica.client_id, agent)
         """This agent's awareness state, published to the room (see ``_presence``)."""
 
+    @property
+    def url(self) -> str:
+        """The URL of the hub in use (or, while offline, the one tried last)."""
+        return self._link.url
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """Every hub URL of the room, in the order they are tried."""
+        return self._link.urls
+
     # -- lifecycle -----------------------------------------------------------------------
-    async def start(self, timeout: float = 10.0) -> None:
+    async def start(self, timeout: float = CONNECT_TIMEOUT) -> None:
         """Load the local file, start the connection, wait for the first sync.
 
-        With a ``local`` file the wait is skipped when the hub is unreachable
-        (the agent works offline); without one, :class:`ConnectionError` is
-        raised after ``timeout`` seconds.
+        With a ``local`` file the wait ends as soon as every hub URL was tried once and
+        none could be reached: the agent works offline at once (merges are queued).
+
+        Raises:
+            HubUnreachable: without a ``local`` file, no hub synced within ``timeout``
+                seconds.
+            AuthError: the hub refused the token.
+
+        Whatever the outcome, no background task outlives a failed or cancelled start.
         """
-        self._core.load()
-        self._task = asyncio.create_task(self._run())
-        self.presence.start(lambda: self._ws)
         try:
-            await asyncio.wait_for(self._wait_synced(), timeout)
+            self._core.load()
+            self._link.start()
+            self.presence.start(lambda: self._link.ws)
+            await asyncio.wait_for(self._wait_ready(), timeout)
         except TimeoutError:
             if not self._local:
                 await self.close()
-                raise ConnectionError(f"could not sync with {self.url} in {timeout} s") from None
+                shown = tuple(self._link.shown(url) for url in self.urls)
+                raise HubUnreachable(shown, timeout, self._link.last_error) from None
+        except BaseException:
+            await self.close()
+            raise
 
-    async def _wait_synced(self) -> None:
-        while not self._synced.is_set():
-            if self._fatal is not None:
-                raise self._fatal
+    async def _wait_ready(self) -> None:
+        """Until synced (or, with a local file, until every URL failed once)."""
+        link = self._link
+        while not (link.synced.is_set() or (self._local and link.tried_all)):
+            if link.fatal is not None:
+                raise link.fatal
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._synced.wait(), 0.05)
-        if self._fatal is not None:
-            raise self._fatal
+                await asyncio.wait_for(link.synced.wait(), 0.02)
+        if link.fatal is not None:
+            raise link.fatal
 
     async def close(self) -> None:
         """Disconnect; queued merges stay in the local file (if any)."""
-        self._closing = True
-        self.presence.stop()
-        if self._ws is not None:
-            with contextlib.suppress(Exception):
-                await self._ws.close()
-        for task in [self._task, *self._later]:
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+        await self.presence.stop()
+        await self._link.close()
         self._release_waiters()
         self._core.save()
 
@@ -178,7 +206,32 @@ class RemoteState(RemoteReads):
     @property
     def connected(self) -> bool:
         """True while a synced connection to the hub is up."""
-        return self._ws is not None and self._core.synced
+        return self._link.ws is not None and self._core.synced
+
+    @property
+    def read_only(self) -> bool:
+        """True once the hub refused a write of this client (its token may only read):
+        from then on merges fail at once with :class:`~sync.wire.errors.WriteDenied`."""
+        return self._core.read_only
+
+    def subscribe(self, listener: Callable[[StateUpdate], None]) -> Callable[[], None]:
+        """Call ``listener(StateUpdate)`` after every change the replica takes from the hub.
+
+        As :meth:`crdt_state.SharedState.subscribe`, on the replica: the listener sees
+        the hub's confirmed changes (the agent's own merges once the hub applied them;
+        not while they are queued or in flight), in order, under the replica's lock,
+        on the thread that runs the connection. It must be quick and must not call
+        back into the state. Returns a function that removes the listener.
+        """
+        return self.replica.subscribe(listener)
+
+    def __repr__(self) -> str:
+        state = "connected" if self.connected else "offline"
+        extra = " read-only" if self.read_only else ""
+        return (
+            f"<RemoteState agent={self.agent!r} url={self._link.shown()!r} {state}"
+            f"{extra} pending={self.pending} failed={len(self.failed)}>"
+        )
 
     @property
     def pending(self) -> int:
@@ -263,44 +316,14 @@ class RemoteState(RemoteReads):
         table = self.replica.policies.overlay(resolvers_, default)
         merge = self._core.submit(ops, base, agent, table)
         self.presence.merging(
-            [op.path for op in ops], online=self._ws is not None, queued=self.pending
+            [op.path for op in ops], online=self._link.ws is not None, queued=self.pending
         )
-        if self._ws is None:
+        if self._link.ws is None:
             return _pending_result(merge)
         future: asyncio.Future[MergeResult] = asyncio.get_running_loop().create_future()
         self._waiting[merge.order] = (future, merge)
-        async with self._send_lock:
-            await self._send(merge)
+        await self._link.send(merge)
         return await self.presence.watch(future, lambda: self.pending)
-
-    async def _send(self, merge: PendingMerge) -> None:
-        """Send ``merge`` now, unless offline or already sent on this connection."""
-        ws, frame = self._ws, self._core.frame_for(merge)
-        if ws is not None and frame is not None:
-            with contextlib.suppress(ConnectionClosed):
-                await ws.send(frame)
-
-    async def _send_later(self, merge: PendingMerge, delay: float, connection: int) -> None:
-        await asyncio.sleep(delay)
-        if self._core.still_due(merge, connection):
-            async with self._send_lock:
-                await self._send(merge)
-
-    async def _carry_out(self, events: list[ClientEvent]) -> None:
-        """Do what the core asks: send frames, schedule delayed sends, tell callers."""
-        for event in events:
-            if isinstance(event, Frame):
-                ws = self._ws
-                if ws is not None:
-                    with contextlib.suppress(ConnectionClosed):
-                        await ws.send(event.data)
-            elif isinstance(event, Send):
-                connection = self._core.connection
-                task = asyncio.create_task(self._send_later(event.merge, event.delay, connection))
-                self._later.add(task)
-                task.add_done_callback(self._later.discard)
-            else:
-                self._finished(event)
 
     def _finished(self, event: Finished) -> None:
         waiting = self._waiting.pop(event.order, None)
@@ -318,57 +341,6 @@ class RemoteState(RemoteReads):
         elif event.result is not None and event.result.conflicts:
             self.conflicted.extend(event.result.conflicts)
 
-    # -- the connection -----------------------------------------------------------------------
-    def _connect_url(self) -> str:
-        if not self._token:
-            return self.url
-        parts = urlsplit(self.url)
-        query = (parts.query + "&" if parts.query else "") + urlencode({"token": self._token})
-        return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
-
-    async def _run(self) -> None:
-        attempt = 0
-        while not self._closing:
-            try:
-                async with ws_connect(
-                    self._connect_url(),
-                    max_size=self._max_message,
-                    compression=None,
-                    open_timeout=5,
-                ) as ws:
-                    self._ws = ws
-                    attempt = 0
-                    async with self._send_lock:
-                        for frame in self._core.connected():
-                            await ws.send(frame)
-                    async for data in ws:
-                        if isinstance(data, bytes):
-                            await self._carry_out(self._core.receive(data))
-                            if self._core.synced:
-                                self._synced.set()
-            except InvalidStatus as exc:
-                status = exc.response.status_code
-                if status in (401, 403):
-                    self._fatal = AuthError(
-                        status, "token_refused", f"hub refused the token: HTTP {status}"
-                    )
-                    log.error("hub refused access: HTTP %d", status)
-                    return
-                log.info("hub handshake failed: HTTP %d", status)
-            except (OSError, ConnectionClosed, InvalidHandshake, TimeoutError) as exc:
-                log.info("connection to %s lost: %s", self.url, exc)
-            except Exception:  # a bad frame from the hub: drop this connection, reconnect
-                log.exception("unexpected data from %s; reconnecting", self.url)
-            finally:
-                self._ws = None
-                self._core.disconnected()
-                self._synced.clear()
-                self._release_waiters()
-            if self._closing:
-                return
-            attempt += 1
-            await asyncio.sleep(self._backoff.rng.uniform(0, self._backoff.cap(min(attempt, 30))))
-
     def _release_waiters(self) -> None:
         """Merges awaited when the connection drops return as pending; they stay queued."""
         waiting, self._waiting = self._waiting, {}
@@ -383,24 +355,37 @@ def _pending_result(merge: PendingMerge) -> MergeResult:
 
 @contextlib.asynccontextmanager
 async def connect(
-    url: str,
+    url: str | Sequence[str],
     *,
     agent: str,
     token: str | None = None,
     local: str | Path | None = None,
     resolvers: Mapping[Any, object] | None = None,
     default: object = resolvers.raise_conflict,
-    timeout: float = 10.0,
+    timeout: float = CONNECT_TIMEOUT,
     reconnect: Retry | None = None,
     schema: type[BaseModel] | None = None,
 ) -> AsyncIterator[RemoteState]:
     """Join the hub room at ``url`` as ``agent``; yields a :class:`RemoteState`.
 
-    ``token`` is an access token (sent as the ``token`` query parameter);
-    ``local`` a SQLite file keeping the writer id, the replica and queued
-    merges across restarts; ``resolvers``/``default`` the client's own conflict
-    policies; ``schema`` a pydantic model: branch writes are validated against
-    it and :meth:`RemoteState.model` reads the room typed.
+    Args:
+        url: a ``ws://``/``wss://`` URL, or a list of URLs of the same room (same path)
+            on several hubs: the client fails over between them, round robin.
+        agent: the agent's name (branches and merges carry it).
+        token: an access token (sent as the ``token`` query parameter; never logged).
+        local: a SQLite file keeping the writer id, the replica and queued merges
+            across restarts; with it, an unreachable hub means starting offline at once.
+        resolvers: the client's own conflict policies (``default`` for other paths).
+        default: the policy of paths no resolver names.
+        timeout: seconds to wait for the first sync (see :meth:`RemoteState.start`).
+        reconnect: the backoff between rounds of failed connections.
+        schema: a pydantic model: branch writes are validated against it and
+            :meth:`RemoteState.model` reads the room typed.
+
+    Raises:
+        InvalidHubURL: a bad URL (at once, before any connection attempt).
+        HubUnreachable: without ``local``, no hub synced within ``timeout``.
+        AuthError: the hub refused the token.
     """
     remote = RemoteState(
         url,

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crdt_state import InvalidUpdate, Path, SharedState, StaleBase, VersionVector
-from crdt_state._changelog import Entry, Overlap, WriteKind, overlaps
+from crdt_state._entry import Entry, WriteKind
+from crdt_state._entry_reads import Overlap, overlaps
 
 
 def decode(raw: bytes) -> object:
