@@ -24,7 +24,7 @@ from fnmatch import fnmatchcase
 from http import HTTPStatus
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
@@ -51,6 +51,9 @@ from sync.server.peer import (
 from sync.wire import protocol as p
 from sync.wire.errors import CloseCode
 
+if TYPE_CHECKING:
+    from sync.server.cluster.node import ClusterNode
+
 __all__ = ["Hub"]
 
 log = logging.getLogger("crdt_state.hub")
@@ -75,6 +78,11 @@ class Hub:
             they do not settle go back to the merging client.
         limits: size and connection limits.
         state_factory: builds the state of a new room (overrides ``db``).
+        redis, postgres: a Redis URL and a PostgreSQL DSN: the hub joins the cluster of
+            every hub given the same two (see :mod:`sync.server.cluster.node`); rooms then
+            live in PostgreSQL and ``db`` is not used.
+        cluster_options: extra keyword arguments of the cluster node (``lease_ttl``,
+            ``answer_timeout``).
     """
 
     def __init__(
@@ -87,6 +95,9 @@ class Hub:
         resolvers: Mapping[str, Mapping[Any, object]] | None = None,
         limits: Limits | None = None,
         state_factory: Callable[[str], SharedState] | None = None,
+        redis: str | None = None,
+        postgres: str | None = None,
+        cluster_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.host = host
         self._port = port
@@ -100,10 +111,15 @@ class Hub:
         self._server: Server | None = None
         self._connections = 0
         self._opening: dict[str, asyncio.Future[Room]] = {}
+        self._cluster: ClusterNode | None = None
+        if redis is not None or postgres is not None:
+            self._cluster = _cluster_node(self, redis, postgres, cluster_options or {})
 
     # -- lifecycle -----------------------------------------------------------------
     async def start(self) -> None:
-        """Start listening."""
+        """Start listening (after joining the cluster, when given one)."""
+        if self._cluster is not None:
+            await self._cluster.start()
         if self.secret is None:
             log.warning(
                 "hub started without a secret: every client may read and write every room "
@@ -127,6 +143,8 @@ class Hub:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
+        if self._cluster is not None:
+            await self._cluster.stop()
         for room in self.rooms.values():
             room.close()
         self.rooms.clear()
@@ -193,8 +211,12 @@ class Hub:
         future: asyncio.Future[Room] = asyncio.get_running_loop().create_future()
         self._opening[name] = future
         try:
-            state = await asyncio.to_thread(self._new_state, name)
-            room = Room(name, state, asyncio.get_running_loop())
+            loop = asyncio.get_running_loop()
+            if self._cluster is not None:
+                room = await self._cluster.open_room(name, lambda s: Room(name, s, loop))
+            else:
+                state = await asyncio.to_thread(self._new_state, name)
+                room = Room(name, state, loop)
             self.rooms[name] = room
             future.set_result(room)
             return room
@@ -266,6 +288,8 @@ class Hub:
         finally:
             self._connections -= 1
             if room is not None and session is not None:
+                if self._cluster is not None:
+                    self._cluster.leave(room, session)
                 room.leave(session)
                 session.outbox.put_nowait(None) if not session.outbox.full() else None
             if writer is not None:
@@ -285,6 +309,9 @@ class Hub:
                     "document size limit reached",
                     close_code=CloseCode.MESSAGE_TOO_BIG,
                 )
+            if self._cluster is not None:
+                await self._cluster.forward_update(room, session, event.update)
+                return
             try:
                 await state.aapply_update(event.update, origin=session.label)
             except CrdtStateError as exc:
@@ -296,9 +323,13 @@ class Hub:
         elif isinstance(event, AwarenessReceived):
             room.awareness[session.id] = event.payload
             room.broadcast(p.encode_awareness(event.payload), exclude=session.id)
+            if self._cluster is not None:
+                await self._cluster.publish_awareness(room, event.payload)
         elif isinstance(event, AwarenessQueried):
             for payload in room.awareness.values():
                 session.enqueue(p.encode_awareness(payload))
+        elif self._cluster is not None:
+            await self._cluster.forward_merge(room, session, event.request)
         else:
             max_document = self.limits.max_document
             done = await judge_merge(
@@ -312,6 +343,23 @@ class Hub:
 
 
 _closing: set[asyncio.Task[None]] = set()
+
+
+def _cluster_node(
+    hub: Hub, redis: str | None, postgres: str | None, options: Mapping[str, Any]
+) -> ClusterNode:
+    """The cluster membership of ``hub`` (needs the ``cluster`` extra)."""
+    if redis is None or postgres is None:
+        raise ValueError("a hub joins a cluster with both redis and postgres")
+    from sync.server.cluster.node import ClusterNode
+
+    return ClusterNode(
+        redis,
+        postgres,
+        policies_for=hub._policies_for,
+        max_document=hub.limits.max_document,
+        **options,
+    )
 
 
 def _close_later(ws: ServerConnection, code: int, reason: str) -> None:
