@@ -1,6 +1,7 @@
 """The ``crdt-state`` command: run a hub, mint access tokens.
 
 ``crdt-state hub --host 127.0.0.1 --port 8765 --db hub.db [--secret S]``
+``crdt-state hub --port 8765 --redis redis://HOST:6379/0 --postgres DSN`` (a cluster of hubs)
 ``crdt-state token --room 'triage/*' --role write --ttl 3600 [--secret S]``
 
 The secret may also come from the ``CRDT_STATE_SECRET`` environment variable.
@@ -36,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     hub.add_argument("--max-document", type=int, default=Limits.max_document)
     hub.add_argument("--max-connections", type=int, default=Limits.max_connections)
     hub.add_argument("--max-room-connections", type=int, default=Limits.max_room_connections)
+    hub.add_argument("--redis", help="Redis URL: join a cluster of hubs (with --postgres)")
+    hub.add_argument("--postgres", help="PostgreSQL DSN of the cluster's rooms (with --redis)")
     hub.add_argument("--log-level", default="INFO")
     token = sub.add_parser("token", help="mint an access token")
     token.add_argument("--room", required=True, help="room name or glob, e.g. 'triage/*'")
@@ -53,7 +56,15 @@ async def _run_hub(args: argparse.Namespace) -> None:
         max_connections=args.max_connections,
         max_room_connections=args.max_room_connections,
     )
-    hub = Hub(args.host, args.port, db=args.db or None, secret=args.secret, limits=limits)
+    hub = Hub(
+        args.host,
+        args.port,
+        db=args.db or None,
+        secret=args.secret,
+        limits=limits,
+        redis=args.redis,
+        postgres=args.postgres,
+    )
     await hub.start()
     print(f"crdt-state hub on ws://{args.host}:{hub.port}/<room>", flush=True)
     if args.secret is None:
@@ -78,6 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(mint_token(args.secret, args.room, args.role, args.ttl))
         return 0
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    if (args.redis is None) != (args.postgres is None):
+        print("crdt-state hub: --redis and --postgres go together", file=sys.stderr)
+        return 2
     asyncio.run(_run_hub(args))
     return 0
 
