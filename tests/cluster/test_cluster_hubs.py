@@ -21,7 +21,7 @@ from crdt_state import ConflictError
 from sync import connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "interop"))
-from yjs_node import NodeYjsClient  # noqa: E402
+from yjs_node import NodeYjsClient
 
 pytestmark = pytest.mark.slow
 
