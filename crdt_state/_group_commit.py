@@ -70,7 +70,7 @@ class GroupCommit(Generic[T]):
                 raise StorageError(
                     "the state file failed earlier; this change is not stored",
                     details={"file": self.file, "cause": self.failed.message},
-                )
+                ) from (self.failed.__cause__ or self.failed)
             if self._closing:
                 raise StorageError(
                     "the durable state is closed; this change is not stored (reopen the file)",
@@ -130,9 +130,12 @@ class GroupCommit(Generic[T]):
 
     def _failure(self) -> StorageError:
         cause = self.failed.message if self.failed is not None else "closed"
-        return StorageError(
+        error = StorageError(
             "the change could not be stored", details={"file": self.file, "cause": cause}
         )
+        if self.failed is not None:  # chain the original error (a disk's, a hook's)
+            error.__cause__ = self.failed.__cause__ or self.failed
+        return error
 
     def last_ticket(self) -> int:
         """The ticket of the newest item queued so far (0 when none)."""
@@ -169,6 +172,8 @@ class GroupCommit(Generic[T]):
                     self.failed = error or StorageError(
                         f"writing the state file failed: {exc}", details={"file": self.file}
                     )
+                    if error is None:
+                        self.failed.__cause__ = exc
                     self._done.notify_all()
                 self._fire(failed=True)
                 return

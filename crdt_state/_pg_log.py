@@ -1,0 +1,404 @@
+"""Reading and writing the rows of one key in the PostgreSQL tables (:mod:`._pg_schema`).
+
+The same rows, encodings and semantics as the SQLite format
+(:mod:`crdt_state._sqlite_log`): rows come back as the records of the storage
+interface (:mod:`crdt_state.journal`). Every function takes the connection
+and the state's ``key``; the writing ones run inside the caller's
+transaction. Knows SQL, not pycrdt or threads.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import zlib
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from ._sqlite_file import decode_path, decode_value, descendants_range, encode_value, path_key
+from .conflicts import Conflict, StateUpdate
+from .errors import StorageError
+from .journal import BlameEntry, ConflictRecord, StoredChange, StoredRequest, StoredState
+from .paths import Path
+from .requests import KEEP_REQUESTS, RequestKey
+from .version import VersionVector
+
+if TYPE_CHECKING:
+    import psycopg
+
+    Conn = psycopg.Connection[Any]
+
+__all__ = [
+    "append_changes",
+    "append_conflicts",
+    "blame_paths_upto",
+    "blame_row",
+    "conflict_rows",
+    "count_log",
+    "create",
+    "exists",
+    "history_rows",
+    "load",
+    "recent_requests",
+    "remember_request",
+    "restart_at",
+    "seq_of_token",
+    "swap_snapshot",
+]
+
+_LOG_COLUMNS: Final = "seq, token, doc_update, agent, origin, time, paths"
+
+
+def _log_row(row: Sequence[Any]) -> StoredChange:
+    seq, token, update, agent, origin, when, paths = row
+    return StoredChange(
+        seq=int(seq),
+        token=VersionVector.from_state(bytes(token)),
+        update=bytes(update),
+        agent=agent,
+        origin=origin,
+        time=float(when),
+        paths=tuple(tuple(p) for p in json.loads(paths)),
+    )
+
+
+def _paths_json(paths: Sequence[Path]) -> str:
+    return json.dumps([list(p) for p in paths])
+
+
+def exists(conn: Conn, key: str) -> bool:
+    """True when ``key`` has a snapshot (a state was created under it)."""
+    row = conn.execute("SELECT 1 FROM crdt_store_snapshot WHERE key = %s LIMIT 1", (key,))
+    return row.fetchone() is not None
+
+
+def load(conn: Conn, key: str, upto: int | None = None) -> StoredState:
+    """The snapshot and the log rows after it (up to seq ``upto`` when given), in order.
+
+    Raises:
+        StorageError: the snapshot is missing or does not decompress, or the seqs have a gap.
+    """
+    snap = conn.execute(
+        "SELECT seq, token, doc FROM crdt_store_snapshot WHERE key = %s ORDER BY seq DESC LIMIT 1",
+        (key,),
+    ).fetchone()
+    if snap is None:
+        raise StorageError("the stored state is damaged: it has no snapshot")
+    limit = upto if upto is not None else -1
+    rows = [
+        _log_row(r)
+        for r in conn.execute(
+            f"SELECT {_LOG_COLUMNS} FROM crdt_store_log WHERE key = %s AND seq > %s"
+            " AND (%s < 0 OR seq <= %s) ORDER BY seq",
+            (key, snap[0], limit, limit),
+        )
+    ]
+    for expected, row in enumerate(rows, start=int(snap[0]) + 1):
+        if row.seq != expected:
+            raise StorageError(
+                "the stored state is damaged: the change log has a gap",
+                details={"expected_seq": expected, "found_seq": row.seq},
+            )
+    try:
+        snapshot = zlib.decompress(bytes(snap[2]))
+    except (zlib.error, TypeError) as exc:
+        raise StorageError(
+            f"the stored state is damaged: the snapshot does not decompress ({exc})"
+        ) from exc
+    return StoredState(
+        snapshot_seq=int(snap[0]),
+        snapshot_token=VersionVector.from_state(bytes(snap[1])),
+        snapshot=snapshot,
+        changes=rows,
+    )
+
+
+def create(
+    conn: Conn,
+    key: str,
+    snapshot_seq: int,
+    token: bytes,
+    snapshot: bytes,
+    blame: Iterable[tuple[Path, int, str | None, float, bytes]],
+) -> None:
+    """Store the first snapshot of ``key`` and the blame of its changes."""
+    conn.execute(
+        "INSERT INTO crdt_store_snapshot (key, seq, token, doc, time) VALUES (%s, %s, %s, %s, %s)",
+        (key, snapshot_seq, token, zlib.compress(snapshot), time.time()),
+    )
+    _upsert_blame(conn, [(key, path_key(p), s, a, w, t) for p, s, a, w, t in blame])
+
+
+def _upsert_blame(conn: Conn, rows: list[tuple[str, str, int, str | None, float, bytes]]) -> None:
+    if rows:
+        conn.cursor().executemany(
+            "INSERT INTO crdt_store_blame (key, path, seq, agent, time, token)"
+            " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (key, path) DO UPDATE"
+            " SET seq = excluded.seq, agent = excluded.agent, time = excluded.time,"
+            " token = excluded.token",
+            rows,
+        )
+
+
+def seq_of_token(conn: Conn, key: str, token: bytes) -> int | None:
+    """The seq of the log row (or snapshot) whose token is ``token``."""
+    found = conn.execute(
+        "SELECT seq FROM crdt_store_log WHERE key = %s AND md5(token) = md5(%s) AND token = %s"
+        " ORDER BY seq DESC LIMIT 1",
+        (key, token, token),
+    ).fetchone()
+    if found is not None:
+        return int(found[0])
+    snap = conn.execute(
+        "SELECT seq FROM crdt_store_snapshot WHERE key = %s AND token = %s", (key, token)
+    ).fetchone()
+    return int(snap[0]) if snap is not None else None
+
+
+def history_rows(
+    conn: Conn, key: str, agent: str | None, since: float | None, until: float | None
+) -> list[StoredChange]:
+    """Stored changes, oldest first, filtered by agent and time."""
+    clauses = ["key = %s"]
+    params: list[Any] = [key]
+    if agent is not None:
+        clauses.append("agent = %s")
+        params.append(agent)
+    if since is not None:
+        clauses.append("time >= %s")
+        params.append(since)
+    if until is not None:
+        clauses.append("time <= %s")
+        params.append(until)
+    where = " AND ".join(clauses)
+    cursor = conn.execute(
+        f"SELECT {_LOG_COLUMNS} FROM crdt_store_log WHERE {where} ORDER BY seq", params
+    )
+    return [_log_row(r) for r in cursor]
+
+
+def blame_row(conn: Conn, key: str, path: Path) -> BlameEntry | None:
+    """The newest blame row at ``path``, an ancestor of it, or a descendant."""
+    keys = [path_key(path[:i]) for i in range(1, len(path) + 1)]
+    low, high = descendants_range(path)
+    found = conn.execute(
+        "SELECT path, seq, agent, time, token FROM crdt_store_blame WHERE key = %s"
+        " AND (path = ANY(%s) OR (path >= %s AND path < %s)) ORDER BY seq DESC LIMIT 1",
+        (key, keys, low, high),
+    ).fetchone()
+    if found is None:
+        return None
+    written, seq, agent, when, token = found
+    return BlameEntry(
+        path=decode_path(written),
+        agent=agent,
+        time=float(when),
+        token=VersionVector.from_state(bytes(token)),
+        seq=int(seq),
+    )
+
+
+def conflict_rows(
+    conn: Conn, key: str, path: Path | None, since: float | None
+) -> list[ConflictRecord]:
+    """Audit-log rows, oldest first, at or below ``path``, from time ``since``."""
+    clauses = ["key = %s"]
+    params: list[Any] = [key]
+    if path is not None:
+        low, high = descendants_range(path)
+        clauses.append("(path = %s OR (path >= %s AND path < %s))")
+        params.extend([path_key(path), low, high])
+    if since is not None:
+        clauses.append("time >= %s")
+        params.append(since)
+    cursor = conn.execute(
+        "SELECT path, base, current, incoming, current_agent, incoming_agent, policy,"
+        " resolution, applied, token, time FROM crdt_store_conflicts"
+        f" WHERE {' AND '.join(clauses)} ORDER BY id",
+        params,
+    )
+    return [
+        ConflictRecord(
+            path=decode_path(row[0]),
+            base=decode_value(row[1]),
+            current=decode_value(row[2]),
+            incoming=decode_value(row[3]),
+            current_agent=row[4],
+            incoming_agent=row[5],
+            policy=row[6],
+            resolution=decode_value(row[7]),
+            applied=bool(row[8]),
+            token=VersionVector.from_state(bytes(row[9])),
+            time=float(row[10]),
+        )
+        for row in cursor
+    ]
+
+
+def count_log(conn: Conn, key: str) -> int:
+    row = conn.execute("SELECT count(*) FROM crdt_store_log WHERE key = %s", (key,)).fetchone()
+    return int(row[0]) if row is not None else 0
+
+
+def recent_requests(conn: Conn, key: str) -> list[StoredRequest]:
+    """The newest :data:`KEEP_REQUESTS` remembered requests, oldest first."""
+    rows = conn.execute(
+        "SELECT writer, id, seq, token, paths, clean FROM crdt_store_requests WHERE key = %s"
+        " ORDER BY n DESC LIMIT %s",
+        (key, KEEP_REQUESTS),
+    ).fetchall()
+    return [
+        StoredRequest(
+            key=RequestKey(str(writer), int(rid)),
+            seq=int(seq),
+            token=VersionVector.from_state(bytes(token)),
+            paths=tuple(tuple(p) for p in json.loads(paths)),
+            clean=bool(clean),
+        )
+        for writer, rid, seq, token, paths, clean in reversed(rows)
+    ]
+
+
+# -- writing (inside the caller's transaction) -----------------------------------------
+_UPSERT_REQUEST: Final = (
+    "INSERT INTO crdt_store_requests (key, writer, id, seq, token, paths, clean)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (key, writer, id) DO UPDATE"
+    " SET seq = excluded.seq, token = excluded.token, paths = excluded.paths,"
+    " clean = excluded.clean, n = nextval('crdt_store_requests_n')"
+)
+
+
+def append_changes(conn: Conn, key: str, changes: Sequence[StateUpdate]) -> None:
+    """Append changes (oldest first) with their blame, request ids and audited conflicts."""
+    if not changes:
+        return
+    tokens = [c.token.to_state() for c in changes]
+    pairs = list(zip(changes, tokens, strict=True))
+    conn.cursor().executemany(
+        f"INSERT INTO crdt_store_log (key, {_LOG_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+        [
+            (key, c.seq, t, c.update, c.agent, c.origin, c.time, _paths_json(c.paths))
+            for c, t in pairs
+        ],
+    )
+    newest: dict[str, tuple[str, str, int, str | None, float, bytes]] = {}
+    for c, t in pairs:  # one row per path: the newest write (an upsert may not repeat a key)
+        for p in c.paths:
+            written = path_key(p)
+            newest[written] = (key, written, c.seq, c.agent, c.time, t)
+    _upsert_blame(conn, list(newest.values()))
+    for change, token in pairs:
+        if change.conflicts:
+            append_conflicts(conn, key, change.conflicts, token, change.time, True)
+    requests = [
+        (key, c.writer or "", c.request_id, c.seq, t, _paths_json(c.paths), not c.conflicts)
+        for c, t in pairs
+        if c.request_id is not None
+    ]
+    if requests:
+        conn.cursor().executemany(_UPSERT_REQUEST, requests)
+
+
+def remember_request(
+    conn: Conn, key: str, writer: str, request_id: int, seq: int, token: bytes, clean: bool
+) -> None:
+    """Store an applied request that wrote nothing (it has no change row)."""
+    conn.execute(_UPSERT_REQUEST, (key, writer, request_id, seq, token, "[]", clean))
+
+
+def append_conflicts(
+    conn: Conn,
+    key: str,
+    conflicts: Iterable[Conflict],
+    token: bytes,
+    when: float,
+    applied: bool,
+) -> None:
+    """Add conflicts (and their resolutions) to the audit log."""
+    rows = [
+        (
+            key,
+            when,
+            path_key(c.path),
+            encode_value(c.base),
+            encode_value(c.current),
+            encode_value(c.incoming),
+            c.current_agent,
+            c.incoming_agent,
+            c.policy,
+            encode_value(c.resolution),
+            applied,
+            token,
+        )
+        for c in conflicts
+    ]
+    if rows:
+        conn.cursor().executemany(
+            "INSERT INTO crdt_store_conflicts (key, time, path, base, current, incoming,"
+            " current_agent, incoming_agent, policy, resolution, applied, token)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            rows,
+        )
+
+
+def restart_at(conn: Conn, key: str, seq: int, token: bytes, snapshot: bytes) -> None:
+    """``snapshot`` becomes the whole history up to ``seq`` (a new epoch).
+
+    The older snapshot and every log row up to ``seq`` are dropped; blame and
+    the audit log are kept.
+    """
+    _replace_snapshot(conn, key, seq, token, snapshot)
+
+
+def _replace_snapshot(conn: Conn, key: str, seq: int, token: bytes, snapshot: bytes) -> None:
+    conn.execute(
+        "INSERT INTO crdt_store_snapshot (key, seq, token, doc, time) VALUES (%s, %s, %s, %s, %s)",
+        (key, seq, token, zlib.compress(snapshot), time.time()),
+    )
+    conn.execute("DELETE FROM crdt_store_snapshot WHERE key = %s AND seq < %s", (key, seq))
+    conn.execute("DELETE FROM crdt_store_log WHERE key = %s AND seq <= %s", (key, seq))
+
+
+def swap_snapshot(
+    conn: Conn,
+    key: str,
+    seq: int,
+    token: bytes,
+    snapshot: bytes,
+    gone_paths: Iterable[Path],
+    keep_conflicts: int | None,
+) -> None:
+    """Replace the snapshot by one at ``seq`` and drop the log rows it covers.
+
+    Blame rows of ``gone_paths`` (absent from the new snapshot and not written
+    since) are dropped, the audit log is cut to its newest ``keep_conflicts``
+    rows and the remembered requests to the newest :data:`KEEP_REQUESTS`.
+    """
+    _replace_snapshot(conn, key, seq, token, snapshot)
+    gone = [path_key(p) for p in gone_paths]
+    if gone:
+        conn.execute(
+            "DELETE FROM crdt_store_blame WHERE key = %s AND path = ANY(%s) AND seq <= %s",
+            (key, gone, seq),
+        )
+    if keep_conflicts == 0:
+        conn.execute("DELETE FROM crdt_store_conflicts WHERE key = %s", (key,))
+    elif keep_conflicts is not None:  # ids are shared by all keys: count this key's rows
+        conn.execute(
+            "DELETE FROM crdt_store_conflicts WHERE key = %s AND id < (SELECT id FROM"
+            " crdt_store_conflicts WHERE key = %s ORDER BY id DESC LIMIT 1 OFFSET %s)",
+            (key, key, keep_conflicts - 1),
+        )
+    conn.execute(
+        "DELETE FROM crdt_store_requests WHERE key = %s AND n < (SELECT n FROM"
+        " crdt_store_requests WHERE key = %s ORDER BY n DESC LIMIT 1 OFFSET %s)",
+        (key, key, KEEP_REQUESTS),
+    )
+
+
+def blame_paths_upto(conn: Conn, key: str, seq: int) -> list[Path]:
+    """Paths whose last write is at or before ``seq``."""
+    cursor = conn.execute(
+        "SELECT path FROM crdt_store_blame WHERE key = %s AND seq <= %s", (key, seq)
+    )
+    return [decode_path(r[0]) for r in cursor]

@@ -1,0 +1,129 @@
+"""What the PostgreSQL store reads back (history, versions, blame, audit log), and compaction.
+
+The same answers as the SQLite store (:mod:`crdt_state._sqlite_reads`, whose
+replay and tombstone measure are reused), for one ``key``. No threads: the
+caller holds the connection's lock; each query runs in one transaction, so a
+reader sees one consistent version even while the owner compacts.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from . import _pg_log as pglog
+from . import _sqlite_reads as common
+from ._document import doc_read, doc_snapshot
+from .errors import StaleBase, StorageError, UnknownBase
+from .journal import BlameEntry, ConflictRecord, HistoryEntry, StoredState
+from .paths import Path, parse_path, related
+from .values import MISSING
+from .version import VersionVector
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["PgReads", "compact"]
+
+
+class PgReads:
+    """The history queries of one key (the store flushes its own writes before each)."""
+
+    def __init__(self, conn: psycopg.Connection[Any], key: str, db: threading.Lock) -> None:
+        self._conn = conn
+        self._key = key
+        self._db = db
+
+    def history(
+        self,
+        *,
+        agent: str | None,
+        path: Any,
+        since: float | None,
+        until: float | None,
+        limit: int | None,
+    ) -> list[HistoryEntry]:
+        """Retained changes, oldest first (see :meth:`PostgresStore.history`)."""
+        wanted = parse_path(path) if path is not None else None
+        with self._db, self._conn.transaction():
+            rows = pglog.history_rows(self._conn, self._key, agent, since, until)
+        out = [
+            HistoryEntry(
+                seq=r.seq, token=r.token, agent=r.agent, paths=r.paths, time=r.time, origin=r.origin
+            )
+            for r in rows
+            if wanted is None or any(related(p, wanted) for p in r.paths)
+        ]
+        return out[-limit:] if limit is not None else out
+
+    def at(self, token: VersionVector) -> dict[str, Any]:
+        """The content when the state had exactly ``token`` (see :meth:`PostgresStore.at`)."""
+        with self._db, self._conn.transaction():
+            seq = pglog.seq_of_token(self._conn, self._key, token.to_state())
+            if seq is None:
+                oldest = pglog.load(self._conn, self._key, upto=0).snapshot_token
+            else:
+                stored = pglog.load(self._conn, self._key, upto=seq)
+        if seq is None:
+            if token <= oldest:
+                raise StaleBase(
+                    "this version is older than the retained history (compacted away)",
+                    details={"token": str(token), "oldest": str(oldest)},
+                )
+            raise UnknownBase(
+                "this state never had exactly this version", details={"token": str(token)}
+            )
+        return doc_snapshot(common.replay(stored))
+
+    def blame(self, path: Path) -> BlameEntry | None:
+        """The newest change that wrote ``path``, an ancestor or a descendant."""
+        with self._db, self._conn.transaction():
+            return pglog.blame_row(self._conn, self._key, path)
+
+    def conflicts(self, path: Path | None, since: float | None) -> list[ConflictRecord]:
+        """Audited conflicts, oldest first, at or below ``path``, from time ``since``."""
+        with self._db, self._conn.transaction():
+            return pglog.conflict_rows(self._conn, self._key, path, since)
+
+
+def compact(
+    conn: psycopg.Connection[Any],
+    key: str,
+    fold: int,
+    keep_conflicts: int | None,
+    before_commit: Callable[[psycopg.Connection[Any]], None],
+    *,
+    measure: bool = True,
+) -> bool | None:
+    """Fold the log rows of ``key`` up to seq ``fold`` into a new snapshot (one transaction).
+
+    As :func:`crdt_state._sqlite_reads.compact`: the old snapshot and those rows
+    are replayed, the new snapshot must give the recorded token and decode to
+    the same content; only then are it inserted and the folded rows deleted.
+    ``before_commit(conn)`` runs last inside the transaction (the store's hook).
+
+    Returns:
+        ``None`` when there was nothing to fold; else whether a new epoch is due
+        (the document is dominated by tombstones; only measured with ``measure``).
+
+    Raises:
+        StorageError: a check failed (nothing changed).
+    """
+    with conn.transaction():
+        stored = pglog.load(conn, key, upto=fold)
+        if not stored.changes:
+            return None
+        doc = common.replay(stored)
+        content = doc_snapshot(doc)
+        token = stored.changes[-1].token
+        encoded = bytes(doc.get_update())
+        check = common.replay(StoredState(fold, token, encoded))
+        if doc_snapshot(check) != content:
+            raise StorageError("a compacted snapshot does not decode to the same content")
+        written = pglog.blame_paths_upto(conn, key, fold)
+        gone = [p for p in written if doc_read(doc, p) is MISSING]
+        pglog.swap_snapshot(conn, key, fold, token.to_state(), encoded, gone, keep_conflicts)
+        before_commit(conn)
+    fresh = common._fresh_size(content)  # the SQLite store's measure, read at call time
+    return measure and len(encoded) > common._TOMBSTONE_FACTOR * fresh + common._TOMBSTONE_SLACK

@@ -1,0 +1,580 @@
+"""The PostgreSQL store: many durable states (rooms) in one database, one ``key`` each.
+
+:class:`PostgresStore` implements :class:`crdt_state.journal.StateStore` like
+:class:`crdt_state.storage.SqliteStore` does, with the same semantics (group
+commit by one writer thread, compaction, epochs, history, ``at``, blame, the
+audit log, remembered requests); :func:`open_postgres` opens a
+:class:`~crdt_state.SharedState` on one. :mod:`crdt_state._pg_schema` describes
+the tables. Needs psycopg 3 (``pip install 'crdt-state[cluster]'``);
+``import crdt_state`` does not.
+
+One writer per key: without a ``before_commit`` hook the store holds a
+session advisory lock on its key, so a second writer (any process) is refused
+with :class:`StorageError`; with a hook the caller guarantees it (the hub
+cluster checks its fencing number inside every write transaction).
+``read_only=True`` opens without any lock, for replicas that only load.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+try:
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+except ImportError as exc:  # pragma: no cover - the optional dependency is installed in tests
+    raise ImportError(
+        "crdt_state.postgres needs psycopg 3: pip install 'crdt-state[cluster]'"
+    ) from exc
+
+from . import _pg_log as pglog
+from . import _pg_schema as pgschema
+from ._group_commit import GroupCommit
+from ._pg_reads import PgReads, compact
+from .conflicts import Conflict, StateUpdate
+from .errors import StorageError
+from .journal import (
+    BlameEntry,
+    ConflictRecord,
+    DurableCallback,
+    EpochStart,
+    HistoryEntry,
+    StoredState,
+)
+from .paths import Path
+from .requests import RequestKey
+from .state import SharedState
+from .version import VersionVector
+
+__all__ = ["PG_STORE_OPTIONS", "BeforeCommit", "PostgresStore", "load_stored", "open_postgres"]
+
+BeforeCommit = Callable[["psycopg.Connection[Any]", int], None]
+"""``before_commit(conn, last_ticket)``: runs inside every write transaction, last.
+
+``last_ticket`` is the newest ticket the transaction stores (for a compaction,
+the newest durable one; 0 when creating the state). Raising rolls the
+transaction back and fails the store (see :class:`PostgresStore`).
+"""
+Durability = Literal["full", "normal", "off"]
+PG_STORE_OPTIONS: Final = (
+    "durability",
+    "keep_history",
+    "keep_conflicts",
+    "compact_document",
+    "before_commit",
+    "lock",
+    "read_only",
+    "connect_timeout",
+)
+"""The keyword options of :meth:`PostgresStore.open` (:func:`open_postgres` passes them on)."""
+
+_SYNCHRONOUS_COMMIT: Final = {"full": "on", "normal": "off", "off": "off"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Audit:
+    conflicts: tuple[Conflict, ...]
+    token: VersionVector
+    time: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    key: RequestKey
+    token: VersionVector
+    seq: int
+    clean: bool
+
+
+_Item = StateUpdate | EpochStart | _Audit | _Request
+_open_stores: weakref.WeakSet[PostgresStore] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_stores() -> None:  # store what "off"/"normal" states still queue
+    for store in list(_open_stores):
+        store.close()
+
+
+def safe_dsn(dsn: str) -> str:
+    """``dsn`` for messages: ``postgresql://user@host:port/dbname``, never the password."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "postgresql://(unparsable DSN)"
+    user = f"{parts['user']}@" if parts.get("user") else ""
+    port = f":{parts['port']}" if parts.get("port") else ""
+    return f"postgresql://{user}{parts.get('host', '')}{port}/{parts.get('dbname', '')}"
+
+
+def _scrub(text: str, dsn: str) -> str:
+    try:
+        password = conninfo_to_dict(dsn).get("password")
+    except psycopg.Error:
+        return text
+    return text.replace(str(password), "***") if password else text
+
+
+def _connect(dsn: str, where: str, timeout: float) -> psycopg.Connection[Any]:
+    try:
+        return psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, round(timeout)))
+    except psycopg.Error as exc:
+        raise StorageError(
+            f"cannot connect to PostgreSQL at {where}: {_scrub(str(exc), dsn).strip()}",
+            details={"database": where, "reason": "unavailable"},
+        ) from None
+
+
+class PostgresStore:
+    """The journal and history of one durable state: one ``key`` in a PostgreSQL database.
+
+    Items are queued under the state's lock, in order, each with a ticket; the
+    writer thread stores everything queued in one transaction, which calls
+    ``before_commit(conn, last_ticket)`` last. A ticket is durable once its
+    transaction committed. After a failed write (PostgreSQL down, the hook
+    raised, the transaction refused) every later call raises
+    :class:`StorageError`, whose ``__cause__`` is the original error: changes
+    made in memory since are not stored, and nothing of the failed
+    transaction is.
+    """
+
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        key: str,
+        where: str,
+        *,
+        durability: Durability = "full",
+        keep_history: int = 1_000,
+        keep_conflicts: int | None = 10_000,
+        compact_document: bool = True,
+        before_commit: BeforeCommit | None = None,
+        read_only: bool = False,
+    ) -> None:
+        self.key = key
+        self.where = where
+        self._conn = conn
+        self._db = threading.Lock()  # guards the connection
+        self._reads = PgReads(conn, key, self._db)
+        self.durability = durability
+        self.keep_history = keep_history
+        self.keep_conflicts = keep_conflicts
+        self.compact_document = compact_document
+        self.before_commit = before_commit
+        self.read_only = read_only
+        self.epochs = 0
+        self.compactions = 0
+        self.last_compaction_error: StorageError | None = None
+        self._refused: BaseException | None = None  # the hook refused a compaction
+        self._epoch_handler: Callable[[], Callable[[], bool] | None] | None = None
+        self._ready = False
+        self._last_seq = 0
+        self._log_rows = 0
+        self._margin = max(64, keep_history // 4)
+        self._commits = GroupCommit[_Item](
+            self.name, self._write, self._after_write, off=durability == "off"
+        )
+        _open_stores.add(self)
+
+    @classmethod
+    def open(
+        cls,
+        dsn: str,
+        key: str,
+        *,
+        durability: Durability = "full",
+        keep_history: int = 1_000,
+        keep_conflicts: int | None = 10_000,
+        compact_document: bool = True,
+        before_commit: BeforeCommit | None = None,
+        lock: bool | None = None,
+        read_only: bool = False,
+        connect_timeout: float = 5.0,
+    ) -> PostgresStore:
+        """Connect to the database of ``dsn`` and open the state stored under ``key``.
+
+        The store's tables are created or migrated first (not with ``read_only``).
+
+        Args:
+            dsn: a libpq connection string or URL.
+            key: the state's name in the shared tables (a room name); any non-empty text.
+            durability: ``"full"`` (commit waits for PostgreSQL's WAL flush),
+                ``"normal"`` (``synchronous_commit=off``: a server crash may lose
+                the last commits) or ``"off"`` (merges do not wait).
+            keep_history, keep_conflicts, compact_document: as :meth:`SqliteStore.open`.
+            before_commit: ``before_commit(conn, last_ticket)``, run inside every
+                write transaction before it commits (see :data:`BeforeCommit`).
+            lock: hold a session advisory lock on ``key`` so a second writer is
+                refused; default: only when there is no ``before_commit`` hook.
+            read_only: load and query only (no lock, no migration); writes raise.
+            connect_timeout: seconds to wait for the server.
+
+        Raises:
+            StorageError: the server does not answer (``details["reason"]`` is
+                ``"unavailable"``; the message names the DSN without its password),
+                another writer holds ``key`` (``"in_use"``), or the tables are newer.
+        """
+        if not isinstance(key, str) or not key:
+            raise ValueError("key must be a non-empty str")
+        if durability not in _SYNCHRONOUS_COMMIT:
+            raise ValueError(f"durability must be 'full', 'normal' or 'off', not {durability!r}")
+        if keep_history < 1:
+            raise ValueError("keep_history must be at least 1")
+        if keep_conflicts is not None and keep_conflicts < 0:
+            raise ValueError("keep_conflicts must be >= 0 or None")
+        where = f"{safe_dsn(dsn)}#{key}"
+        conn = _connect(dsn, where, connect_timeout)
+        try:
+            if read_only:
+                conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+                conn.read_only = True
+            else:
+                pgschema.migrate(conn, where)
+                conn.execute(f"SET synchronous_commit = {_SYNCHRONOUS_COMMIT[durability]}")
+                if lock if lock is not None else before_commit is None:
+                    _lock(conn, key, where)
+        except psycopg.Error as exc:
+            conn.close()
+            raise StorageError(
+                f"cannot open the state in PostgreSQL: {exc}",
+                details={"database": where, "reason": "unavailable"},
+            ) from exc
+        except BaseException:
+            conn.close()
+            raise
+        return cls(
+            conn,
+            key,
+            where,
+            durability=durability,
+            keep_history=keep_history,
+            keep_conflicts=keep_conflicts,
+            compact_document=compact_document,
+            before_commit=before_commit,
+            read_only=read_only,
+        )
+
+    @property
+    def name(self) -> str:
+        """``postgresql://user@host:port/dbname#key`` (never the password)."""
+        return self.where
+
+    # -- opening a state -------------------------------------------------------------
+    def load(self) -> StoredState | None:
+        """The snapshot, log and remembered requests of the key; ``None`` for a new key."""
+        with self._db, self._failures("cannot read the stored state"):
+            if self.read_only and pgschema.schema_version(self._conn) == 0:
+                return None
+            with self._conn.transaction():
+                if not pglog.exists(self._conn, self.key):
+                    return None
+                stored = pglog.load(self._conn, self.key)
+                requests = pglog.recent_requests(self._conn, self.key)
+        self._last_seq = stored.snapshot_seq + len(stored.changes)
+        self._log_rows = len(stored.changes)
+        self._ready = True
+        return StoredState(
+            stored.snapshot_seq, stored.snapshot_token, stored.snapshot, stored.changes, requests
+        )
+
+    def create(self, initial: StoredState, blame: Sequence[BlameEntry]) -> None:
+        """Store the first snapshot of a new key (and the blame of its changes)."""
+        self._writable()
+        rows = [(b.path, b.seq, b.agent, b.time, b.token.to_state()) for b in blame]
+        token = initial.snapshot_token.to_state()
+        failures = self._failures("cannot create the stored state")
+        with self._db, failures, self._conn.transaction():
+            pglog.create(self._conn, self.key, initial.snapshot_seq, token, initial.snapshot, rows)
+            self._hook(0)
+        self._last_seq = initial.snapshot_seq
+        self._ready = True
+
+    def on_epoch_due(self, handler: Callable[[], bool]) -> None:
+        """Call ``handler`` when compaction finds the document dominated by tombstones."""
+        try:
+            self._epoch_handler = weakref.WeakMethod(handler)
+        except TypeError:  # not a bound method
+            self._epoch_handler = lambda: handler
+
+    # -- queueing and waiting ----------------------------------------------------------
+    def record(self, change: StateUpdate) -> int:
+        """Queue ``change`` for the next group commit; return its ticket."""
+        return self._enqueue(change)
+
+    def record_epoch(self, epoch: EpochStart) -> int:
+        """Queue a rebuilt document that replaces the stored history; a ticket."""
+        return self._enqueue(epoch)
+
+    def audit(self, conflicts: Sequence[Conflict], token: VersionVector) -> int:
+        """Queue conflicts of a merge that wrote nothing (refused, or kept the current value)."""
+        return self._enqueue(_Audit(tuple(conflicts), token, time.time()))
+
+    def remember_request(self, key: RequestKey, token: VersionVector, seq: int, clean: bool) -> int:
+        """Queue an applied request that wrote nothing (``seq``: the head then); a ticket."""
+        return self._enqueue(_Request(key, token, seq, clean))
+
+    def _enqueue(self, item: _Item) -> int:
+        self._writable()
+        return self._commits.enqueue(item)
+
+    def wait(self, ticket: int) -> None:
+        """Return once ``ticket`` is committed (at once with ``durability="off"``)."""
+        self._commits.wait(ticket)
+
+    def on_durable(self, ticket: int, done: DurableCallback) -> None:
+        """Call ``done(None)`` once ``ticket`` is committed, ``done(error)`` if it never will be."""
+        self._commits.on_durable(ticket, done)
+
+    def last_ticket(self) -> int:
+        """The ticket of the newest item queued so far (0 when none)."""
+        return self._commits.last_ticket()
+
+    def flush(self) -> None:
+        """Wait until everything recorded so far is committed and any compaction it started ran.
+
+        Raises:
+            StorageError: the store is closed or failed.
+        """
+        self._commits.flush()
+
+    # -- the writer thread ---------------------------------------------------------------
+    def _write(self, batch: list[tuple[int, _Item]]) -> None:
+        with self._db, self._failures("writing to PostgreSQL failed"):
+            self._commit(batch)
+
+    def _commit(self, batch: list[tuple[int, _Item]]) -> None:
+        """Write one group of queued items in one transaction, in their order; then the hook."""
+        if self._refused is not None:
+            raise self._hook_error(self._refused)
+        conn, key = self._conn, self.key
+        last_seq, added, epochs = self._last_seq, 0, 0
+        changes: list[StateUpdate] = []
+        with conn.transaction():
+            for _, item in batch:
+                if isinstance(item, StateUpdate):
+                    last_seq = self._next(last_seq, item.seq)
+                    changes.append(item)
+                    added += 1
+                    continue
+                pglog.append_changes(conn, key, changes)  # keep the order of the items
+                changes = []
+                if isinstance(item, _Audit):
+                    applied = all(c.resolved for c in item.conflicts)
+                    token = item.token.to_state()
+                    pglog.append_conflicts(conn, key, item.conflicts, token, item.time, applied)
+                elif isinstance(item, _Request):
+                    pglog.remember_request(
+                        conn,
+                        key,
+                        item.key.writer,
+                        item.key.request_id,
+                        item.seq,
+                        item.token.to_state(),
+                        item.clean,
+                    )
+                else:  # a new epoch: its document is the whole history
+                    last_seq = self._next(last_seq, item.seq)
+                    pglog.restart_at(conn, key, item.seq, item.token.to_state(), item.document)
+                    added = -self._log_rows
+                    epochs += 1
+            pglog.append_changes(conn, key, changes)
+            self._hook(batch[-1][0])
+        self._last_seq = last_seq
+        self._log_rows += added
+        self.epochs += epochs
+
+    def _next(self, last_seq: int, seq: int) -> int:
+        if seq != last_seq + 1:
+            raise StorageError(
+                "the state and its stored log disagree on the change sequence",
+                details={"database": self.where, "expected": last_seq + 1, "got": seq},
+            )
+        return seq
+
+    def _hook(self, ticket: int) -> None:
+        if self.before_commit is None:
+            return
+        try:
+            self.before_commit(self._conn, ticket)
+        except Exception as exc:
+            raise self._hook_error(exc) from exc
+
+    def _hook_error(self, exc: BaseException) -> StorageError:
+        error = StorageError(
+            f"the before_commit hook refused the write: {exc}",
+            details={"database": self.where, "reason": "refused"},
+        )
+        error.__cause__ = exc
+        return error
+
+    def _after_write(self) -> None:
+        if self._log_rows > self.keep_history + self._margin:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Fold all but the newest ``keep_history`` log rows into a new snapshot."""
+        try:
+            with self._db, self._failures("compaction failed"):
+                fold = self._last_seq - self.keep_history
+                durable = self._commits.last_ticket()
+                epoch_due = compact(
+                    self._conn,
+                    self.key,
+                    fold,
+                    self.keep_conflicts,
+                    lambda conn: self._hook(durable),
+                    measure=self.compact_document,
+                )
+                if epoch_due is None:
+                    return
+                self._log_rows = pglog.count_log(self._conn, self.key)
+            self.compactions += 1
+            if self.compact_document and epoch_due:
+                handler = self._epoch_handler() if self._epoch_handler is not None else None
+                if handler is not None:
+                    handler()
+        except Exception as exc:  # nothing changed: keep going without compacting
+            error = (
+                exc if isinstance(exc, StorageError) else StorageError(f"compaction failed: {exc}")
+            )
+            self.last_compaction_error = error
+            if error.details.get("reason") == "refused" and error.__cause__ is not None:
+                self._refused = error.__cause__  # a stale owner: its next write fails too
+            self._margin *= 2  # do not retry on every commit
+
+    def _writable(self) -> None:
+        if self.read_only:
+            raise StorageError(
+                "this store was opened read_only: it stores nothing",
+                details={"database": self.where, "reason": "read_only"},
+            )
+
+    def _failures(self, what: str) -> _Translate:
+        return _Translate(what, self.where)
+
+    # -- history ---------------------------------------------------------------------------
+    def history(
+        self,
+        *,
+        agent: str | None = None,
+        path: Any = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int | None = None,
+    ) -> list[HistoryEntry]:
+        """Retained changes, oldest first (filters as :meth:`SqliteStore.history`)."""
+        self.flush()
+        with self._failures("cannot read the history"):
+            return self._reads.history(
+                agent=agent, path=path, since=since, until=until, limit=limit
+            )
+
+    def at(self, token: VersionVector) -> dict[str, Any]:
+        """The content when the state had exactly ``token``.
+
+        Raises:
+            StaleBase: a version compacted away.
+            UnknownBase: a token this state never had.
+        """
+        if not isinstance(token, VersionVector):
+            raise TypeError("at() takes a VersionVector")
+        self.flush()
+        with self._failures("cannot read a stored version"):
+            return self._reads.at(token)
+
+    def blame(self, path: Path) -> BlameEntry | None:
+        """The newest change that wrote ``path``, an ancestor or a descendant; None if none."""
+        self.flush()
+        with self._failures("cannot read the blame"):
+            return self._reads.blame(path)
+
+    def conflicts(
+        self, path: Path | None = None, since: float | None = None
+    ) -> list[ConflictRecord]:
+        """Audited conflicts, oldest first, at or below ``path``, from time ``since``."""
+        self.flush()
+        with self._failures("cannot read the audit log"):
+            return self._reads.conflicts(path, since)
+
+    # -- closing -----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Store everything queued, then close the connection (releasing the lock). Idempotent."""
+        if not self._commits.close():
+            return
+        _open_stores.discard(self)
+        ready = self._ready and self._commits.failed is None and not self.read_only
+        if ready and self._log_rows > self.keep_history + self._margin:
+            self._compact()
+        with self._db:
+            self._conn.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._commits.closed
+
+
+class _Translate:
+    """Turns psycopg errors into :class:`StorageError` (the cause chained)."""
+
+    def __init__(self, what: str, where: str) -> None:
+        self.what = what
+        self.where = where
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, psycopg.Error):
+            raise StorageError(
+                f"{self.what}: {exc}", details={"database": self.where, "reason": "postgres"}
+            ) from exc
+
+
+def _lock(conn: psycopg.Connection[Any], key: str, where: str) -> None:
+    """Take the session advisory lock of ``key``, or raise: another writer holds it."""
+    row = conn.execute(
+        "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (pgschema.ADVISORY_CLASS, key)
+    ).fetchone()
+    if row is None or not row[0]:
+        raise StorageError(
+            "the state is open in another process or connection (its PostgreSQL lock is held)",
+            details={"database": where, "reason": "in_use"},
+        )
+
+
+def load_stored(dsn: str, key: str, *, connect_timeout: float = 5.0) -> StoredState | None:
+    """What the database holds for ``key`` (snapshot, log, requests), without any lock.
+
+    For replicas (hub followers) that rebuild a room and never write it.
+
+    Raises:
+        StorageError: the server does not answer, or the stored state is damaged.
+    """
+    store = PostgresStore.open(dsn, key, read_only=True, connect_timeout=connect_timeout)
+    try:
+        return store.load()
+    finally:
+        store.close()
+
+
+def open_postgres(dsn: str, key: str, **options: Any) -> SharedState:
+    """Create or reopen the :class:`~crdt_state.SharedState` stored under ``key``.
+
+    Args:
+        dsn: the database (a libpq connection string or URL).
+        key: the state's name in the shared tables.
+        options: the store's (:data:`PG_STORE_OPTIONS`, see :meth:`PostgresStore.open`)
+            and the constructor's.
+
+    Raises:
+        StorageError: as :meth:`PostgresStore.open` and ``SharedState.open_store``.
+    """
+    settings = {k: options.pop(k) for k in PG_STORE_OPTIONS if k in options}
+    return SharedState.open_store(PostgresStore.open(dsn, key, **settings), **options)
