@@ -170,13 +170,19 @@ class ClusterRoom:
 
     async def _serve(self, ownership: Any) -> None:
         node = self.node
-        judge = await node.storage.open_judge(self.name, ownership, node.policies_for(self.name))
+        storage = node.storage
+        judge = await storage.open_judge(self.name, ownership, node.policies_for(self.name))
         try:
-            start = await last_published(node.redis, self.name)
-            if start is None:
-                start = node.storage.stored_position(self.name, judge) or "0-0"
+            # resume after the last published entry; when out is gone (Redis lost it),
+            # from the start of in: judging an entry twice changes nothing
+            start = await last_published(node.redis, self.name) or "0-0"
             owner = RoomOwner(
-                node.redis, ownership, judge, start=start, max_document=node.max_document
+                node.redis,
+                ownership,
+                judge,
+                start=start,
+                max_document=node.max_document,
+                on_committed=lambda position: storage.committed(judge, position),
             )
             self.owner = owner
             log.info("room %r: owner (fence %d) from %s", self.name, ownership.fence.value, start)
@@ -184,8 +190,9 @@ class ClusterRoom:
         except StepDown:
             raise
         finally:
+            storage.forget(judge)
             with contextlib.suppress(Exception):
-                judge.close()
+                await asyncio.to_thread(judge.close)
 
     # -- forwarded merges ----------------------------------------------------------------
     def remember(self, session: Session, request_id: int) -> None:

@@ -92,6 +92,7 @@ class RoomOwner:
         max_document: the document size limit (bytes) merges are refused beyond.
         block: longest wait for new entries per ``XREAD`` (seconds); bounds how late a
             lost lease is noticed when the room is idle.
+        on_committed: told the last ``in`` id of each batch once it is durable.
     """
 
     def __init__(
@@ -103,12 +104,14 @@ class RoomOwner:
         start: str,
         max_document: int,
         block: float = 0.2,
+        on_committed: Callable[[str], None] = lambda position: None,
     ) -> None:
         self.redis = redis
         self.ownership = ownership
         self.judge = judge
         self.position = start
         self.max_document = max_document
+        self.on_committed = on_committed
         self.block_ms = max(1, int(block * 1000))
         self.room = ownership.room
         self._in = room_key(self.room, "in")
@@ -144,6 +147,7 @@ class RoomOwner:
                 if not entries:
                     continue
                 out = await self._judge_batch(entries)
+                self.on_committed(out.last_in)
                 self.ownership.check()
                 await append(self.redis, self._out, encode_out(out), maxlen=OUT_MAXLEN)
                 self.position = out.last_in

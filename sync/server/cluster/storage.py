@@ -48,7 +48,15 @@ class RoomStorage(Protocol):
         every write of it committed only while ``ownership.fence`` is the room's."""
         ...
 
-    def stored_position(self, room: str, judge: SharedState) -> str | None:
+    def committed(self, judge: SharedState, position: str) -> None:
+        """The owner's batch ending at ``in`` id ``position`` is durable in ``judge``."""
+        ...
+
+    def forget(self, judge: SharedState) -> None:
+        """``judge`` is closed (the owner stepped down)."""
+        ...
+
+    async def stored_position(self, room: str) -> str | None:
         """The last ``in`` id committed with the room's state (``None``: unknown)."""
         ...
 
@@ -76,5 +84,11 @@ class StreamReplayStorage:
     ) -> SharedState:
         return await self._replay(room, SharedState(resolvers=resolvers))
 
-    def stored_position(self, room: str, judge: SharedState) -> str | None:
+    def committed(self, judge: SharedState, position: str) -> None:
+        pass
+
+    def forget(self, judge: SharedState) -> None:
+        pass
+
+    async def stored_position(self, room: str) -> str | None:
         return None
