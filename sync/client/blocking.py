@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -154,7 +154,7 @@ class BlockingBranch:
 class BlockingRemote:
     """A hub room for threaded code; create it with :func:`connect_blocking`."""
 
-    def __init__(self, url: str, *, timeout: float = 30.0, **options: Any) -> None:
+    def __init__(self, url: str | Sequence[str], *, timeout: float = 30.0, **options: Any) -> None:
         self.timeout = timeout
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -229,6 +229,6 @@ class BlockingRemote:
         self.close()
 
 
-def connect_blocking(url: str, *, agent: str, **options: Any) -> BlockingRemote:
+def connect_blocking(url: str | Sequence[str], *, agent: str, **options: Any) -> BlockingRemote:
     """:func:`sync.connect` for threaded code (same options); use it in a ``with`` block."""
     return BlockingRemote(url, agent=agent, **options)

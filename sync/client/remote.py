@@ -26,7 +26,14 @@ so a merge re-sent after a reconnect or a restart is applied once.
 
 Offline: merges are queued (in the ``local`` SQLite file when given, so they
 survive a restart) and sent in order when the connection is back.
-Reconnection uses capped exponential backoff with full jitter.
+
+**Several hubs.** :func:`connect` takes one URL or a list of URLs of the same room
+served by several hubs (a cluster, or a hub and its stand-in on the same database).
+When the connection drops or a hub cannot be reached, the client tries the next URL
+at once (round robin); once every URL failed in a row, it waits with capped
+exponential backoff and full jitter before the next round. Unanswered merges are
+sent again on the new connection and deduplicated by the hub on (writer, request
+id). :attr:`RemoteState.url` is the hub in use (or tried last).
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 from urllib.parse import urlencode, urlsplit, urlunsplit
@@ -76,7 +83,7 @@ class RemoteState(RemoteReads):
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         *,
         agent: str,
         token: str | None = None,
@@ -87,11 +94,9 @@ class RemoteState(RemoteReads):
         max_message: int = 4 * 2**20,
         schema: type[BaseModel] | None = None,
     ) -> None:
-        if not isinstance(url, str) or urlsplit(url).scheme not in ("ws", "wss"):
-            raise InvalidHubURL(f"a hub URL starts with ws:// or wss://, got {url!r}")
-        if not urlsplit(url).hostname:
-            raise InvalidHubURL(f"the hub URL names no host: {url!r}")
-        self.url = url
+        self.urls = hub_urls(url)
+        """Every hub URL of the room, in the order they are tried."""
+        self._at = 0  # index in urls of the hub in use, or tried last
         self.agent = agent
         self._token = token
         # a mirror of the hub: it never writes on its own, and takes the hub's
@@ -123,6 +128,11 @@ class RemoteState(RemoteReads):
         """Conflicts, with their resolutions, of merges that were applied after their
         caller stopped waiting."""
 
+    @property
+    def url(self) -> str:
+        """The URL of the hub in use (or, while offline, the one tried last)."""
+        return self.urls[self._at]
+
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self, timeout: float = 10.0) -> None:
         """Load the local file, start the connection, wait for the first sync.
@@ -138,7 +148,8 @@ class RemoteState(RemoteReads):
         except TimeoutError:
             if not self._local:
                 await self.close()
-                raise ConnectionError(f"could not sync with {self.url} in {timeout} s") from None
+                where = " or ".join(self.urls)
+                raise ConnectionError(f"could not sync with {where} in {timeout} s") from None
 
     async def _wait_synced(self) -> None:
         while not self._synced.is_set():
@@ -318,8 +329,11 @@ class RemoteState(RemoteReads):
         return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
 
     async def _run(self) -> None:
-        attempt = 0
+        """Connect, pump, reconnect: round robin over :attr:`urls`, backoff per round."""
+        failed_in_row = 0  # connections that failed or dropped since one last synced
+        rounds = 0  # rounds of every URL failing in a row
         while not self._closing:
+            synced = False
             try:
                 async with ws_connect(
                     self._connect_url(),
@@ -328,14 +342,15 @@ class RemoteState(RemoteReads):
                     open_timeout=5,
                 ) as ws:
                     self._ws = ws
-                    attempt = 0
                     async with self._send_lock:
                         for frame in self._core.connected():
                             await ws.send(frame)
                     async for data in ws:
                         if isinstance(data, bytes):
                             await self._carry_out(self._core.receive(data))
-                            if self._core.synced:
+                            if self._core.synced and not synced:
+                                synced = True
+                                failed_in_row = rounds = 0
                                 self._synced.set()
             except InvalidStatus as exc:
                 status = exc.response.status_code
@@ -343,9 +358,9 @@ class RemoteState(RemoteReads):
                     self._fatal = AuthError(
                         status, "token_refused", f"hub refused the token: HTTP {status}"
                     )
-                    log.error("hub refused access: HTTP %d", status)
+                    log.error("hub %s refused access: HTTP %d", self.url, status)
                     return
-                log.info("hub handshake failed: HTTP %d", status)
+                log.info("hub %s handshake failed: HTTP %d", self.url, status)
             except (OSError, ConnectionClosed, InvalidHandshake, TimeoutError) as exc:
                 log.info("connection to %s lost: %s", self.url, exc)
             except Exception:  # a bad frame from the hub: drop this connection, reconnect
@@ -357,8 +372,13 @@ class RemoteState(RemoteReads):
                 self._release_waiters()
             if self._closing:
                 return
-            attempt += 1
-            await asyncio.sleep(self._backoff.rng.uniform(0, self._backoff.cap(min(attempt, 30))))
+            failed_in_row += 1
+            self._at = (self._at + 1) % len(self.urls)
+            if failed_in_row >= len(self.urls):  # every URL failed in a row: back off
+                failed_in_row = 0
+                rounds += 1
+                delay = self._backoff.cap(min(rounds, 30))
+                await asyncio.sleep(self._backoff.rng.uniform(0, delay))
 
     def _release_waiters(self) -> None:
         """Merges awaited when the connection drops return as pending; they stay queued."""
@@ -368,13 +388,40 @@ class RemoteState(RemoteReads):
                 future.set_result(_pending_result(merge))
 
 
+def hub_urls(url: str | Sequence[str]) -> tuple[str, ...]:
+    """The hub URLs of one room, checked: ``ws://`` or ``wss://``, a host, one room path.
+
+    Args:
+        url: one URL, or the URLs of the same room on several hubs.
+
+    Returns:
+        The URLs, in order.
+
+    Raises:
+        InvalidHubURL: no URL, a URL that is not ``ws://host/...`` or ``wss://host/...``,
+            or URLs naming different rooms (different paths).
+    """
+    urls = (url,) if isinstance(url, str) else tuple(url) if isinstance(url, Sequence) else ()
+    if not urls:
+        raise InvalidHubURL(f"a hub URL or a list of hub URLs is needed, got {url!r}")
+    for one in urls:
+        if not isinstance(one, str) or urlsplit(one).scheme not in ("ws", "wss"):
+            raise InvalidHubURL(f"a hub URL starts with ws:// or wss://, got {one!r}")
+        if not urlsplit(one).hostname:
+            raise InvalidHubURL(f"the hub URL names no host: {one!r}")
+    rooms = {urlsplit(one).path.rstrip("/") for one in urls}
+    if len(rooms) > 1:
+        raise InvalidHubURL(f"the hub URLs must name the same room (path), got {list(urls)!r}")
+    return urls
+
+
 def _pending_result(merge: PendingMerge) -> MergeResult:
     return MergeResult(token=merge.base, agent=merge.agent, fast_forward=False, pending=True)
 
 
 @contextlib.asynccontextmanager
 async def connect(
-    url: str,
+    url: str | Sequence[str],
     *,
     agent: str,
     token: str | None = None,
@@ -386,6 +433,10 @@ async def connect(
     schema: type[BaseModel] | None = None,
 ) -> AsyncIterator[RemoteState]:
     """Join the hub room at ``url`` as ``agent``; yields a :class:`RemoteState`.
+
+    ``url`` is one ``ws://``/``wss://`` URL, or a list of URLs of the same room on
+    several hubs (all with the same path, the room; the client fails over between them, round
+    robin, see :mod:`sync.client.remote`);
 
     ``token`` is an access token (sent as the ``token`` query parameter);
     ``local`` a SQLite file keeping the writer id, the replica and queued

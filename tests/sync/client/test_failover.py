@@ -1,0 +1,134 @@
+"""A room served by several hubs: the client fails over between their URLs (issue 11).
+
+Real hubs on loopback. Two :class:`hubs.RestartableHub` on the same SQLite file stand
+for a cluster whose hubs take over from each other (one runs at a time, so the file is
+handed over); the hub deduplicates re-sent merges on (writer, request id).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import pytest
+from hubs import FAST, RestartableHub, eventually, free_port
+
+import sync
+from crdt_state import MergeResult, Retry, resolvers
+from sync.client.remote import RemoteState
+
+
+class _NoJitter(random.Random):
+    """Backoff that always waits its cap (so a test sees whether it waited at all)."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+SLOW = Retry(attempts=1, base_delay=60.0, max_delay=60.0, rng=_NoJitter())
+"""A backoff of a minute: a client that waited would miss every timeout below."""
+
+
+async def test_a_dead_first_url_moves_to_the_second_at_once(hub: sync.Hub) -> None:
+    dead = f"ws://127.0.0.1:{free_port()}/room"
+    live = hub.url("room")
+    async with sync.connect([dead, live], agent="a", reconnect=SLOW, timeout=5) as remote:
+        assert remote.connected and remote.url == live and remote.urls == (dead, live)
+        async with remote.fork() as branch:
+            branch["x"] = 1
+        assert (await hub.room("room")).state.snapshot() == {"x": 1}
+
+
+async def test_every_url_dead_backs_off_then_gives_up_at_the_timeout() -> None:
+    urls = [f"ws://127.0.0.1:{free_port()}/room" for _ in range(3)]
+    with pytest.raises(ConnectionError) as info:
+        async with sync.connect(urls, agent="a", reconnect=FAST, timeout=0.5):
+            pass
+    assert all(url in str(info.value) for url in urls)
+
+
+@pytest.mark.parametrize(
+    "urls",
+    [
+        [],
+        ["ws://127.0.0.1:1/room", "http://127.0.0.1:2/room"],
+        ["ws://127.0.0.1:1/room", "ws://127.0.0.1:2/other"],
+        ["ws://127.0.0.1:1/room", "ws:///room"],
+    ],
+)
+async def test_every_url_is_checked_up_front(urls: list[str]) -> None:
+    with pytest.raises(sync.InvalidHubURL) as info:
+        async with sync.connect(urls, agent="a"):
+            pass
+    assert info.value.code == "invalid_url"
+    with pytest.raises(sync.InvalidHubURL):
+        sync.connect_blocking(urls, agent="a")
+
+
+async def test_hub_a_stops_with_merges_in_flight_hub_b_takes_over(tmp_path: Path) -> None:
+    db = tmp_path / "hub.db"
+    a, b = RestartableHub(db), RestartableHub(db)
+    await a.start()
+    n = 200
+    remote = RemoteState(
+        [a.url("room"), b.url("room")],
+        agent="x",
+        resolvers={"n": resolvers.counter},
+        reconnect=FAST,
+    )
+    await remote.start()
+    acked: list[MergeResult] = []
+
+    async def one(i: int) -> MergeResult:
+        branch = remote.fork()
+        branch["n"] = branch.get("n", 0) + 1
+        branch.append("log", i)
+        result = await branch.amerge()
+        if not result.pending:
+            acked.append(result)
+        return result
+
+    try:
+        tasks = [asyncio.create_task(one(i)) for i in range(n)]
+        await eventually(lambda: len(acked) >= 10)
+        await a.stop()  # merges still in flight: their callers get "pending"
+        results = await asyncio.gather(*tasks)
+        unacked = [r for r in results if r.pending]
+        assert unacked, "the hub answered every merge before it stopped"
+        assert remote.snapshot()["log"] == list(range(n))  # read-your-writes while offline
+        await b.start()  # the same file: the stand-in knows what A applied
+        await remote.wait_idle()
+        await eventually(lambda: remote.connected)
+        assert remote.url == b.url("room")
+        state = await b.state("room")
+        # every merge once: acknowledged ones not applied again, the others re-sent once
+        assert sorted(state["log"]) == list(range(n))
+        assert state["n"] == n
+        assert remote.failed == [] and remote.conflicted == []
+        await eventually(lambda: remote.snapshot() == state)
+    finally:
+        await remote.close()
+        await b.stop()
+        await a.stop()
+
+
+async def test_the_client_goes_round_the_urls_again_after_the_last_one(tmp_path: Path) -> None:
+    db = tmp_path / "hub.db"
+    a, b = RestartableHub(db), RestartableHub(db)
+    await b.start()
+    try:
+        async with sync.connect([a.url("r"), b.url("r")], agent="x", reconnect=FAST) as remote:
+            assert remote.url == b.url("r")
+            async with remote.fork() as branch:
+                branch["k"] = "on b"
+            await b.stop()
+            await a.start()  # round robin: after b comes a again
+            await eventually(lambda: remote.connected)
+            assert remote.url == a.url("r") and remote.get("k") == "on b"
+            async with remote.fork() as branch:
+                branch["k"] = "on a"
+            assert (await a.state("r"))["k"] == "on a"
+    finally:
+        await a.stop()
+        await b.stop()
