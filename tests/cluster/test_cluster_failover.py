@@ -9,6 +9,7 @@ counter exactly once, and the room must serve again within a few seconds.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,7 +96,7 @@ class Burst:
     def longest_gap(self, start: float) -> float:
         """The longest time without an acknowledgement from ``start`` on (seconds)."""
         times = [start] + [t for t in self.ack_times if t > start]
-        return max(b - a for a, b in zip(times, times[1:], strict=False)) if len(times) > 1 else 0.0
+        return max(b - a for a, b in itertools.pairwise(times)) if len(times) > 1 else 0.0
 
 
 async def run_burst(
