@@ -20,6 +20,14 @@ from typing import Self
 
 from cluster_servers import free_port
 
+_LAUNCH = (
+    "import faulthandler, signal, sys\n"
+    "faulthandler.register(signal.SIGUSR1)  # the test may ask where every thread is\n"
+    "from sync.cli import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+"""``python -m sync.cli`` that dumps every thread's stack to its log on SIGUSR1."""
+
 
 def port_open(port: int) -> bool:
     try:
@@ -51,8 +59,8 @@ class HubProcess:
         assert self.proc is None or self.proc.poll() is not None, "already running"
         cmd = [
             sys.executable,
-            "-m",
-            "sync.cli",
+            "-c",
+            _LAUNCH,
             "hub",
             "--port",
             str(self.port),
@@ -105,6 +113,12 @@ class HubProcess:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+    def dump_stacks(self) -> None:
+        """Ask the hub to write every thread's stack to its log."""
+        if self.alive:
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGUSR1)
 
     def pause(self) -> None:
         assert self.proc is not None

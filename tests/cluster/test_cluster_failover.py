@@ -115,6 +115,8 @@ async def run_burst(
     at = time.monotonic()
     await asyncio.to_thread(event)
     await asyncio.sleep(6.0)
+    for hub in hubs.hubs:
+        hub.dump_stacks()
     burst.stop.set()
     await asyncio.wait_for(asyncio.gather(*tasks), 60)
     return burst, at
@@ -164,3 +166,62 @@ async def test_owner_killed_during_a_burst(
     with psycopg.connect(postgres_dsn) as conn:
         row = conn.execute("SELECT fence FROM crdt_rooms WHERE room = %s", (room,)).fetchone()
     assert row is not None and row[0] >= 2  # the takeover claimed a new fence
+
+
+async def test_owner_paused_past_its_lease(
+    three_hubs: HubCluster, private_redis: RedisServer, postgres_dsn: str
+) -> None:
+    room = "burst/pause"
+    paused: list[HubProcess] = []
+
+    def pause_owner() -> None:
+        found = owner_of(private_redis.url, room, three_hubs)
+        assert found is not None
+        paused.append(found)
+        found.pause()
+        try:
+            time.sleep(4.0)  # twice the lease: another hub takes the room meanwhile
+            taker = owner_of(private_redis.url, room, three_hubs)
+            assert taker is not None and taker is not found, "nobody took the room over"
+        finally:
+            found.resume()
+
+    burst, paused_at = await run_burst(three_hubs, room, pause_owner)
+    old = paused[0]
+    print(
+        f"owner paused: {burst.acked} merges acknowledged, {burst.queued} queued; longest "
+        f"time without an acknowledgement: {burst.longest_gap(paused_at):.2f} s"
+    )
+    assert old.alive
+    for _ in range(100):  # the resumed hub notices on its first turn that its lease is gone
+        if "stepping down" in old.tail(200):
+            break
+        await asyncio.sleep(0.05)
+    assert "stepping down" in old.tail(200), old.tail()
+    for hub in three_hubs.hubs:  # every hub, the resumed one too, converged
+        assert await final_counter(hub, room) == burst.merges
+    assert await asyncio.to_thread(stored_counter, postgres_dsn, room) == burst.merges
+
+
+async def test_redis_restarted_then_everything_restarted(
+    three_hubs: HubCluster, private_redis: RedisServer, postgres_dsn: str
+) -> None:
+    room = "burst/redis"
+    burst, restarted_at = await run_burst(three_hubs, room, private_redis.restart)
+    print(
+        f"redis restarted: {burst.acked} merges acknowledged, {burst.queued} queued; longest "
+        f"time without an acknowledgement: {burst.longest_gap(restarted_at):.2f} s"
+    )
+    assert any(t > restarted_at + 3 for t in burst.ack_times), "merges did not continue"
+    for hub in three_hubs.hubs:
+        assert await final_counter(hub, room) == burst.merges
+    assert await asyncio.to_thread(stored_counter, postgres_dsn, room) == burst.merges
+    # everything down (hubs and Redis, which keeps nothing), then up again: PostgreSQL
+    # brings the room back
+    three_hubs.stop()
+    private_redis.restart()
+    three_hubs.start()
+    assert await final_counter(three_hubs[1], room) == burst.merges
+    async with connect(three_hubs[2].url(room), agent="after", resolvers=COUNTER) as after:
+        await after.acommit({"calls": burst.merges + 1}, after.token)
+    assert await final_counter(three_hubs[0], room) == burst.merges + 1

@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from crdt_state import CrdtStateError
@@ -68,11 +68,13 @@ class ClusterRoom:
         """``out`` entries applied to the replica (for tests and metrics)."""
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
+        self.stale = False
+        """Set when Redis lost its data (restarted): the replica is loaded again."""
 
     def start(self) -> None:
         self._tasks = [
-            asyncio.create_task(self._follow(), name=f"follow {self.name}"),
-            asyncio.create_task(self._contend(), name=f"own {self.name}"),
+            asyncio.create_task(self._forever(self._follow), name=f"follow {self.name}"),
+            asyncio.create_task(self._forever(self._contend), name=f"own {self.name}"),
         ]
 
     async def stop(self) -> None:
@@ -83,12 +85,35 @@ class ClusterRoom:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
+    async def _forever(self, job: Callable[[], Awaitable[None]]) -> None:
+        """Run ``job`` until the room stops; an unexpected error is logged and ``job``
+        starts again (after a resync of the replica: it may have missed entries)."""
+        while not self._stopping:
+            try:
+                await job()
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if self._stopping or (task is not None and task.cancelling()):
+                    raise
+                # a cancellation that is not ours (a client library's timeout): go on
+                log.warning(
+                    "room %r: %s was interrupted, starting it again", self.name, job.__name__
+                )
+            except Exception:
+                log.exception("room %r: %s failed, starting it again", self.name, job.__name__)
+                await asyncio.sleep(0.1)
+                if job == self._follow:
+                    await self._resync()
+
     # -- following out ------------------------------------------------------------------
     async def _follow(self) -> None:
         redis = self.node.redis
         key = room_key(self.name, "out")
         block_ms = max(1, int(self.node.lease_ttl * 1000 / 3))
         while not self._stopping:
+            if self.stale:
+                await self._resync()
+                continue
             try:
                 got = await read_after(redis, key, self.position, count=512, block_ms=block_ms)
             except ClusterUnavailable as exc:
@@ -128,6 +153,7 @@ class ClusterRoom:
 
     async def _resync(self) -> None:
         """Wait until Redis answers, then load the replica again from the durable store."""
+        self.stale = False
         while not self._stopping:
             await asyncio.sleep(min(0.2, self.node.lease_ttl / 10))
             try:

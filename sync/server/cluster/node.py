@@ -133,6 +133,7 @@ class ClusterNode:
         self._tasks = [
             asyncio.create_task(self._relay_awareness(), name="cluster awareness"),
             asyncio.create_task(self._watch_answers(), name="cluster answers"),
+            asyncio.create_task(self._watch_redis(), name="cluster redis"),
         ]
         log.info("hub %s joined the cluster", self.hub_id)
 
@@ -218,10 +219,40 @@ class ClusterNode:
         while True:
             await asyncio.sleep(step)
             now = time.monotonic()
-            for cluster_room in list(self.rooms.values()):
+            for name, cluster_room in list(self.rooms.items()):
                 for session in cluster_room.overdue(now):
-                    log.info("room %r: a merge went unanswered, closing its session", session)
+                    log.info("room %r: a merge went unanswered, closing %s", name, session.label)
                     self.close_session(session, TRY_AGAIN_LATER, "merge not answered in time")
+
+    async def _watch_redis(self) -> None:
+        """Notice a Redis restart (its ``run_id`` changes): the streams and subscriptions
+        are gone, so every room reloads its replica and awareness is subscribed again.
+
+        (A follower's blocking read may reconnect to the new server without an error, and
+        would then miss what was published on the old one and not read yet.)
+        """
+        known: str | None = None
+        while True:
+            await asyncio.sleep(0.5)
+            try:
+                info: Any = await self.redis.info("server")
+            except UNAVAILABLE:
+                continue
+            run_id = str(info.get("run_id", ""))
+            if known is not None and run_id != known:
+                log.warning("redis restarted: reloading every room's replica")
+                for cluster_room in self.rooms.values():
+                    cluster_room.stale = True
+                    # merges forwarded before the restart are lost with the old streams:
+                    # their clients send them again at once instead of after the timeout
+                    for session in cluster_room.overdue(float("inf")):
+                        self.close_session(session, TRY_AGAIN_LATER, "cluster restarted")
+                if self._pubsub is not None:
+                    with contextlib.suppress(*UNAVAILABLE):
+                        await self._pubsub.subscribe(
+                            *[room_key(n, "awareness") for n in self.rooms]
+                        )
+            known = run_id
 
     # -- awareness ----------------------------------------------------------------------------
     async def publish_awareness(self, room: Room, payload: bytes) -> None:

@@ -12,7 +12,8 @@ One round:
    all of them are started in order (each change is made in memory at once, in that
    order) and awaited together, so one PostgreSQL transaction can carry the batch;
 3. once every change is durable, ``XADD`` one entry to ``crdt:{room}:out`` with the
-   accepted changes (one Yjs update), the answers, and the last ``in`` id.
+   accepted changes (one Yjs update), the answers, and the last ``in`` id, in a script
+   that adds it only while the room's lease still holds this owner's token.
 
 Nothing is published for a batch whose storage failed (fenced, PostgreSQL gone): the
 loop raises :class:`StepDown` and the hub drops the judge state. Because every change is
@@ -34,10 +35,16 @@ from redis.asyncio import Redis
 
 from crdt_state import CrdtStateError, SharedState, StateUpdate
 from sync.server._merge import judge_merge
-from sync.server.cluster.errors import ClusterError
+from sync.server.cluster.errors import ClusterError, LeaseLost, LossReason
 from sync.server.cluster.keys import room_key
 from sync.server.cluster.ownership import Ownership
-from sync.server.cluster.streamio import Entry, append, newest, read_after, trim_before
+from sync.server.cluster.streamio import (
+    Entry,
+    append_if_holder,
+    newest,
+    read_after,
+    trim_before,
+)
 from sync.server.cluster.streams import (
     MERGE,
     Answer,
@@ -149,7 +156,16 @@ class RoomOwner:
                 out = await self._judge_batch(entries)
                 self.on_committed(out.last_in)
                 self.ownership.check()
-                await append(self.redis, self._out, encode_out(out), maxlen=OUT_MAXLEN)
+                published = await append_if_holder(
+                    self.redis,
+                    self.ownership.lease.key,
+                    self.ownership.token,
+                    self._out,
+                    encode_out(out),
+                    maxlen=OUT_MAXLEN,
+                )
+                if published is None:  # the lease is gone: publish nothing, step down
+                    raise LeaseLost(self.room, self.ownership.token, LossReason.TAKEN)
                 self.position = out.last_in
                 self.judged += len(entries)
                 if self.judged % (BATCH * 4) < len(entries):

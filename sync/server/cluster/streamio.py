@@ -9,14 +9,29 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from redis.asyncio import Redis
 
 from sync.server.cluster.errors import ClusterUnavailable
 from sync.server.cluster.lease import UNAVAILABLE
 
-__all__ = ["Entry", "newest", "read_after", "read_all", "append", "trim_before"]
+__all__ = [
+    "Entry",
+    "append",
+    "append_if_holder",
+    "newest",
+    "read_after",
+    "read_all",
+    "trim_before",
+]
+
+_APPEND_IF_HOLDER: Final = """
+if redis.call('get', KEYS[1]) ~= ARGV[1] then
+  return false
+end
+return redis.call('xadd', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', unpack(ARGV, 3))
+"""
 
 Entry = tuple[str, Mapping[bytes | str, bytes | str]]
 """A stream entry: its id and its fields."""
@@ -72,6 +87,33 @@ async def append(
     except UNAVAILABLE as exc:
         raise ClusterUnavailable("redis", f"redis did not answer: {exc}") from exc
     return _id(done)
+
+
+async def append_if_holder(
+    redis: Redis,
+    lease_key: str,
+    token: str,
+    key: str,
+    fields: Mapping[str, bytes | str],
+    *,
+    maxlen: int,
+) -> str | None:
+    """``XADD`` ``fields`` to ``key`` only while ``lease_key`` holds ``token`` (one script,
+    atomic); the new id, or ``None`` when the lease is not ``token``'s.
+
+    Both keys must share a hash tag (the room's). This is what keeps a deposed owner, or
+    one whose lease vanished with a Redis restart, from publishing on the room's ``out``
+    stream even before it noticed: positions in ``out`` are always the current ``in``'s.
+    """
+    args: list[bytes | str] = [token, str(maxlen)]
+    for name, value in fields.items():
+        args += [name, value]
+    script = redis.register_script(_APPEND_IF_HOLDER)
+    try:
+        done: Any = await script(keys=[lease_key, key], args=args)
+    except UNAVAILABLE as exc:
+        raise ClusterUnavailable("redis", f"redis did not answer: {exc}") from exc
+    return None if done is None else _id(done)
 
 
 async def trim_before(redis: Redis, key: str, position: str) -> None:
