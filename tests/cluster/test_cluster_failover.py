@@ -80,7 +80,13 @@ class Burst:
     async def increment(self, remote: RemoteState) -> None:
         branch = remote.fork()
         branch.set("calls", (branch.get("calls") or 0) + 1)
-        result = await asyncio.wait_for(branch.amerge(), 30)
+        try:
+            result = await asyncio.wait_for(branch.amerge(), 30)
+        except TimeoutError:
+            raise AssertionError(
+                f"{remote.agent}: a merge was not answered in 30 s (hub {remote.url}, "
+                f"connected: {remote.connected}, pending: {remote.pending})"
+            ) from None
         if result.pending:  # queued while the agent was between hubs: sent on reconnection
             self.queued += 1
             return

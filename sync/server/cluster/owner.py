@@ -167,6 +167,8 @@ class RoomOwner:
                 if published is None:  # the lease is gone: publish nothing, step down
                     raise LeaseLost(self.room, self.ownership.token, LossReason.TAKEN)
                 self.position = out.last_in
+                if not self.judged:
+                    log.info("room %r: first batch published (%d entries)", self.room, len(entries))
                 self.judged += len(entries)
                 if self.judged % (BATCH * 4) < len(entries):
                     await self._trim()

@@ -6,6 +6,8 @@
   :class:`~sync.server.cluster.errors.Fenced`, which rolls the transaction back and fails
   the store) and records the ``in`` position whose judgement is committed. The judge is
   opened *after* the fence was claimed, so it sees every write of earlier owners.
+- Before opening its judge, a new owner ends the PostgreSQL sessions of earlier judges of
+  the room (:func:`depose`): a paused one would hold row locks its new writes wait for.
 - A **replica** is built from :func:`~crdt_state.postgres.load_stored` (a read-only load,
   no lock): a follower state with the snapshot and the log applied.
 
@@ -18,10 +20,13 @@ request identity).
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from crdt_state import SharedState
 from crdt_state.postgres import load_stored, open_postgres
@@ -31,7 +36,9 @@ from sync.server.cluster.ownership import Ownership
 if TYPE_CHECKING:
     from sync.server.cluster.node import ClusterNode
 
-__all__ = ["PositionHook", "PostgresRoomStorage", "fenced_position"]
+log = logging.getLogger("crdt_state.cluster")
+
+__all__ = ["PositionHook", "PostgresRoomStorage", "fenced_position", "judge_dsn"]
 
 _FENCED_POSITION: Final = """
 UPDATE crdt_rooms SET stream_position = coalesce(%s, stream_position)
@@ -53,6 +60,38 @@ def fenced_position(
     if row is None:
         current = conn.execute("SELECT fence FROM crdt_rooms WHERE room = %s", (room,)).fetchone()
         raise Fenced(room, fence, int(current[0]) if current is not None else None)
+
+
+def judge_name(room: str, fence: int | None = None) -> str:
+    """The ``application_name`` of a judge's PostgreSQL session (``None``: the prefix)."""
+    digest = hashlib.sha1(room.encode()).hexdigest()[:16]
+    return f"crdt-judge:{digest}:" + ("" if fence is None else str(fence))
+
+
+def judge_dsn(dsn: str, room: str, fence: int, lease_ttl: float) -> str:
+    """``dsn`` for a judge's connection: named after its room and fence (see
+    :func:`depose`), and ending any transaction left idle for half a lease."""
+    parts = conninfo_to_dict(dsn)
+    timeout = max(100, int(lease_ttl * 500))
+    options = f"{parts.get('options') or ''} -c idle_in_transaction_session_timeout={timeout}"
+    return make_conninfo(dsn, options=options.strip(), application_name=judge_name(room, fence))
+
+
+async def depose(conn: psycopg.AsyncConnection[Any], room: str, fence: int) -> int:
+    """End the PostgreSQL sessions of the room's earlier judges; how many were ended.
+
+    A judge paused in the middle of a write transaction (SIGSTOP, a long GC pause) holds
+    the row locks of what it wrote so far, and the new owner's first writes would wait for
+    them until it wakes up. Its commit would be refused by the fence anyway, so the new
+    owner ends its session at once (the hubs share a role, which may do that).
+    """
+    cur = await conn.execute(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+        " WHERE application_name LIKE %s AND application_name <> %s",
+        (judge_name(room) + "%", judge_name(room, fence)),
+    )
+    row = await cur.fetchone()
+    return int(row[0]) if row is not None else 0
 
 
 class PositionHook:
@@ -98,10 +137,19 @@ class PostgresRoomStorage:
     async def open_judge(
         self, room: str, ownership: Ownership, resolvers: Mapping[Any, object]
     ) -> SharedState:
-        hook = PositionHook(room, ownership.fence.value)
+        fence = ownership.fence.value
+        hook = PositionHook(room, fence)
+        try:
+            async with self.node.pool.connection() as conn:
+                ended = await depose(conn, room, fence)
+        except psycopg.Error as exc:  # not allowed, or unavailable: the fence still holds
+            log.warning("room %r: cannot end earlier judges' sessions: %s", room, exc)
+            ended = 0
+        if ended:
+            log.info("room %r: ended %d session(s) of earlier owners", room, ended)
         state = await asyncio.to_thread(
             open_postgres,
-            self.dsn,
+            judge_dsn(self.dsn, room, fence, self.node.lease_ttl),
             room,
             before_commit=hook,
             compact_document=False,  # clients keep replicas: the document keeps its identity
