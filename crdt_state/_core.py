@@ -130,6 +130,14 @@ class StateCore:
         if self.update_sub is None:
             self.update_sub = self.doc.observe(self._on_transaction)
 
+    def stop_observing(self) -> None:
+        """Drop the update observer of a closed state (it writes nothing more): the
+        document's callback holds the core, a cycle through pycrdt that the garbage
+        collector cannot see, so a closed state would otherwise never be freed."""
+        if self.update_sub is not None:
+            self.doc.unobserve(self.update_sub)
+            self.update_sub = None
+
     def _on_transaction(self, event: Any) -> None:
         self.updates.append(bytes(event.update))
 

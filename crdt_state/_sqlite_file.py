@@ -42,6 +42,7 @@ this process or another, is refused with :class:`StorageError`.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
@@ -158,6 +159,30 @@ def _refuse(message: str, file: str, exc: BaseException | None = None) -> Storag
     return StorageError(message, details=details)
 
 
+def _out_of_descriptors() -> bool:
+    """True when this process cannot open one more file (EMFILE, or ENFILE system-wide)."""
+    try:
+        fd = os.open(os.devnull, os.O_RDONLY)
+    except OSError as exc:
+        return exc.errno in (errno.EMFILE, errno.ENFILE)
+    os.close(fd)
+    return False
+
+
+def _failure(what: str, file: str, exc: sqlite3.Error) -> StorageError:
+    """The error for ``exc`` raised while opening ``file``: SQLite says "unable to open
+    database file" when the process is out of file descriptors, which is not damage."""
+    if _out_of_descriptors():
+        error = _refuse(
+            f"cannot open the state file: too many open files in this process (EMFILE): {exc}",
+            file,
+            exc,
+        )
+        error.details["errno"] = "EMFILE"
+        return error
+    return _refuse(f"{what}: {exc}", file, exc)
+
+
 def _is_busy(exc: sqlite3.Error) -> bool:
     return getattr(exc, "sqlite_errorname", "") in ("SQLITE_BUSY", "SQLITE_LOCKED") or (
         "locked" in str(exc)
@@ -184,13 +209,16 @@ def connect(
     except FileNotFoundError:
         head = b""
     except OSError as exc:
-        raise _refuse(f"cannot read the state file: {exc}", file, exc) from exc
+        error = _refuse(f"cannot read the state file: {exc}", file, exc)
+        if exc.errno in (errno.EMFILE, errno.ENFILE):
+            error.details["errno"] = "EMFILE"
+        raise error from exc
     if head and head != _SQLITE_MAGIC:
         raise _refuse("not a crdt-state file (not even a SQLite database)", file)
     try:
         conn = sqlite3.connect(file, isolation_level=None, check_same_thread=False, timeout=0)
     except sqlite3.Error as exc:
-        raise _refuse(f"cannot open the state file: {exc}", file, exc) from exc
+        raise _failure("cannot open the state file", file, exc) from exc
     try:
         is_new = _prepare(conn, file)
         conn.execute(f"PRAGMA synchronous={_SYNCHRONOUS[durability]}")
@@ -209,7 +237,7 @@ def _prepare(conn: sqlite3.Connection, file: str) -> bool:
     except sqlite3.Error as exc:
         if _is_busy(exc):
             raise _refuse(_IN_USE, file, exc) from exc
-        raise _refuse(f"the state file is damaged or not a database: {exc}", file, exc) from exc
+        raise _failure("the state file is damaged or not a database", file, exc) from exc
     is_new = app_id == 0 and not tables
     if not is_new:
         if app_id != APPLICATION_ID:
@@ -245,7 +273,7 @@ def _prepare(conn: sqlite3.Connection, file: str) -> bool:
     except sqlite3.Error as exc:
         if _is_busy(exc):
             raise _refuse(_IN_USE, file, exc) from exc
-        raise _refuse(f"the state file is damaged: {exc}", file, exc) from exc
+        raise _failure("the state file is damaged", file, exc) from exc
     return is_new
 
 

@@ -411,6 +411,8 @@ class SharedState(StateReads):
         with self._core.lock:  # a merge in progress finishes (and is stored) first
             self._core.closed = True
         store.close()
+        with self._core.lock:
+            self._core.stop_observing()  # frees the closed state's document
 
     def __enter__(self) -> Self:
         return self

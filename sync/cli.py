@@ -1,10 +1,13 @@
 """The ``crdt-state`` command: run a hub, mint access tokens.
 
-``crdt-state hub --host 127.0.0.1 --port 8765 --db hub.db [--secret S]``
+``crdt-state hub --host 127.0.0.1 --port 8765 --db hub.db --secret-file FILE``
 ``crdt-state hub --port 8765 --redis redis://HOST:6379/0 --postgres DSN`` (a cluster of hubs)
-``crdt-state token --room 'triage/*' --role write --ttl 3600 [--secret S]``
+``crdt-state token --room 'triage/*' --role write --ttl 3600 --secret-file FILE``
 
-The secret may also come from the ``CRDT_STATE_SECRET`` environment variable.
+The secret comes from ``--secret-file`` (the file's content, stripped), else ``--secret``
+(visible to other users in ``ps``: avoid it), else the ``CRDT_STATE_SECRET`` environment
+variable. An empty secret is refused. A hub without a secret needs ``--insecure`` and
+listens on a loopback host only, unless ``--insecure-public`` is given too.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import sys
 from collections.abc import Sequence
 
 from sync.mcp import cli as mcp_cli
+from sync.server._security import HubConfigError, check_secret, read_secret_file
 from sync.server.auth import mint_token
 from sync.server.hub import Hub
 from sync.server.limits import Limits
@@ -32,21 +36,96 @@ def _parser() -> argparse.ArgumentParser:
     hub.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback)")
     hub.add_argument("--port", type=int, default=8765)
     hub.add_argument("--db", default="hub.db", help="SQLite file for room state ('' = memory)")
-    hub.add_argument("--secret", default=os.environ.get("CRDT_STATE_SECRET"))
+    _secret_options(hub)
+    hub.add_argument(
+        "--insecure",
+        action="store_true",
+        help="run without a secret: every client may read and write every room "
+        "(loopback hosts only)",
+    )
+    hub.add_argument(
+        "--insecure-public",
+        action="store_true",
+        help="with --insecure, also allow a non-loopback --host (e.g. 0.0.0.0)",
+    )
     hub.add_argument("--max-message", type=int, default=Limits.max_message)
     hub.add_argument("--max-document", type=int, default=Limits.max_document)
     hub.add_argument("--max-connections", type=int, default=Limits.max_connections)
     hub.add_argument("--max-room-connections", type=int, default=Limits.max_room_connections)
     hub.add_argument("--redis", help="Redis URL: join a cluster of hubs (with --postgres)")
     hub.add_argument("--postgres", help="PostgreSQL DSN of the cluster's rooms (with --redis)")
+    hub.add_argument(
+        "--max-awareness",
+        type=int,
+        default=Limits.max_awareness,
+        help="largest awareness message in bytes (default %(default)s)",
+    )
+    hub.add_argument(
+        "--max-outbox-bytes",
+        type=int,
+        default=Limits.max_outbox_bytes,
+        help="bytes queued for a slow client before it is dropped with 1013 (default %(default)s)",
+    )
+    hub.add_argument(
+        "--room-idle-seconds",
+        type=float,
+        default=Limits.room_idle_seconds,
+        help="unload a room (flush, close its file) after this long without a connection "
+        "(default %(default)s)",
+    )
     hub.add_argument("--log-level", default="INFO")
     token = sub.add_parser("token", help="mint an access token")
     token.add_argument("--room", required=True, help="room name or glob, e.g. 'triage/*'")
     token.add_argument("--role", choices=("read", "write"), default="write")
     token.add_argument("--ttl", type=float, default=3600.0, help="seconds of validity")
-    token.add_argument("--secret", default=os.environ.get("CRDT_STATE_SECRET"))
+    _secret_options(token)
     mcp_cli.add_parser(sub)
     return parser
+
+
+def _secret_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--secret-file",
+        metavar="FILE",
+        help="file holding the HMAC secret (its content, stripped of white space)",
+    )
+    group.add_argument(
+        "--secret",
+        help="the HMAC secret itself (visible in ps: prefer --secret-file or "
+        "CRDT_STATE_SECRET); default: CRDT_STATE_SECRET",
+    )
+
+
+def _secret(args: argparse.Namespace) -> str | None:
+    """The secret the options name (``None``: none given); raises HubConfigError if empty."""
+    if args.secret_file is not None:
+        return read_secret_file(args.secret_file)
+    secret: str | None = args.secret
+    if secret is None:
+        secret = os.environ.get("CRDT_STATE_SECRET")
+    if secret is not None and not secret.strip():
+        raise HubConfigError(
+            "empty_secret", "the secret is empty (--secret or CRDT_STATE_SECRET): refused"
+        )
+    return secret
+
+
+def _hub_secret(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
+    """The hub's secret, or a parser error for a configuration the hub must not run with."""
+    try:
+        secret = _secret(args)
+        if secret is None and not args.insecure:
+            parser.error(
+                "a secret is required: --secret-file FILE or CRDT_STATE_SECRET "
+                "(or --insecure to let every client read and write every room)"
+            )
+        if secret is not None and args.insecure:
+            parser.error("--insecure and a secret exclude each other")
+        check_secret(secret, args.host, insecure=args.insecure_public)
+    except HubConfigError as exc:
+        parser.error(str(exc))
+    return secret
 
 
 async def _run_hub(args: argparse.Namespace) -> None:
@@ -55,6 +134,9 @@ async def _run_hub(args: argparse.Namespace) -> None:
         max_document=args.max_document,
         max_connections=args.max_connections,
         max_room_connections=args.max_room_connections,
+        max_awareness=args.max_awareness,
+        max_outbox_bytes=args.max_outbox_bytes,
+        room_idle_seconds=args.room_idle_seconds,
     )
     hub = Hub(
         args.host,
@@ -62,13 +144,18 @@ async def _run_hub(args: argparse.Namespace) -> None:
         db=args.db or None,
         secret=args.secret,
         limits=limits,
+        insecure=args.insecure_public,
         redis=args.redis,
         postgres=args.postgres,
     )
     await hub.start()
     print(f"crdt-state hub on ws://{args.host}:{hub.port}/<room>", flush=True)
     if args.secret is None:
-        print("no secret: every client may read and write every room", flush=True)
+        print(
+            "WARNING: --insecure: no secret, every client may read and write every room",
+            file=sys.stderr,
+            flush=True,
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -79,15 +166,26 @@ async def _run_hub(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``crdt-state`` command."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     if args.command == "mcp":
         return mcp_cli.run(args)
     if args.command == "token":
-        if not args.secret:
-            print("crdt-state token: --secret (or CRDT_STATE_SECRET) is required", file=sys.stderr)
+        try:
+            secret = _secret(args)
+        except HubConfigError as exc:
+            print(f"crdt-state token: {exc}", file=sys.stderr)
             return 2
-        print(mint_token(args.secret, args.room, args.role, args.ttl))
+        if secret is None:
+            print(
+                "crdt-state token: a secret is required "
+                "(--secret-file FILE, --secret or CRDT_STATE_SECRET)",
+                file=sys.stderr,
+            )
+            return 2
+        print(mint_token(secret, args.room, args.role, args.ttl))
         return 0
+    args.secret = _hub_secret(parser, args)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     if (args.redis is None) != (args.postgres is None):
         print("crdt-state hub: --redis and --postgres go together", file=sys.stderr)

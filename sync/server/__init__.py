@@ -9,6 +9,7 @@
 It never imports :mod:`sync.client`: what both need lives in :mod:`sync.wire`.
 """
 
+from sync.server._security import HubConfigError
 from sync.server.auth import AuthError, Grant, mint_token, verify_token
 from sync.server.hub import Hub
 from sync.server.limits import Limits
@@ -18,6 +19,7 @@ __all__ = [
     "AuthError",
     "Grant",
     "Hub",
+    "HubConfigError",
     "HubPeer",
     "Limits",
     "PeerRefused",

@@ -1,8 +1,13 @@
 """The websocket handshake of the hub: room names, access tokens, refusals (no state).
 
-The room is the URL path (``ws://host:port/triage/42`` is room ``triage/42``); the access
-token travels as the ``token`` query parameter (what y-websocket's ``params`` option sends)
-or as ``Authorization: Bearer <token>``.
+The room is the URL path without its first ``/`` and without the query, exactly as the
+reference y-websocket server names documents (``req.url.slice(1).split('?')[0]``):
+``ws://host:port/triage/42`` is room ``triage/42`` and ``ws://host:port//etc/passwd`` is room
+``/etc/passwd`` (a path, never a host). Names are made of ``A-Z a-z 0-9 . _ ~ - /`` and must fit
+in a file name once stored (:func:`sync.server._store.room_file_fits`); others are refused at
+the handshake (400, or 414 for a name too long). The access token travels as the ``token``
+query parameter (what y-websocket's ``params`` option sends) or as
+``Authorization: Bearer <token>``.
 """
 
 from __future__ import annotations
@@ -18,14 +23,17 @@ from websockets.http11 import Request, Response
 
 __all__ = ["peer_address", "refuse", "request_token", "room_name"]
 
-_ROOM_NAME: Final = re.compile(r"^[A-Za-z0-9._~\-]+(/[A-Za-z0-9._~\-]+)*$")
-_MAX_ROOM_NAME: Final = 200
+_ROOM_NAME: Final = re.compile(r"^[A-Za-z0-9._~\-/]+$")
 
 
 def room_name(path: str) -> str | None:
-    """The room named by a request path (``/triage/42?token=..`` → ``triage/42``), or None."""
-    name = urlsplit(path).path.strip("/")
-    if not name or len(name) > _MAX_ROOM_NAME or not _ROOM_NAME.match(name):
+    """The room named by a request path (``/triage/42?token=..`` → ``triage/42``), or None.
+
+    The path without its first character and without the query, as y-websocket
+    does; ``None`` when it is empty or has a character outside the room grammar.
+    """
+    name = path[1:].split("?", 1)[0]
+    if not name or not _ROOM_NAME.match(name):
         return None
     return name
 

@@ -39,6 +39,7 @@ from websockets.asyncio.server import ServerConnection, broadcast
 from websockets.protocol import State
 
 from crdt_state import SharedState, StateUpdate
+from sync.server._outbound import Outbox
 from sync.server.auth import Grant
 from sync.wire.awareness import removal_update, safe_clients
 from sync.wire.protocol import encode_awareness, encode_update
@@ -57,17 +58,19 @@ class Session:
     Frames are written to ``connection`` at once when nothing is waiting
     before them and its write buffer is below ``write_limit`` bytes;
     otherwise ``outbox`` holds them, in order, for the hub's writer task
-    (which waits for the client to read). When the outbox overflows the
-    session is marked ``overflowed`` and the hub disconnects it.
+    (which waits for the client to read). When the outbox would hold more than
+    ``max_outbox`` bytes the session is marked ``overflowed``, its outbox is
+    cleared (its memory freed) and the hub disconnects it (close 1013).
     """
 
     grant: Grant | None
     remote: str
     max_outbox: int
+    """Bytes of frames the outbox may hold (see :class:`~sync.server._outbound.Outbox`)."""
     id: int = field(default_factory=lambda: next(_ids))
     writer: str = field(default_factory=lambda: secrets.token_hex(16))
     """A random 128-bit identity: the scope of request ids sent without a writer."""
-    outbox: asyncio.Queue[bytes | None] = field(init=False)
+    outbox: Outbox = field(init=False)
     overflowed: bool = False
     on_overflow: Callable[[Session], None] | None = None
     connection: ServerConnection | None = None
@@ -76,7 +79,7 @@ class Session:
     write_limit: int = 64 * 1024
 
     def __post_init__(self) -> None:
-        self.outbox = asyncio.Queue(maxsize=self.max_outbox)
+        self.outbox = Outbox(self.max_outbox)
 
     @property
     def can_write(self) -> bool:
@@ -109,10 +112,9 @@ class Session:
             _write_now(ws, frames)
             return
         for frame in frames:
-            try:
-                self.outbox.put_nowait(frame)
-            except asyncio.QueueFull:
+            if not self.outbox.put(frame):
                 self.overflowed = True
+                self.outbox.close()  # frees what it held: the client is dropped
                 if self.on_overflow is not None:
                     self.on_overflow(self)
                 return

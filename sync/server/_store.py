@@ -13,17 +13,29 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 from urllib.parse import quote
 
 from crdt_state import SharedState
 
-__all__ = ["open_room_state", "room_file"]
+__all__ = ["MAX_FILE_NAME", "open_room_state", "room_file", "room_file_fits"]
+
+MAX_FILE_NAME: Final = 255
+"""Bytes in one file name on common file systems (ext4, APFS, NTFS in UTF-16 units)."""
+
+_LONGEST_SUFFIX: Final = ".sqlite-journal"
+"""The longest name SQLite derives from a database file (``-wal``, ``-shm``, ``-journal``)."""
 
 
 def room_file(db: Path, name: str) -> Path:
     """The SQLite file that holds room ``name`` under the hub directory ``db``."""
     return db / (quote(name, safe="") + ".sqlite")
+
+
+def room_file_fits(name: str) -> bool:
+    """True when every file of room ``name`` (and SQLite's companions) has a name the file
+    system takes: at most :data:`MAX_FILE_NAME` bytes."""
+    return len(quote(name, safe="").encode()) + len(_LONGEST_SUFFIX) <= MAX_FILE_NAME
 
 
 def open_room_state(

@@ -71,6 +71,8 @@ def verify_token(secret: str, token: str | None, room: str, *, now: float | None
     """The :class:`Grant` of ``token`` for ``room``, or :class:`AuthError`."""
     if not token:
         raise AuthError(401, "missing_token", "an access token is required")
+    if not token.isascii():
+        raise AuthError(401, "malformed_token", "malformed access token")
     payload, dot, signature = token.partition(".")
     if not dot or not payload or not signature:
         raise AuthError(401, "malformed_token", "malformed access token")

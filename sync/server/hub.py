@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 from collections.abc import Callable, Mapping
 from fnmatch import fnmatchcase
 from http import HTTPStatus
@@ -34,9 +33,14 @@ from crdt_state import (
     CrdtStateError,
     SharedState,
 )
+from sync.server._expiry import EXPIRED_TOKEN, TOKEN_EXPIRED_REASON, expire_at, token_expired
 from sync.server._handshake import peer_address, refuse, request_token, room_name
+from sync.server._json_model import NON_JSON_TYPE, non_json_content
 from sync.server._merge import DOCUMENT_TOO_LARGE, judge_merge
 from sync.server._room import Room, Session
+from sync.server._rooms import IdleRooms
+from sync.server._security import check_secret
+from sync.server._store import room_file_fits
 from sync.server.auth import AuthError, Grant, verify_token
 from sync.server.limits import Limits
 from sync.server.peer import (
@@ -58,8 +62,9 @@ __all__ = ["Hub"]
 
 log = logging.getLogger("crdt_state.hub")
 
-_ROOM_NAME = re.compile(r"^[A-Za-z0-9._~\-]+(/[A-Za-z0-9._~\-]+)*$")
 _TRY_AGAIN_LATER = 1013
+AWARENESS_TOO_LARGE = "awareness_too_large"
+"""The code of :class:`PeerRefused` for an awareness message over ``Limits.max_awareness``."""
 
 
 class Hub:
@@ -69,8 +74,11 @@ class Hub:
         host, port: where to listen (port 0 picks a free port; see :attr:`port`).
         db: a SQLite file for the rooms' state (``None``: in memory only). With it,
             no change is sent to any client before it is stored (see :mod:`sync.server._room`).
-        secret: HMAC secret for access tokens; ``None`` accepts everyone, and
-            the hub then says so in its log.
+        secret: HMAC secret for access tokens. ``None`` accepts everyone (the hub then
+            says so in its log): allowed on a loopback host only, unless ``insecure``.
+            An empty secret is refused (:class:`~sync.server.HubConfigError`).
+        insecure: allow ``secret=None`` on a non-loopback host (every client on the
+            network may then read and write every room).
         resolvers: server-side conflict policies by room glob (matched like
             access tokens, with :func:`fnmatch.fnmatchcase`: ``*`` also matches
             ``/``), e.g. ``{"triage/*": {"calls": resolvers.counter}}``. When
@@ -83,6 +91,10 @@ class Hub:
             live in PostgreSQL and ``db`` is not used.
         cluster_options: extra keyword arguments of the cluster node (``lease_ttl``,
             ``answer_timeout``).
+
+    With ``db``, a room without connections for ``limits.room_idle_seconds`` is
+    unloaded (flushed, its file closed, its memory freed) and loaded again on the
+    next join; rooms in memory (no ``db``) or from ``state_factory`` stay loaded.
     """
 
     def __init__(
@@ -98,7 +110,9 @@ class Hub:
         redis: str | None = None,
         postgres: str | None = None,
         cluster_options: Mapping[str, Any] | None = None,
+        insecure: bool = False,
     ) -> None:
+        check_secret(secret, host, insecure=insecure)
         self.host = host
         self._port = port
         self.db = Path(db) if db is not None else None
@@ -114,6 +128,13 @@ class Hub:
         self._cluster: ClusterNode | None = None
         if redis is not None or postgres is not None:
             self._cluster = _cluster_node(self, redis, postgres, cluster_options or {})
+        self._live: set[ServerConnection] = set()
+        self._idle = IdleRooms(  # rooms in memory only are never unloaded: it would lose them
+            self.limits.room_idle_seconds,
+            self._unload_later,
+            enabled=self.db is not None and state_factory is None and redis is None,
+        )
+        self._unloading: dict[str, asyncio.Task[None]] = {}
 
     # -- lifecycle -----------------------------------------------------------------
     async def start(self) -> None:
@@ -122,8 +143,8 @@ class Hub:
             await self._cluster.start()
         if self.secret is None:
             log.warning(
-                "hub started without a secret: every client may read and write every room "
-                "(listening on %s)",
+                "INSECURE: hub started without a secret: every client may read and write "
+                "every room (listening on %s)",
                 self.host,
             )
         self._server = await serve(
@@ -131,6 +152,7 @@ class Hub:
             self.host,
             self._port,
             process_request=self._process_request,
+            process_response=self._process_response,
             max_size=self.limits.max_message,
             compression=None,
             max_queue=64,
@@ -140,9 +162,18 @@ class Hub:
     async def stop(self) -> None:
         """Stop listening, close every connection and every room's storage."""
         if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+            server, self._server = self._server, None
+            server.close()  # close handshakes with every client, concurrently
+            try:
+                async with asyncio.timeout(self.limits.shutdown_grace):
+                    await server.wait_closed()
+            except TimeoutError:  # clients that do not read never answer: cut them off
+                for ws in list(self._live):
+                    ws.transport.abort()
+                await server.wait_closed()
+        self._idle.cancel_all()
+        if self._unloading:
+            await asyncio.gather(*self._unloading.values(), return_exceptions=True)
         if self._cluster is not None:
             await self._cluster.stop()
         for room in self.rooms.values():
@@ -201,7 +232,10 @@ class Hub:
         return open_room_state(self.db, name, resolvers=policies)
 
     async def room(self, name: str) -> Room:
-        """The room called ``name``, loaded (or created) on first use."""
+        """The room called ``name``, loaded (or created) on first use.
+
+        A room no one joins within ``Limits.room_idle_seconds`` is unloaded again.
+        """
         room = self.rooms.get(name)
         if room is not None:
             return room
@@ -211,6 +245,9 @@ class Hub:
         future: asyncio.Future[Room] = asyncio.get_running_loop().create_future()
         self._opening[name] = future
         try:
+            unloading = self._unloading.get(name)
+            if unloading is not None:  # its file must be closed before it is opened again
+                await asyncio.shield(unloading)
             loop = asyncio.get_running_loop()
             if self._cluster is not None:
                 room = await self._cluster.open_room(name, lambda s: Room(name, s, loop))
@@ -218,6 +255,7 @@ class Hub:
                 state = await asyncio.to_thread(self._new_state, name)
                 room = Room(name, state, loop)
             self.rooms[name] = room
+            self._idle.idle(name)
             future.set_result(room)
             return room
         except BaseException as exc:
@@ -227,11 +265,35 @@ class Hub:
         finally:
             self._opening.pop(name, None)
 
+    def _unload_later(self, name: str) -> None:
+        """Unload room ``name`` if it still has no connection (its idle timer fired)."""
+        room = self.rooms.get(name)
+        if room is None or room.sessions or name in self._unloading:
+            return
+        del self.rooms[name]  # a join from now on waits for the unload, then loads it again
+        task = asyncio.create_task(self._unload(name, room))
+        self._unloading[name] = task
+
+    async def _unload(self, name: str, room: Room) -> None:
+        """Flush ``room``, close its file and forget it."""
+        try:
+            room.flush()
+            await asyncio.to_thread(room.close)
+            log.debug(
+                "room %s unloaded after %.0f s without connections", name, self._idle.idle_seconds
+            )
+        except Exception:
+            log.exception("room %s: closing its state failed", name)
+        finally:
+            self._unloading.pop(name, None)
+
     # -- handshake -------------------------------------------------------------------
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         name = room_name(request.path)
         if name is None:
             return refuse(connection, HTTPStatus.BAD_REQUEST, "bad room name")
+        if not room_file_fits(name):
+            return refuse(connection, HTTPStatus.REQUEST_URI_TOO_LONG, "room name too long")
         if self._connections >= self.limits.max_connections:
             return refuse(connection, HTTPStatus.SERVICE_UNAVAILABLE, "too many connections")
         room = self.rooms.get(name)
@@ -245,7 +307,20 @@ class Hub:
                 log.info("refused %s for room %s: %s", peer_address(connection), name, exc.code)
                 return refuse(connection, HTTPStatus(exc.http_status), exc.reason)
         self._grants[connection.id] = (name, grant)
+        key = connection.id  # a handshake dropped before its handler starts leaks nothing
+        connection.connection_lost_waiter.add_done_callback(lambda _: self._grants.pop(key, None))
         return None
+
+    def _process_response(
+        self, connection: ServerConnection, request: Request, response: Response
+    ) -> None:
+        """Forget the grant of a handshake that does not open a connection (websockets
+        refused it after :meth:`_process_request`, or the hub is shutting down)."""
+        if response.status_code != HTTPStatus.SWITCHING_PROTOCOLS or not self._serving():
+            self._grants.pop(connection.id, None)
+
+    def _serving(self) -> bool:
+        return self._server is not None and self._server.is_serving()
 
     # -- per connection ----------------------------------------------------------------
     async def _handle(self, ws: ServerConnection) -> None:
@@ -254,23 +329,34 @@ class Hub:
             await ws.close(CloseCode.POLICY_VIOLATION, "handshake not authorised")
             return
         self._connections += 1
+        self._live.add(ws)
         session: Session | None = None
         room: Room | None = None
         writer: asyncio.Task[None] | None = None
+        expiry: asyncio.Task[None] | None = None
         try:
             room = await self.room(name)
+            while self.rooms.get(name) is not room:  # unloaded before this join: load again
+                room = await self.room(name)
+            self._idle.busy(name)
             session = Session(
                 grant=grant,
                 remote=peer_address(ws),
-                max_outbox=self.limits.max_outbox,
+                max_outbox=self.limits.max_outbox_bytes,
                 on_overflow=lambda _: _close_later(ws, _TRY_AGAIN_LATER, "client too slow"),
                 connection=ws,
             )
             room.join(session)
             writer = asyncio.create_task(_pump(ws, session))
+            if grant is not None:
+                expiry = asyncio.create_task(expire_at(ws, grant.expires))
             peer = HubPeer(can_write=session.can_write)
             session.enqueue_many(HubPeer.greeting(room.state.token, list(room.awareness.values())))
             async for data in ws:
+                if grant is not None and token_expired(grant):
+                    raise PeerRefused(
+                        EXPIRED_TOKEN, TOKEN_EXPIRED_REASON, close_code=CloseCode.POLICY_VIOLATION
+                    )
                 event = peer.receive(data)
                 if event is not None:
                     await self._on_event(room, session, event)
@@ -287,11 +373,16 @@ class Hub:
             await ws.close(CloseCode.INTERNAL_ERROR, "internal error")
         finally:
             self._connections -= 1
+            self._live.discard(ws)
             if room is not None and session is not None:
                 if self._cluster is not None:
                     self._cluster.leave(room, session)
                 room.leave(session)
-                session.outbox.put_nowait(None) if not session.outbox.full() else None
+                session.outbox.close()
+                if not room.sessions and self.rooms.get(name) is room:
+                    self._idle.idle(name)
+            if expiry is not None:
+                expiry.cancel()
             if writer is not None:
                 writer.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -309,6 +400,13 @@ class Hub:
                     "document size limit reached",
                     close_code=CloseCode.MESSAGE_TOO_BIG,
                 )
+            outside = non_json_content(event.update)
+            if outside is not None:
+                raise PeerRefused(
+                    NON_JSON_TYPE,
+                    f"update refused: {outside} is outside the JSON model",
+                    close_code=CloseCode.POLICY_VIOLATION,
+                )
             if self._cluster is not None:
                 await self._cluster.forward_update(room, session, event.update)
                 return
@@ -321,6 +419,12 @@ class Hub:
                     close_code=CloseCode.UNSUPPORTED_DATA,
                 ) from exc
         elif isinstance(event, AwarenessReceived):
+            if len(event.payload) > self.limits.max_awareness:
+                raise PeerRefused(
+                    AWARENESS_TOO_LARGE,
+                    "awareness message size limit reached",
+                    close_code=CloseCode.MESSAGE_TOO_BIG,
+                )
             room.awareness[session.id] = event.payload
             room.broadcast(p.encode_awareness(event.payload), exclude=session.id)
             if self._cluster is not None:
@@ -362,17 +466,28 @@ def _cluster_node(
     )
 
 
-def _close_later(ws: ServerConnection, code: int, reason: str) -> None:
-    """Close ``ws`` from synchronous code (the close handshake runs as a task)."""
-    task = asyncio.ensure_future(ws.close(code, reason))
+def _close_later(ws: ServerConnection, code: int, reason: str, grace: float = 1.0) -> None:
+    """Close ``ws`` from synchronous code (the close handshake runs as a task); a client
+    that does not answer within ``grace`` seconds (it does not read) is cut off."""
+    task = asyncio.ensure_future(_close_within(ws, code, reason, grace))
     _closing.add(task)
     task.add_done_callback(_closing.discard)
 
 
+async def _close_within(ws: ServerConnection, code: int, reason: str, grace: float) -> None:
+    try:
+        async with asyncio.timeout(grace):
+            await ws.close(code, reason)
+    except TimeoutError:
+        ws.transport.abort()
+
+
 async def _pump(ws: ServerConnection, session: Session) -> None:
-    """Send the session's queued frames, in order, until ``None`` or disconnection."""
+    """Send the session's queued frames, in order, until its outbox closes or disconnection."""
     while True:
         frame = await session.outbox.get()
+        if frame is None:
+            return
         session.busy = True
         try:
             while frame is not None:  # send what is queued without waking up again
@@ -380,11 +495,6 @@ async def _pump(ws: ServerConnection, session: Session) -> None:
                     await ws.send(frame)
                 except ConnectionClosed:
                     return
-                try:
-                    frame = session.outbox.get_nowait()
-                except asyncio.QueueEmpty:
-                    break
-            else:
-                return
+                frame = session.outbox.get_nowait()
         finally:
             session.busy = False

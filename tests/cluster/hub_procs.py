@@ -72,6 +72,7 @@ class HubProcess:
             self.postgres,
             "--log-level",
             "INFO",
+            "--insecure",  # no secret: the test hubs listen on loopback only
         ]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(

@@ -14,6 +14,10 @@
 //   {"op":"wait","key":k,"value":v,"timeout":ms}
 //                                           -> {"op":"wait","ok":true} once state[k] deep-equals v
 //                                              {"op":"wait","ok":false,"error":"timeout","value":cur}
+//   {"op":"settype","key":k,"type":"text"|"xml","value":s}
+//                                           -> {"op":"settype","ok":true}  (a Y.Text / Y.XmlFragment)
+//   {"op":"closes"}                         -> {"op":"closes","ok":true,"closes":[{code,reason}]}
+//                                              (the close events the connection saw so far)
 //   {"op":"quit"}                           -> {"op":"quit","ok":true}, then exits 0
 //
 // A bad line gives {"ok":false,"error":"..."}. If the first sync does not happen within
@@ -40,6 +44,11 @@ const provider = new WebsocketProvider(url, room, doc, {
   WebSocketPolyfill: WebSocket,
   params: token ? { token } : {},
   disableBc: true
+})
+
+const closes = []
+provider.on('connection-close', (event) => {
+  if (event) closes.push({ code: event.code, reason: String(event.reason) })
 })
 
 const current = (key) => {
@@ -88,6 +97,11 @@ const handle = async (cmd) => {
         ? { op: 'wait', ok: true }
         : { op: 'wait', ok: false, error: 'timeout', value: current(cmd.key) ?? null }
     }
+    case 'settype':
+      state.set(cmd.key, cmd.type === 'xml' ? new Y.XmlFragment() : new Y.Text(cmd.value ?? ''))
+      return { op: 'settype', ok: true }
+    case 'closes':
+      return { op: 'closes', ok: true, closes }
     case 'quit':
       return { op: 'quit', ok: true }
     default:

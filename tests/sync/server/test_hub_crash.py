@@ -36,6 +36,7 @@ def start_hub(port: int, db: Path, disk_delay: float = 0.0) -> subprocess.Popen[
             str(db),
             "--log-level",
             "WARNING",
+            "--insecure",
         ],
         env=env,
         stdout=subprocess.PIPE,
