@@ -25,10 +25,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from crdt_state import CrdtStateError
 from sync.server._room import Room, Session
+from sync.server.cluster.context import NodeContext
 from sync.server.cluster.errors import ClusterError, ClusterUnavailable
 from sync.server.cluster.keys import room_key
 from sync.server.cluster.owner import RoomOwner, StepDown, last_published
@@ -37,9 +38,6 @@ from sync.server.cluster.streamio import newest, read_after
 from sync.server.cluster.streams import AnswerKind, OutEntry, StreamEntryError, decode_out
 from sync.wire.errors import CloseCode
 
-if TYPE_CHECKING:
-    from sync.server.cluster.node import ClusterNode
-
 __all__ = ["ClusterRoom", "newest_out_id"]
 
 log = logging.getLogger("crdt_state.cluster")
@@ -47,7 +45,7 @@ log = logging.getLogger("crdt_state.cluster")
 TRY_AGAIN_LATER = 1013
 
 
-async def newest_out_id(node: ClusterNode, room: str) -> str:
+async def newest_out_id(node: NodeContext, room: str) -> str:
     """The id of ``room``'s newest ``out`` entry (``"0-0"`` when there is none)."""
     entry = await newest(node.redis, room_key(room, "out"))
     return "0-0" if entry is None else entry[0]
@@ -56,7 +54,7 @@ async def newest_out_id(node: ClusterNode, room: str) -> str:
 class ClusterRoom:
     """The cluster side of one open room on one hub (see the module doc)."""
 
-    def __init__(self, node: ClusterNode, room: Room, position: str) -> None:
+    def __init__(self, node: NodeContext, room: Room, position: str) -> None:
         self.node = node
         self.room = room
         self.name = room.name

@@ -23,18 +23,16 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from crdt_state import SharedState
 from crdt_state.postgres import load_stored, open_postgres
+from sync.server.cluster.context import NodeContext
 from sync.server.cluster.errors import ClusterUnavailable, Fenced
 from sync.server.cluster.ownership import Ownership
-
-if TYPE_CHECKING:
-    from sync.server.cluster.node import ClusterNode
 
 log = logging.getLogger("crdt_state.cluster")
 
@@ -118,7 +116,7 @@ class PostgresRoomStorage:
 
     durable = True
 
-    def __init__(self, node: ClusterNode) -> None:
+    def __init__(self, node: NodeContext) -> None:
         assert node.postgres_dsn is not None
         self.dsn = node.postgres_dsn
         self.node = node
