@@ -89,6 +89,7 @@ class Burst:
             ) from None
         if result.pending:  # queued while the agent was between hubs: sent on reconnection
             self.queued += 1
+            await asyncio.sleep(0.05)  # not a busy loop while offline
             return
         assert result.applied == (("calls",),)
         self.acked += 1
