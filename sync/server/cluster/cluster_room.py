@@ -207,6 +207,7 @@ class ClusterRoom:
                 start=start,
                 max_document=node.max_document,
                 on_committed=lambda position: storage.committed(judge, position),
+                catch_up=judge.get_update(self.room.state.token),
             )
             self.owner = owner
             log.info("room %r: owner (fence %d) from %s", self.name, ownership.fence.value, start)

@@ -100,6 +100,10 @@ class RoomOwner:
         block: longest wait for new entries per ``XREAD`` (seconds); bounds how late a
             lost lease is noticed when the room is idle.
         on_committed: told the last ``in`` id of each batch once it is durable.
+        catch_up: a Yjs update published before the first batch: what the judge holds
+            beyond this hub's replica (changes an earlier owner committed but did not
+            live to publish; a merge judged again then writes nothing, so without it the
+            replicas would never get them).
     """
 
     def __init__(
@@ -112,6 +116,7 @@ class RoomOwner:
         max_document: int,
         block: float = 0.2,
         on_committed: Callable[[str], None] = lambda position: None,
+        catch_up: bytes = b"",
     ) -> None:
         self.redis = redis
         self.ownership = ownership
@@ -119,6 +124,7 @@ class RoomOwner:
         self.position = start
         self.max_document = max_document
         self.on_committed = on_committed
+        self.catch_up = catch_up
         self.block_ms = max(1, int(block * 1000))
         self.room = ownership.room
         self._in = room_key(self.room, "in")
@@ -146,6 +152,8 @@ class RoomOwner:
         """
         unsubscribe = self.judge.subscribe(self._on_change)
         try:
+            if self.catch_up:
+                await self._publish(OutEntry(self.catch_up, self.position, self.fence))
             while not stop():
                 self.ownership.check()
                 entries = await read_after(
@@ -155,17 +163,7 @@ class RoomOwner:
                     continue
                 out = await self._judge_batch(entries)
                 self.on_committed(out.last_in)
-                self.ownership.check()
-                published = await append_if_holder(
-                    self.redis,
-                    self.ownership.lease.key,
-                    self.ownership.token,
-                    self._out,
-                    encode_out(out),
-                    maxlen=OUT_MAXLEN,
-                )
-                if published is None:  # the lease is gone: publish nothing, step down
-                    raise LeaseLost(self.room, self.ownership.token, LossReason.TAKEN)
+                await self._publish(out)
                 self.position = out.last_in
                 if not self.judged:
                     log.info("room %r: first batch published (%d entries)", self.room, len(entries))
@@ -174,6 +172,24 @@ class RoomOwner:
                     await self._trim()
         finally:
             unsubscribe()
+
+    async def _publish(self, out: OutEntry) -> None:
+        """Append ``out`` while the lease is this owner's; ``LeaseLost`` otherwise."""
+        self.ownership.check()
+        published = await append_if_holder(
+            self.redis,
+            self.ownership.lease.key,
+            self.ownership.token,
+            self._out,
+            encode_out(out),
+            maxlen=OUT_MAXLEN,
+        )
+        if published is None:  # the lease is gone: publish nothing, step down
+            raise LeaseLost(self.room, self.ownership.token, LossReason.TAKEN)
+
+    @property
+    def fence(self) -> int:
+        return self.ownership.fence.value
 
     async def _trim(self) -> None:
         """Drop the ``in`` entries judged and published (keeps the last one)."""
