@@ -67,9 +67,13 @@ def _paths_json(paths: Sequence[Path]) -> str:
 
 
 def exists(conn: Conn, key: str) -> bool:
-    """True when ``key`` has a snapshot (a state was created under it)."""
-    row = conn.execute("SELECT 1 FROM crdt_store_snapshot WHERE key = %s LIMIT 1", (key,))
-    return row.fetchone() is not None
+    """True when ``key`` has stored rows (a snapshot, or log rows left without one: damage)."""
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM crdt_store_snapshot WHERE key = %s)"
+        " OR EXISTS (SELECT 1 FROM crdt_store_log WHERE key = %s)",
+        (key, key),
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def load(conn: Conn, key: str, upto: int | None = None) -> StoredState:

@@ -8,13 +8,15 @@ reader sees one consistent version even while the owner compacts.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from . import _pg_log as pglog
 from . import _sqlite_reads as common
 from ._document import doc_read, doc_snapshot
+from ._pg_connect import failures
 from .errors import StaleBase, StorageError, UnknownBase
 from .journal import BlameEntry, ConflictRecord, HistoryEntry, StoredState
 from .paths import Path, parse_path, related
@@ -24,16 +26,26 @@ from .version import VersionVector
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["PgReads", "compact"]
+__all__ = ["PgReads", "StoredHistory", "compact"]
 
 
 class PgReads:
     """The history queries of one key (the store flushes its own writes before each)."""
 
-    def __init__(self, conn: psycopg.Connection[Any], key: str, db: threading.Lock) -> None:
+    def __init__(
+        self, conn: psycopg.Connection[Any], key: str, db: threading.Lock, where: str
+    ) -> None:
         self._conn = conn
         self._key = key
         self._db = db
+        self._where = where
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[None]:
+        """The connection's lock, one transaction, psycopg errors as :class:`StorageError`."""
+        failing = failures("cannot read the stored state", self._where)
+        with self._db, failing, self._conn.transaction():
+            yield
 
     def history(
         self,
@@ -46,7 +58,7 @@ class PgReads:
     ) -> list[HistoryEntry]:
         """Retained changes, oldest first (see :meth:`PostgresStore.history`)."""
         wanted = parse_path(path) if path is not None else None
-        with self._db, self._conn.transaction():
+        with self._read():
             rows = pglog.history_rows(self._conn, self._key, agent, since, until)
         out = [
             HistoryEntry(
@@ -59,7 +71,7 @@ class PgReads:
 
     def at(self, token: VersionVector) -> dict[str, Any]:
         """The content when the state had exactly ``token`` (see :meth:`PostgresStore.at`)."""
-        with self._db, self._conn.transaction():
+        with self._read():
             seq = pglog.seq_of_token(self._conn, self._key, token.to_state())
             if seq is None:
                 oldest = pglog.load(self._conn, self._key, upto=0).snapshot_token
@@ -78,13 +90,60 @@ class PgReads:
 
     def blame(self, path: Path) -> BlameEntry | None:
         """The newest change that wrote ``path``, an ancestor or a descendant."""
-        with self._db, self._conn.transaction():
+        with self._read():
             return pglog.blame_row(self._conn, self._key, path)
 
     def conflicts(self, path: Path | None, since: float | None) -> list[ConflictRecord]:
         """Audited conflicts, oldest first, at or below ``path``, from time ``since``."""
-        with self._db, self._conn.transaction():
+        with self._read():
             return pglog.conflict_rows(self._conn, self._key, path, since)
+
+
+class StoredHistory:
+    """The history queries of :class:`~crdt_state.postgres.PostgresStore`: each flushes the
+    store's queued writes, then asks :class:`PgReads`."""
+
+    _reads: PgReads
+
+    def flush(self) -> None:
+        raise NotImplementedError
+
+    def history(
+        self,
+        *,
+        agent: str | None = None,
+        path: Any = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int | None = None,
+    ) -> list[HistoryEntry]:
+        """Retained changes, oldest first (filters as :meth:`SqliteStore.history`)."""
+        self.flush()
+        return self._reads.history(agent=agent, path=path, since=since, until=until, limit=limit)
+
+    def at(self, token: VersionVector) -> dict[str, Any]:
+        """The content when the state had exactly ``token``.
+
+        Raises:
+            StaleBase: a version compacted away.
+            UnknownBase: a token this state never had.
+        """
+        if not isinstance(token, VersionVector):
+            raise TypeError("at() takes a VersionVector")
+        self.flush()
+        return self._reads.at(token)
+
+    def blame(self, path: Path) -> BlameEntry | None:
+        """The newest change that wrote ``path``, an ancestor or a descendant; None if none."""
+        self.flush()
+        return self._reads.blame(path)
+
+    def conflicts(
+        self, path: Path | None = None, since: float | None = None
+    ) -> list[ConflictRecord]:
+        """Audited conflicts, oldest first, at or below ``path``, from time ``since``."""
+        self.flush()
+        return self._reads.conflicts(path, since)
 
 
 def compact(

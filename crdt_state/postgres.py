@@ -22,12 +22,10 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 try:
     import psycopg
-    from psycopg.conninfo import conninfo_to_dict
 except ImportError as exc:  # pragma: no cover - the optional dependency is installed in tests
     raise ImportError(
         "crdt_state.postgres needs psycopg 3: pip install 'crdt-state[cluster]'"
@@ -36,18 +34,26 @@ except ImportError as exc:  # pragma: no cover - the optional dependency is inst
 from . import _pg_log as pglog
 from . import _pg_schema as pgschema
 from ._group_commit import GroupCommit
-from ._pg_reads import PgReads, compact
+from ._pg_connect import (
+    Durability,
+    check_options,
+    connect,
+    failures,
+    prepare,
+    release,
+    run_hook,
+    safe_dsn,
+)
+from ._pg_reads import PgReads, StoredHistory, compact
+from ._pg_writer import Audit, Item, Request, write_batch
 from .conflicts import Conflict, StateUpdate
 from .errors import StorageError
 from .journal import (
     BlameEntry,
-    ConflictRecord,
     DurableCallback,
     EpochStart,
-    HistoryEntry,
     StoredState,
 )
-from .paths import Path
 from .requests import RequestKey
 from .state import SharedState
 from .version import VersionVector
@@ -58,10 +64,9 @@ BeforeCommit = Callable[["psycopg.Connection[Any]", int], None]
 """``before_commit(conn, last_ticket)``: runs inside every write transaction, last.
 
 ``last_ticket`` is the newest ticket the transaction stores (for a compaction,
-the newest durable one; 0 when creating the state). Raising rolls the
+the newest ticket already committed; 0 when creating the state). Raising rolls the
 transaction back and fails the store (see :class:`PostgresStore`).
 """
-Durability = Literal["full", "normal", "off"]
 PG_STORE_OPTIONS: Final = (
     "durability",
     "keep_history",
@@ -74,25 +79,7 @@ PG_STORE_OPTIONS: Final = (
 )
 """The keyword options of :meth:`PostgresStore.open` (:func:`open_postgres` passes them on)."""
 
-_SYNCHRONOUS_COMMIT: Final = {"full": "on", "normal": "off", "off": "off"}
 
-
-@dataclass(frozen=True, slots=True)
-class _Audit:
-    conflicts: tuple[Conflict, ...]
-    token: VersionVector
-    time: float
-
-
-@dataclass(frozen=True, slots=True)
-class _Request:
-    key: RequestKey
-    token: VersionVector
-    seq: int
-    clean: bool
-
-
-_Item = StateUpdate | EpochStart | _Audit | _Request
 _open_stores: weakref.WeakSet[PostgresStore] = weakref.WeakSet()
 
 
@@ -102,36 +89,7 @@ def _close_open_stores() -> None:  # store what "off"/"normal" states still queu
         store.close()
 
 
-def safe_dsn(dsn: str) -> str:
-    """``dsn`` for messages: ``postgresql://user@host:port/dbname``, never the password."""
-    try:
-        parts = conninfo_to_dict(dsn)
-    except psycopg.Error:
-        return "postgresql://(unparsable DSN)"
-    user = f"{parts['user']}@" if parts.get("user") else ""
-    port = f":{parts['port']}" if parts.get("port") else ""
-    return f"postgresql://{user}{parts.get('host', '')}{port}/{parts.get('dbname', '')}"
-
-
-def _scrub(text: str, dsn: str) -> str:
-    try:
-        password = conninfo_to_dict(dsn).get("password")
-    except psycopg.Error:
-        return text
-    return text.replace(str(password), "***") if password else text
-
-
-def _connect(dsn: str, where: str, timeout: float) -> psycopg.Connection[Any]:
-    try:
-        return psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, round(timeout)))
-    except psycopg.Error as exc:
-        raise StorageError(
-            f"cannot connect to PostgreSQL at {where}: {_scrub(str(exc), dsn).strip()}",
-            details={"database": where, "reason": "unavailable"},
-        ) from None
-
-
-class PostgresStore:
+class PostgresStore(StoredHistory):
     """The journal and history of one durable state: one ``key`` in a PostgreSQL database.
 
     Items are queued under the state's lock, in order, each with a ticket; the
@@ -161,7 +119,7 @@ class PostgresStore:
         self.where = where
         self._conn = conn
         self._db = threading.Lock()  # guards the connection
-        self._reads = PgReads(conn, key, self._db)
+        self._reads = PgReads(conn, key, self._db, where)
         self.durability = durability
         self.keep_history = keep_history
         self.keep_conflicts = keep_conflicts
@@ -171,13 +129,14 @@ class PostgresStore:
         self.epochs = 0
         self.compactions = 0
         self.last_compaction_error: StorageError | None = None
-        self._refused: BaseException | None = None  # the hook refused a compaction
+        self._refused: BeforeCommit | None = None  # raises what the hook raised on compaction
         self._epoch_handler: Callable[[], Callable[[], bool] | None] | None = None
         self._ready = False
         self._last_seq = 0
         self._log_rows = 0
+        self._stored_ticket = 0  # the newest ticket committed (what compactions pass the hook)
         self._margin = max(64, keep_history // 4)
-        self._commits = GroupCommit[_Item](
+        self._commits = GroupCommit[Item](
             self.name, self._write, self._after_write, off=durability == "off"
         )
         _open_stores.add(self)
@@ -220,34 +179,11 @@ class PostgresStore:
                 ``"unavailable"``; the message names the DSN without its password),
                 another writer holds ``key`` (``"in_use"``), or the tables are newer.
         """
-        if not isinstance(key, str) or not key:
-            raise ValueError("key must be a non-empty str")
-        if durability not in _SYNCHRONOUS_COMMIT:
-            raise ValueError(f"durability must be 'full', 'normal' or 'off', not {durability!r}")
-        if keep_history < 1:
-            raise ValueError("keep_history must be at least 1")
-        if keep_conflicts is not None and keep_conflicts < 0:
-            raise ValueError("keep_conflicts must be >= 0 or None")
+        check_options(key, durability, keep_history, keep_conflicts)
         where = f"{safe_dsn(dsn)}#{key}"
-        conn = _connect(dsn, where, connect_timeout)
-        try:
-            if read_only:
-                conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-                conn.read_only = True
-            else:
-                pgschema.migrate(conn, where)
-                conn.execute(f"SET synchronous_commit = {_SYNCHRONOUS_COMMIT[durability]}")
-                if lock if lock is not None else before_commit is None:
-                    _lock(conn, key, where)
-        except psycopg.Error as exc:
-            conn.close()
-            raise StorageError(
-                f"cannot open the state in PostgreSQL: {exc}",
-                details={"database": where, "reason": "unavailable"},
-            ) from exc
-        except BaseException:
-            conn.close()
-            raise
+        conn = connect(dsn, where, connect_timeout)
+        locked = lock if lock is not None else before_commit is None
+        prepare(conn, key, where, durability=durability, lock=locked, read_only=read_only)
         return cls(
             conn,
             key,
@@ -313,13 +249,13 @@ class PostgresStore:
 
     def audit(self, conflicts: Sequence[Conflict], token: VersionVector) -> int:
         """Queue conflicts of a merge that wrote nothing (refused, or kept the current value)."""
-        return self._enqueue(_Audit(tuple(conflicts), token, time.time()))
+        return self._enqueue(Audit(tuple(conflicts), token, time.time()))
 
     def remember_request(self, key: RequestKey, token: VersionVector, seq: int, clean: bool) -> int:
         """Queue an applied request that wrote nothing (``seq``: the head then); a ticket."""
-        return self._enqueue(_Request(key, token, seq, clean))
+        return self._enqueue(Request(key, token, seq, clean))
 
-    def _enqueue(self, item: _Item) -> int:
+    def _enqueue(self, item: Item) -> int:
         self._writable()
         return self._commits.enqueue(item)
 
@@ -344,74 +280,27 @@ class PostgresStore:
         self._commits.flush()
 
     # -- the writer thread ---------------------------------------------------------------
-    def _write(self, batch: list[tuple[int, _Item]]) -> None:
+    def _write(self, batch: list[tuple[int, Item]]) -> None:
         with self._db, self._failures("writing to PostgreSQL failed"):
             self._commit(batch)
 
-    def _commit(self, batch: list[tuple[int, _Item]]) -> None:
+    def _commit(self, batch: list[tuple[int, Item]]) -> None:
         """Write one group of queued items in one transaction, in their order; then the hook."""
-        if self._refused is not None:
-            raise self._hook_error(self._refused)
-        conn, key = self._conn, self.key
-        last_seq, added, epochs = self._last_seq, 0, 0
-        changes: list[StateUpdate] = []
-        with conn.transaction():
-            for _, item in batch:
-                if isinstance(item, StateUpdate):
-                    last_seq = self._next(last_seq, item.seq)
-                    changes.append(item)
-                    added += 1
-                    continue
-                pglog.append_changes(conn, key, changes)  # keep the order of the items
-                changes = []
-                if isinstance(item, _Audit):
-                    applied = all(c.resolved for c in item.conflicts)
-                    token = item.token.to_state()
-                    pglog.append_conflicts(conn, key, item.conflicts, token, item.time, applied)
-                elif isinstance(item, _Request):
-                    pglog.remember_request(
-                        conn,
-                        key,
-                        item.key.writer,
-                        item.key.request_id,
-                        item.seq,
-                        item.token.to_state(),
-                        item.clean,
-                    )
-                else:  # a new epoch: its document is the whole history
-                    last_seq = self._next(last_seq, item.seq)
-                    pglog.restart_at(conn, key, item.seq, item.token.to_state(), item.document)
-                    added = -self._log_rows
-                    epochs += 1
-            pglog.append_changes(conn, key, changes)
-            self._hook(batch[-1][0])
-        self._last_seq = last_seq
-        self._log_rows += added
-        self.epochs += epochs
-
-    def _next(self, last_seq: int, seq: int) -> int:
-        if seq != last_seq + 1:
-            raise StorageError(
-                "the state and its stored log disagree on the change sequence",
-                details={"database": self.where, "expected": last_seq + 1, "got": seq},
+        if self._refused is not None:  # the hook refused a compaction: refuse the same way
+            run_hook(self._refused, self._conn, 0, self.where)
+        with self._conn.transaction():
+            written = write_batch(
+                self._conn, self.key, batch, self._last_seq, self._log_rows, self.where
             )
-        return seq
+            self._hook(batch[-1][0])
+        self._last_seq = written.last_seq
+        self._log_rows += written.added
+        self.epochs += written.epochs
+        self._stored_ticket = batch[-1][0]
 
     def _hook(self, ticket: int) -> None:
-        if self.before_commit is None:
-            return
-        try:
-            self.before_commit(self._conn, ticket)
-        except Exception as exc:
-            raise self._hook_error(exc) from exc
-
-    def _hook_error(self, exc: BaseException) -> StorageError:
-        error = StorageError(
-            f"the before_commit hook refused the write: {exc}",
-            details={"database": self.where, "reason": "refused"},
-        )
-        error.__cause__ = exc
-        return error
+        if self.before_commit is not None:
+            run_hook(self.before_commit, self._conn, ticket, self.where)
 
     def _after_write(self) -> None:
         if self._log_rows > self.keep_history + self._margin:
@@ -422,13 +311,13 @@ class PostgresStore:
         try:
             with self._db, self._failures("compaction failed"):
                 fold = self._last_seq - self.keep_history
-                durable = self._commits.last_ticket()
+                stored = self._stored_ticket
                 epoch_due = compact(
                     self._conn,
                     self.key,
                     fold,
                     self.keep_conflicts,
-                    lambda conn: self._hook(durable),
+                    lambda conn: self._hook(stored),
                     measure=self.compact_document,
                 )
                 if epoch_due is None:
@@ -444,8 +333,9 @@ class PostgresStore:
                 exc if isinstance(exc, StorageError) else StorageError(f"compaction failed: {exc}")
             )
             self.last_compaction_error = error
-            if error.details.get("reason") == "refused" and error.__cause__ is not None:
-                self._refused = error.__cause__  # a stale owner: its next write fails too
+            cause = error.__cause__
+            if error.details.get("reason") == "refused" and isinstance(cause, Exception):
+                self._refused = _raiser(cause)  # a stale owner: its next write fails too
             self._margin *= 2  # do not retry on every commit
 
     def _writable(self) -> None:
@@ -455,52 +345,8 @@ class PostgresStore:
                 details={"database": self.where, "reason": "read_only"},
             )
 
-    def _failures(self, what: str) -> _Translate:
-        return _Translate(what, self.where)
-
-    # -- history ---------------------------------------------------------------------------
-    def history(
-        self,
-        *,
-        agent: str | None = None,
-        path: Any = None,
-        since: float | None = None,
-        until: float | None = None,
-        limit: int | None = None,
-    ) -> list[HistoryEntry]:
-        """Retained changes, oldest first (filters as :meth:`SqliteStore.history`)."""
-        self.flush()
-        with self._failures("cannot read the history"):
-            return self._reads.history(
-                agent=agent, path=path, since=since, until=until, limit=limit
-            )
-
-    def at(self, token: VersionVector) -> dict[str, Any]:
-        """The content when the state had exactly ``token``.
-
-        Raises:
-            StaleBase: a version compacted away.
-            UnknownBase: a token this state never had.
-        """
-        if not isinstance(token, VersionVector):
-            raise TypeError("at() takes a VersionVector")
-        self.flush()
-        with self._failures("cannot read a stored version"):
-            return self._reads.at(token)
-
-    def blame(self, path: Path) -> BlameEntry | None:
-        """The newest change that wrote ``path``, an ancestor or a descendant; None if none."""
-        self.flush()
-        with self._failures("cannot read the blame"):
-            return self._reads.blame(path)
-
-    def conflicts(
-        self, path: Path | None = None, since: float | None = None
-    ) -> list[ConflictRecord]:
-        """Audited conflicts, oldest first, at or below ``path``, from time ``since``."""
-        self.flush()
-        with self._failures("cannot read the audit log"):
-            return self._reads.conflicts(path, since)
+    def _failures(self, what: str) -> failures:
+        return failures(what, self.where)
 
     # -- closing -----------------------------------------------------------------------------
     def close(self) -> None:
@@ -512,7 +358,7 @@ class PostgresStore:
         if ready and self._log_rows > self.keep_history + self._margin:
             self._compact()
         with self._db:
-            self._conn.close()
+            release(self._conn, locked=not self.read_only)
 
     @property
     def closed(self) -> bool:
@@ -520,33 +366,11 @@ class PostgresStore:
         return self._commits.closed
 
 
-class _Translate:
-    """Turns psycopg errors into :class:`StorageError` (the cause chained)."""
+def _raiser(error: Exception) -> BeforeCommit:
+    def refuse(conn: psycopg.Connection[Any], ticket: int) -> None:
+        raise error
 
-    def __init__(self, what: str, where: str) -> None:
-        self.what = what
-        self.where = where
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        if isinstance(exc, psycopg.Error):
-            raise StorageError(
-                f"{self.what}: {exc}", details={"database": self.where, "reason": "postgres"}
-            ) from exc
-
-
-def _lock(conn: psycopg.Connection[Any], key: str, where: str) -> None:
-    """Take the session advisory lock of ``key``, or raise: another writer holds it."""
-    row = conn.execute(
-        "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (pgschema.ADVISORY_CLASS, key)
-    ).fetchone()
-    if row is None or not row[0]:
-        raise StorageError(
-            "the state is open in another process or connection (its PostgreSQL lock is held)",
-            details={"database": where, "reason": "in_use"},
-        )
+    return refuse
 
 
 def load_stored(dsn: str, key: str, *, connect_timeout: float = 5.0) -> StoredState | None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import shutil
 import signal
 import socket
@@ -16,22 +15,30 @@ import subprocess
 import time
 from pathlib import Path
 
-import psycopg
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
+from throwaway_postgres import (  # re-exported: the throwaway databases live with all tests
+    DEFAULT_POSTGRES,
+    create_database,
+    drop_database,
+    postgres_admin_dsn,
+)
+
+__all__ = [
+    "DEFAULT_POSTGRES",
+    "RedisServer",
+    "create_database",
+    "drop_database",
+    "free_port",
+    "postgres_admin_dsn",
+    "redis_pings",
+    "redis_url",
+]
 
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
-DEFAULT_POSTGRES = "host=127.0.0.1 user=postgres dbname=postgres"
 
 
 def redis_url() -> str:
     """The machine's Redis for the tests: ``CRDT_STATE_TEST_REDIS`` or 127.0.0.1:6379."""
     return os.environ.get("CRDT_STATE_TEST_REDIS") or DEFAULT_REDIS
-
-
-def postgres_admin_dsn() -> str:
-    """The server for throwaway databases: ``CRDT_STATE_TEST_POSTGRES`` or the default DSN."""
-    return os.environ.get("CRDT_STATE_TEST_POSTGRES") or DEFAULT_POSTGRES
 
 
 def free_port() -> int:
@@ -122,20 +129,3 @@ class RedisServer:
     def resume(self) -> None:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGCONT)
-
-
-def create_database(admin_dsn: str) -> str:
-    """Create a database with a random name on the server of ``admin_dsn``; its DSN."""
-    name = f"crdt_test_{secrets.token_hex(6)}"
-    with psycopg.connect(admin_dsn, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return make_conninfo(admin_dsn, dbname=name)
-
-
-def drop_database(admin_dsn: str, dsn: str) -> None:
-    """Drop the database of ``dsn``, disconnecting whoever is still in it."""
-    name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
-    with psycopg.connect(admin_dsn, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(str(name)))
-        )

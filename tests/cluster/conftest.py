@@ -19,18 +19,10 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 import redis as redis_sync
-from cluster_servers import (
-    RedisServer,
-    create_database,
-    drop_database,
-    postgres_admin_dsn,
-)
-from cluster_servers import (
-    redis_url as machine_redis_url,
-)
+from cluster_servers import RedisServer
+from cluster_servers import redis_url as machine_redis_url
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
@@ -65,27 +57,15 @@ def redis_url() -> str:
 
 
 @pytest.fixture(scope="module")
-def postgres_dsn() -> Iterator[str]:
-    """A fresh database with the cluster schema, dropped after the module's tests."""
-    admin = postgres_admin_dsn()
-    try:
-        dsn = create_database(admin)
-    except psycopg.Error as exc:
-        pytest.fail(
-            f"PostgreSQL at {admin!r} is not usable ({exc}); run scripts/test.sh or set "
-            "CRDT_STATE_TEST_POSTGRES",
-            pytrace=False,
-        )
-    try:
+def postgres_dsn(throwaway_postgres: str) -> str:
+    """A fresh database (``throwaway_postgres``) with the cluster schema migrated."""
 
-        async def setup() -> None:
-            async with await AsyncConnection.connect(dsn, autocommit=True) as conn:
-                await migrate(conn)
+    async def setup() -> None:
+        async with await AsyncConnection.connect(throwaway_postgres, autocommit=True) as conn:
+            await migrate(conn)
 
-        asyncio.run(setup())
-        yield dsn
-    finally:
-        drop_database(admin, dsn)
+    asyncio.run(setup())
+    return throwaway_postgres
 
 
 @pytest.fixture

@@ -1,4 +1,8 @@
-"""Durable states on SQLite: reopen, history, time travel, blame, audit, refusals, compaction."""
+"""Durable states: reopen, history, time travel, blame, audit, refusals, compaction.
+
+Tests taking ``stores`` run once per store (SQLite file, PostgreSQL key: the storage
+contract); the others are about the SQLite file itself (format, damage, locking, size).
+"""
 
 from __future__ import annotations
 
@@ -105,15 +109,15 @@ quick = settings(
     durability=st.sampled_from(["full", "normal", "off"]),
 )
 def test_reopen_restores_content_token_and_history(
-    tmp_path: FilePath, first: Any, second: Any, keep: int, durability: Any
+    stores: Any, first: Any, second: Any, keep: int, durability: Any
 ) -> None:
-    file = fresh(tmp_path)
-    state = SharedState.open(file, keep_history=keep, durability=durability)
+    place = stores.fresh()
+    state = place.open(keep_history=keep, durability=durability)
     play(state, first)
     content, token, history = state.snapshot(), state.token, state.history()
     state.close()
 
-    again = SharedState.open(file, keep_history=keep, durability=durability)
+    again = place.open(keep_history=keep, durability=durability)
     assert again.snapshot() == content
     assert again.token == token
     assert again.history() == history
@@ -121,24 +125,22 @@ def test_reopen_restores_content_token_and_history(
     content, token = again.snapshot(), again.token
     again.close()
 
-    third = SharedState.open(file)
+    third = place.open()
     assert (third.snapshot(), third.token) == (content, token)
     third.close()
 
 
 @quick
 @given(steps=ops, keep=st.integers(1, 30))
-def test_at_equals_the_snapshot_recorded_at_every_token(
-    tmp_path: FilePath, steps: Any, keep: int
-) -> None:
-    file = fresh(tmp_path)
-    state = SharedState.open(file, keep_history=keep, durability="off")
+def test_at_equals_the_snapshot_recorded_at_every_token(stores: Any, steps: Any, keep: int) -> None:
+    place = stores.fresh()
+    state = place.open(keep_history=keep, durability="off")
     seen = play(state, steps)
     retained = {h.token for h in state.history()}
     for s in (state, None):
         if s is None:  # and again after reopening
             state.close()
-            state = SharedState.open(file, keep_history=keep)
+            state = place.open(keep_history=keep)
         for token, snapshot in seen:
             try:
                 assert state.at(token) == snapshot
@@ -150,8 +152,8 @@ def test_at_equals_the_snapshot_recorded_at_every_token(
 
 
 # -- history, blame, time travel -------------------------------------------------
-def test_history_lists_changes_with_agents_paths_and_filters(tmp_path: FilePath) -> None:
-    state = SharedState.open(fresh(tmp_path))
+def test_history_lists_changes_with_agents_paths_and_filters(stores: Any) -> None:
+    state = stores.fresh().open()
     state.commit({"customer.tier": "gold", "customer.name": "Ada"}, state.token, "ann")
     state.commit({"orders": [1]}, state.token, "bob")
     state.commit({"customer.tier": "silver"}, state.token, "bob")
@@ -171,10 +173,10 @@ def test_history_lists_changes_with_agents_paths_and_filters(tmp_path: FilePath)
 
 
 def test_blame_names_the_last_writer_of_a_path_an_ancestor_or_descendant(
-    tmp_path: FilePath,
+    stores: Any,
 ) -> None:
-    file = fresh(tmp_path)
-    state = SharedState.open(file)
+    place = stores.fresh()
+    state = place.open()
     assert state.blame("customer") is None
     state.commit({"customer": {"tier": "gold"}}, state.token, "ann")
     first = state.token
@@ -193,14 +195,14 @@ def test_blame_names_the_last_writer_of_a_path_an_ancestor_or_descendant(
     assert state.blame("nobody.here") is None
     assert state.at(first) == {"customer": {"tier": "gold"}}
     state.close()
-    reopened = SharedState.open(file)
+    reopened = place.open()
     again = reopened.blame("customer.tier")
     assert again is not None and again.agent == "cy" and again.seq == deep.seq
     reopened.close()
 
 
-def test_at_refuses_unknown_and_compacted_tokens(tmp_path: FilePath) -> None:
-    state = SharedState.open(fresh(tmp_path), keep_history=5, durability="off")
+def test_at_refuses_unknown_and_compacted_tokens(stores: Any) -> None:
+    state = stores.fresh().open(keep_history=5, durability="off")
     tokens = []
     for i in range(200):
         state.commit({f"k{i % 4}": i}, state.token, "ann")
@@ -215,14 +217,14 @@ def test_at_refuses_unknown_and_compacted_tokens(tmp_path: FilePath) -> None:
     state.close()
 
 
-def test_old_fork_bases_are_judged_after_reopening(tmp_path: FilePath) -> None:
-    file = fresh(tmp_path)
-    state = SharedState.open(file, keep_history=50)
+def test_old_fork_bases_are_judged_after_reopening(stores: Any) -> None:
+    place = stores.fresh()
+    state = place.open(keep_history=50)
     state.commit({"score": 1}, state.token, "ann")
     base = state.token
     state.commit({"score": 2}, state.token, "bob")
     state.close()
-    state = SharedState.open(file, keep_history=50)
+    state = place.open(keep_history=50)
     with pytest.raises(ConflictError) as info:  # bob's write since ``base`` is still known
         state.commit({"score": 3}, base, "cy")
     assert info.value.conflicts[0].current_agent == "bob"
@@ -230,19 +232,19 @@ def test_old_fork_bases_are_judged_after_reopening(tmp_path: FilePath) -> None:
     for i in range(200):  # push ``base`` out of the retained history
         state.commit({"other": i}, state.token, "ann")
     state.close()
-    state = SharedState.open(file, keep_history=50)
+    state = place.open(keep_history=50)
     with pytest.raises(StaleBase):
         state.commit({"score": 3}, base, "cy")
     state.close()
 
 
 # -- conflict audit --------------------------------------------------------------
-def test_conflicts_are_audited_with_resolution_and_survive_reopening(tmp_path: FilePath) -> None:
-    file = fresh(tmp_path)
+def test_conflicts_are_audited_with_resolution_and_survive_reopening(stores: Any) -> None:
+    place = stores.fresh()
     options: dict[str, Any] = {
         "resolvers": {"score": resolvers.maximum, "tier": resolvers.first_writer_wins}
     }
-    state = SharedState.open(file, **options)
+    state = place.open(**options)
     state.commit({"score": 1, "tier": "a", "name": "x"}, state.token, "setup")
     base = state.token
     state.commit({"score": 5, "tier": "b", "name": "y"}, state.token, "ann")
@@ -264,7 +266,7 @@ def test_conflicts_are_audited_with_resolution_and_survive_reopening(tmp_path: F
     assert (name.resolution, name.applied) == (UNRESOLVED, False)
     state.close()
 
-    state = SharedState.open(file, **options)
+    state = place.open(**options)
     assert state.conflicts() == records
     assert state.conflicts(path="score") == [score]
     assert state.conflicts(since=records[-1].time + 1) == []
@@ -391,11 +393,10 @@ def file_size(file: FilePath) -> int:
     return file.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
 
 
-def test_compaction_bounds_the_file_and_loses_nothing(tmp_path: FilePath) -> None:
-    file = fresh(tmp_path)
-    state = SharedState.open(file, keep_history=200, durability="off")
+def test_compaction_bounds_the_store_and_loses_nothing(stores: Any) -> None:
+    place = stores.fresh()
+    state = place.open(keep_history=200, durability="off")
     expected: dict[str, Any] = {}
-    sizes = []
     for i in range(5_000):
         key = f"k{i % 20}"
         if i % 97 == 0:
@@ -406,30 +407,42 @@ def test_compaction_bounds_the_file_and_loses_nothing(tmp_path: FilePath) -> Non
             expected[key] = {"n": i, "text": "x" * 20}
         if i in (2_499, 4_999):
             state._reader().flush()
-            sizes.append(file_size(file))
+            assert len(state.history()) <= 200 + 64  # compacted while running
     assert state.snapshot() == expected
     assert len(state.history()) >= 200
     token = state.token
     state.close()
+    assert 200 <= stores.rows(place, "log") <= 200 + 64
+    assert stores.rows(place, "snapshot") == 1
+    again = place.open()
+    assert again.snapshot() == expected and again.token == token
+    again.close()
+
+
+def test_compaction_bounds_the_file_size(tmp_path: FilePath) -> None:
+    file = fresh(tmp_path)
+    state = SharedState.open(file, keep_history=200, durability="off")
+    sizes = []
+    for i in range(5_000):
+        state.commit({f"k{i % 20}": {"n": i, "text": "x" * 20}}, state.token, f"agent{i % 7}")
+        if i in (2_499, 4_999):
+            state._reader().flush()
+            sizes.append(file_size(file))
+    state.close()
     with sqlite3.connect(file) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-        assert 200 <= conn.execute("SELECT count(*) FROM log").fetchone()[0] <= 200 + 64
-        assert conn.execute("SELECT count(*) FROM snapshot").fetchone() == (1,)
     conn.close()
     assert file.stat().st_size < 200_000
     # mid-run the WAL adds at most its checkpoint threshold / size limit (1 MiB each):
     # the file plus WAL stays under a fixed bound, whatever the number of merges
     assert all(size < 200_000 + 2 * 2**20 for size in sizes), sizes
-    again = SharedState.open(file)
-    assert again.snapshot() == expected and again.token == token
-    again.close()
 
 
 def test_compaction_keeps_deleted_everything_state_distinct_from_data_loss(
-    tmp_path: FilePath,
+    stores: Any,
 ) -> None:
-    file = fresh(tmp_path)
-    state = SharedState.open(file, keep_history=3, durability="off")
+    place = stores.fresh()
+    state = place.open(keep_history=3, durability="off")
     for i in range(100):
         state.commit({"a": i}, state.token, "ann")
     state.commit({"a": MISSING}, state.token, "ann")  # a legitimately empty state
@@ -437,17 +450,17 @@ def test_compaction_keeps_deleted_everything_state_distinct_from_data_loss(
         state.commit({"b": i}, state.token, "ann")
     token = state.token
     state.close()
-    again = SharedState.open(file)
+    again = place.open()
     assert again.snapshot() == {"b": 99} and again.token == token
     again.close()
 
 
 # -- options and lifecycle ----------------------------------------------------------
-def test_options_client_ids_and_closing(tmp_path: FilePath) -> None:
-    file = fresh(tmp_path)
+def test_options_client_ids_and_closing(stores: Any) -> None:
+    place = stores.fresh()
     with pytest.raises(ValueError):
-        SharedState.open(file, durability="sometimes")
-    state = SharedState.open(file, client_id=4242, history=100)
+        place.open(durability="sometimes")
+    state = place.open(client_id=4242, history=100)
     state.commit({"a": 1}, state.token, "ann")
     assert state.client_id == 4242
     state.close()
@@ -457,12 +470,12 @@ def test_options_client_ids_and_closing(tmp_path: FilePath) -> None:
     with pytest.raises(StorageError, match="closed"):
         state.history()
     with pytest.raises(StorageError, match="client id"):
-        SharedState.open(file, client_id=4242)  # its clocks are in the file
-    with SharedState.open(file) as again:
+        place.open(client_id=4242)  # its clocks are in the file
+    with place.open() as again:
         assert again.client_id != 4242  # a fresh id: never reuse one whose clocks went elsewhere
         assert again.snapshot() == {"a": 1}
         again.commit({"b": 2}, again.token, "bob")
-    with SharedState.open(file) as third:
+    with place.open() as third:
         assert third.snapshot() == {"a": 1, "b": 2}
 
 
@@ -474,7 +487,7 @@ def test_in_memory_states_have_no_history() -> None:
 
 
 def test_schema_defaults_are_stored_once_and_not_rewritten_on_reopening(
-    tmp_path: FilePath,
+    stores: Any,
 ) -> None:
     from pydantic import BaseModel
 
@@ -482,14 +495,14 @@ def test_schema_defaults_are_stored_once_and_not_rewritten_on_reopening(
         tier: str = "free"
         calls: int = 0
 
-    file = fresh(tmp_path)
-    state = SharedState.open(file, schema=Account)
+    place = stores.fresh()
+    state = place.open(schema=Account)
     blame = state.blame("tier")
     assert blame is not None and blame.agent == "schema"
     state.commit({"calls": 3}, state.token, "ann")
     token = state.token
     state.close()
-    again = SharedState.open(file, schema=Account)
+    again = place.open(schema=Account)
     assert again.token == token  # no second write of the defaults
     assert again.model() == Account(tier="free", calls=3)
     assert [h.agent for h in again.history()] == ["ann"]

@@ -1,21 +1,20 @@
-"""Durable states under asyncio: merges await the disk without blocking the event loop."""
+"""Durable states under asyncio, durability callbacks, request ids across reopen (per store)."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from crdt_state import Change, SharedState, StorageError, storage
+from crdt_state import Change, SharedState, StorageError
 
 
-async def test_async_merges_are_durable_when_they_return(tmp_path: Path) -> None:
-    file = tmp_path / "async.db"
-    state = SharedState.open(file)
+async def test_async_merges_are_durable_when_they_return(stores: Any) -> None:
+    place = stores.fresh()
+    state = place.open()
     ticks = 0
     stop = asyncio.Event()
 
@@ -40,7 +39,7 @@ async def test_async_merges_are_durable_when_they_return(tmp_path: Path) -> None
     token = state.token
     state.close()
     assert ticks > 20  # the loop kept running while merges waited for the disk
-    again = SharedState.open(file)
+    again = place.open()
     assert again.snapshot() == expected
     assert again.token == token
     assert again.get("results") == {f"a{i}": 9 for i in range(20)}
@@ -48,21 +47,21 @@ async def test_async_merges_are_durable_when_they_return(tmp_path: Path) -> None
     again.close()
 
 
-async def test_async_apply_update_is_durable(tmp_path: Path) -> None:
+async def test_async_apply_update_is_durable(stores: Any) -> None:
     source = SharedState()
     source.commit({"a": {"b": 1}, "l": [1, 2]}, source.token, "src")
-    file = tmp_path / "replica.db"
-    replica = SharedState.open(file)
+    place = stores.fresh()
+    replica = place.open()
     result = await replica.aapply_update(source.get_update(), origin="peer")
     assert set(result.applied) == {("a",), ("l",)}
     replica.close()
-    again = SharedState.open(file)
+    again = place.open()
     assert again.snapshot() == {"a": {"b": 1}, "l": [1, 2]}
     again.close()
 
 
-async def test_on_durable_calls_back_at_once_when_already_durable(tmp_path: Path) -> None:
-    state = SharedState.open(tmp_path / "closed.db")
+async def test_on_durable_calls_back_at_once_when_already_durable(stores: Any) -> None:
+    state = stores.fresh().open()
     store = state.store
     assert store is not None
     seen: list[BaseException | None] = []
@@ -72,9 +71,9 @@ async def test_on_durable_calls_back_at_once_when_already_durable(tmp_path: Path
     state.close()
 
 
-def test_request_ids_make_commits_idempotent_across_reopen(tmp_path: Path) -> None:
-    file = tmp_path / "requests.db"
-    state = SharedState.open(file)
+def test_request_ids_make_commits_idempotent_across_reopen(stores: Any) -> None:
+    place = stores.fresh()
+    state = place.open()
     base = state.token
     first = state.commit([Change("append", ("log",), ["once"])], base, "a", request_id=42)
     again = state.commit([Change("append", ("log",), ["once"])], base, "a", request_id=42)
@@ -82,7 +81,7 @@ def test_request_ids_make_commits_idempotent_across_reopen(tmp_path: Path) -> No
     assert state.get("log") == ["once"]
     token = state.token
     state.close()
-    reopened = SharedState.open(file)
+    reopened = place.open()
     third = reopened.commit([Change("append", ("log",), ["once"])], base, "a", request_id=42)
     assert third.token == token
     assert reopened.get("log") == ["once"]
@@ -103,20 +102,21 @@ def test_request_ids_in_memory() -> None:
 
 
 def test_when_durable_waits_for_every_change_made_so_far(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    stores: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     in_memory: list[BaseException | None] = []
     SharedState().when_durable(in_memory.append)
     assert in_memory == [None]  # nothing to wait for: at once
     disk = threading.Event()
-    commit = storage.Store._commit
+    commit = stores.store_class._commit
 
-    def gated(self: storage.Store, batch: Any) -> None:
+    def gated(self: Any, batch: Any) -> None:
         disk.wait(10)
         commit(self, batch)
 
-    monkeypatch.setattr(storage.Store, "_commit", gated)
-    state = SharedState.open(tmp_path / "gated.db")
+    monkeypatch.setattr(stores.store_class, "_commit", gated)
+    place = stores.fresh()
+    state = place.open()
     nothing_yet: list[BaseException | None] = []
     state.when_durable(nothing_yet.append)
     assert nothing_yet == [None]  # no change made yet
@@ -144,20 +144,21 @@ def test_when_durable_waits_for_every_change_made_so_far(
     for thread in writers:
         thread.join()
     state.close()
-    with SharedState.open(tmp_path / "gated.db") as again:
+    with place.open() as again:
         assert again.snapshot() == {"x": 1, "y": 2}
 
 
 def test_when_durable_reports_changes_that_will_never_be_stored(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    stores: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(self: storage.Store, batch: Any) -> None:
+    def broken(self: Any, batch: Any) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(storage.Store, "_commit", broken)
-    state = SharedState.open(tmp_path / "broken.db")
-    with pytest.raises(StorageError):
-        state.commit({"x": 1}, state.token, "a")  # in memory, never in the file
+    monkeypatch.setattr(stores.store_class, "_commit", broken)
+    state = stores.fresh().open()
+    with pytest.raises(StorageError) as info:
+        state.commit({"x": 1}, state.token, "a")  # in memory, never in the store
+    assert isinstance(info.value.__cause__, OSError)  # the original error is chained
     told: list[BaseException | None] = []
     state.when_durable(told.append)
     assert len(told) == 1 and isinstance(told[0], StorageError)

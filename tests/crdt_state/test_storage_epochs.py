@@ -1,8 +1,8 @@
-"""Durable states drop Yjs tombstones by starting a new epoch of their document."""
+"""Durable states drop Yjs tombstones by starting a new epoch of their document (per store)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,18 +29,19 @@ def doc_size(state: SharedState) -> int:
     return len(state._core.doc.get_update())  # not get_update(): that would share the document
 
 
-def test_overwrites_do_not_grow_the_document_or_the_file(tmp_path: Path) -> None:
-    file = tmp_path / "epochs.db"
-    state = SharedState.open(file, keep_history=100, durability="normal")
+def test_overwrites_do_not_grow_the_document_or_the_store(stores: Any) -> None:
+    place = stores.fresh()
+    state = place.open(keep_history=100, durability="normal")
     expected = churn(state, 3_000)
     state._reader().flush()
     assert state.epoch >= 1
     assert doc_size(state) < 20_000  # 3,000 overwrites leave ~36 KB of tombstones otherwise
+    assert state.store is not None and state.store.epochs >= 1  # type: ignore[attr-defined]
     assert state.snapshot() == expected
     token = state.token
     state.close()
-    assert file.stat().st_size < 150_000
-    again = SharedState.open(file)
+    assert stores.rows(place, "log") <= 100 + 64 and stores.rows(place, "snapshot") == 1
+    again = place.open()
     assert again.snapshot() == expected
     assert again.token == token
     more = churn(again, 50, start=3_000)
@@ -48,8 +49,8 @@ def test_overwrites_do_not_grow_the_document_or_the_file(tmp_path: Path) -> None
     again.close()
 
 
-def test_a_branch_from_an_earlier_epoch_is_stale_and_can_rebase(tmp_path: Path) -> None:
-    state = SharedState.open(tmp_path / "stale.db", keep_history=50, durability="normal")
+def test_a_branch_from_an_earlier_epoch_is_stale_and_can_rebase(stores: Any) -> None:
+    state = stores.fresh().open(keep_history=50, durability="normal")
     state.commit({"owner": "nobody"}, state.token, "init")
     old = state.fork("slow-agent")
     old.set("owner", "slow-agent")
@@ -76,8 +77,8 @@ def test_a_branch_from_an_earlier_epoch_is_stale_and_can_rebase(tmp_path: Path) 
     state.close()
 
 
-def test_a_shared_document_keeps_its_identity(tmp_path: Path) -> None:
-    state = SharedState.open(tmp_path / "shared.db", keep_history=50, durability="normal")
+def test_a_shared_document_keeps_its_identity(stores: Any) -> None:
+    state = stores.fresh().open(keep_history=50, durability="normal")
     replica = SharedState()
     replica.apply_update(state.get_update())  # the document is now shared
     churn(state, 1_500)
@@ -89,19 +90,16 @@ def test_a_shared_document_keeps_its_identity(tmp_path: Path) -> None:
     state.close()
 
 
-def test_compact_document_can_be_turned_off(tmp_path: Path) -> None:
-    state = SharedState.open(
-        tmp_path / "off.db", keep_history=50, durability="normal", compact_document=False
-    )
+def test_compact_document_can_be_turned_off(stores: Any) -> None:
+    state = stores.fresh().open(keep_history=50, durability="normal", compact_document=False)
     churn(state, 1_500)
     state._reader().flush()
     assert state.epoch == 0
     state.close()
 
 
-def test_conflicts_and_policies_work_across_an_epoch(tmp_path: Path) -> None:
-    state = SharedState.open(
-        tmp_path / "policies.db",
+def test_conflicts_and_policies_work_across_an_epoch(stores: Any) -> None:
+    state = stores.fresh().open(
         keep_history=50,
         durability="normal",
         resolvers={"calls": resolvers.counter},
