@@ -43,6 +43,7 @@ from sync.wire import (
     CloseCode,
     ErrorCode,
     ErrorRecord,
+    HubUnreachable,
     InvalidHubURL,
     JsonValue,
     MergeReply,
@@ -62,13 +63,16 @@ from sync.wire import (
     WireChange,
     WireConflict,
     WirePath,
+    WriteDenied,
     decode_message,
     encode_message,
 )
 
 __all__ = [
     "AuthError",
+    "HubUnreachable",
     "InvalidHubURL",
+    "WriteDenied",
     "BlockingBranch",
     "BlockingRemote",
     "connect_blocking",

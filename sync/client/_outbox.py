@@ -37,7 +37,7 @@ from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeAlias
+from typing import Any
 
 from crdt_state import (
     MISSING,
@@ -52,10 +52,11 @@ from crdt_state import (
     VersionVector,
 )
 from crdt_state.resolvers import PolicyTable, named_policy
-from crdt_state.values import copy_value
+from sync.client._events import Event, Finished, Send
 from sync.client._offline import OfflineStore, PendingMerge
-from sync.client._overlay import Overlay, OverlayEntry, depends_on, overlay_keys, view_of_key
+from sync.client._overlay import Overlay, OverlayEntry, depends_on
 from sync.client._settle import rejudge, settle_refusal, substitute
+from sync.client._shown import ShownMerges, entry_of
 from sync.wire import protocol as p
 from sync.wire.convert import conflict_from_record
 from sync.wire.errors import RemoteError
@@ -66,26 +67,6 @@ MAX_ROUNDS = 64
 """How many times one merge is sent before it fails (settled conflicts keep coming back)."""
 _ROUND_BACKOFF = Retry(attempts=MAX_ROUNDS, base_delay=0.002, max_delay=0.2)
 _KEEP_FAILED = 100_000
-
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    """Send ``merge`` to the hub (after ``delay`` seconds: contention backoff)."""
-
-    merge: PendingMerge
-    delay: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    """The merge at ``order`` ended: applied (``result``) or failed (``error``)."""
-
-    order: int
-    result: MergeResult | None = None
-    error: CrdtStateError | None = None
-
-
-Event: TypeAlias = Send | Finished
 
 
 def _names(chain: tuple[int, ...], request_id: int) -> bool:
@@ -100,10 +81,6 @@ def _as_applied(merge: PendingMerge, conflicts: tuple[Conflict, ...]) -> Pending
     if not any(op.path in settled for op in merge.ops):
         return merge
     return replace(merge, ops=substitute(merge.ops, settled))
-
-
-def _entry(merge: PendingMerge) -> OverlayEntry:
-    return OverlayEntry(merge.order, merge.request_id, tuple(merge.ops))
 
 
 @dataclass
@@ -139,12 +116,12 @@ class Outbox:
         """Draws the next request id (replaceable, for tests)."""
         self._live: dict[int, _Live] = {}  # by order
         self._order_of: dict[int, int] = {}  # request id now standing for a merge -> order
-        self._confirmed: list[tuple[VersionVector, OverlayEntry]] = []
         self._failed: OrderedDict[int, None] = OrderedDict()  # request ids of failed merges
         self._next_order = 1
-        self._overlay = Overlay()  # live and confirmed entries, kept up to date
-        self._forget: list[int] = []  # request ids of confirmed merges the replica now holds
-        self._views: dict[str, tuple[int, int, int, Any]] = {}  # see view_of
+        self._shown = ShownMerges(replica, self._live_entries)
+
+    def _live_entries(self) -> list[OverlayEntry]:
+        return [entry_of(x.merge) for x in self._live.values()]
 
     # -- submitting ----------------------------------------------------------------------
     def _draw_id(self) -> int:
@@ -176,12 +153,12 @@ class Outbox:
             for merge in merges:
                 self._add(merge, self._replica.policies)
             for token, merge in confirmed or ():
-                self._confirmed.append((token, _entry(merge)))
+                self._shown.confirm(token, entry_of(merge))
             orders = [m.order for m in merges] + [m.order for _, m in confirmed or ()]
             self._next_order = max(self._next_order, max(orders, default=0) + 1)
             ids = [m.request_id for m in merges] + [m.request_id for _, m in confirmed or ()]
             self._next_id = max(self._next_id, max(ids, default=0) + 1)
-            self._rebuild()
+            self._shown.rebuild()
 
     def submit(self, merge: PendingMerge, table: PolicyTable) -> None:
         """Queue ``merge`` (and write it to the local file) before it is sent."""
@@ -193,22 +170,7 @@ class Outbox:
     def _add(self, merge: PendingMerge, table: PolicyTable) -> None:
         self._live[merge.order] = _Live(merge, table, ids={merge.request_id})
         self._order_of[merge.request_id] = merge.order
-        entry, overlay = _entry(merge), self._overlay
-        if not overlay.entries or overlay.entries[-1].order < entry.order:  # the common case
-            self._overlay = Overlay(
-                (*overlay.entries, entry), overlay.keys | entry.keys, overlay.generation
-            )
-        else:
-            self._rebuild()
-
-    def _rebuild(self) -> None:
-        """Make the overlay again from the live and confirmed merges (a new generation)."""
-        entries = sorted(
-            [_entry(x.merge) for x in self._live.values()] + [e for _, e in self._confirmed],
-            key=lambda e: e.order,
-        )
-        self._overlay = Overlay(tuple(entries), overlay_keys(entries), self._overlay.generation + 1)
-        self._views.clear()
+        self._shown.add(entry_of(merge))
 
     # -- reading ---------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -217,48 +179,22 @@ class Outbox:
     def snapshot(self) -> Overlay:
         """The overlay now: live merges, and applied ones the replica does not hold yet."""
         with self._lock:
-            self._prune()
-            return self._overlay
-
-    def _prune(self) -> None:
-        """Drop applied merges the replica now holds (their file rows go later)."""
-        if not self._confirmed:
-            return
-        token = self._replica.token
-        held = [entry for t, entry in self._confirmed if t <= token]
-        if held:
-            self._forget += [entry.request_id for entry in held]
-            self._confirmed = [c for c in self._confirmed if not c[0] <= token]
-            self._rebuild()
+            self._shown.prune()
+            return self._shown.overlay
 
     def view_of(self, key: str, base_seq: int, overlay: Overlay) -> Any:
         """The value of top-level ``key`` at replica position ``base_seq`` with ``overlay``
-        applied (a fresh copy; :data:`MISSING` when absent).
-
-        The last value computed for each key is kept: a later overlay of the same
-        generation and base only applies the entries appended since.
-        """
+        applied (a fresh copy; :data:`MISSING` when absent; see
+        :meth:`ShownMerges.view_of <sync.client._shown.ShownMerges.view_of>`)."""
         with self._lock:
-            cached = self._views.get(key)
-            if (
-                cached is not None
-                and cached[:2] == (overlay.generation, base_seq)
-                and cached[2] <= len(overlay.entries)
-            ):
-                value, start = cached[3], cached[2]
-            else:
-                value, start = self._replica.read_at((key,), base_seq), 0
-            value = view_of_key(value, key, overlay.entries[start:])
-            if overlay.generation == self._overlay.generation:
-                self._views[key] = (overlay.generation, base_seq, len(overlay.entries), value)
-            return copy_value(value)
+            return self._shown.view_of(key, base_seq, overlay)
 
     def on_replica_update(self) -> list[Event]:
         """The replica took updates from the hub: forget the applied merges it now
         holds, and judge again the waiting merges that this unblocks."""
         with self._lock:
-            self._prune()
-            forget, self._forget = self._forget, []
+            self._shown.prune()
+            forget = self._shown.forgotten()
             if self._store is not None:
                 for request_id in forget:
                     self._store.remove_pending(request_id)
@@ -327,6 +263,29 @@ class Outbox:
                     )
             return events + self._unblock()
 
+    def fail_request(self, request_id: int, error: CrdtStateError) -> list[Event]:
+        """End the merge that ``request_id`` stands for with ``error`` (nothing when it
+        does not stand for a live merge); later merges built on it fail too."""
+        with self._lock:
+            order = self._order_of.get(request_id)
+            if order is None:
+                return []
+            return self._fail(self._live[order], error) + self._unblock()
+
+    def fail_all(self, error: Callable[[PendingMerge], CrdtStateError]) -> list[Event]:
+        """End every live merge, each with ``error(merge)`` (the latest first, so none
+        ends as a broken chain instead); the events come in submission order."""
+        with self._lock:
+            events: list[Event] = []
+            for _, live in sorted(self._live.items(), reverse=True):
+                events += self._fail(live, error(live.merge))
+            return events[::-1]
+
+    def order_of(self, request_id: int) -> int | None:
+        """The place of the live merge ``request_id`` stands for (``None``: none)."""
+        with self._lock:
+            return self._order_of.get(request_id)
+
     def _finish(self, live: _Live, result: MergeResult) -> list[Event]:
         merge = live.merge
         if result.token <= self._replica.token:
@@ -335,9 +294,9 @@ class Outbox:
             self._live.pop(merge.order, None)
             self._order_of.pop(merge.request_id, None)
             applied = _as_applied(merge, result.conflicts)
-            self._confirmed.append((result.token, _entry(applied)))
+            self._shown.confirm(result.token, entry_of(applied))
             if applied is not merge:  # the overlay shows the hub's values from now on
-                self._rebuild()
+                self._shown.rebuild()
             if self._store is not None:
                 self._store.confirm_pending(merge.request_id, result.token)
         return [Finished(merge.order, result=result)]
@@ -367,7 +326,7 @@ class Outbox:
         merge = live.merge
         self._live.pop(merge.order, None)
         self._order_of.pop(merge.request_id, None)
-        self._rebuild()
+        self._shown.rebuild()
         if self._store is not None:
             self._store.remove_pending(merge.request_id)
         return merge
@@ -385,7 +344,7 @@ class Outbox:
         self._order_of[new.request_id] = new.order
         live.merge, live.blocked = new, False
         live.ids.add(new.request_id)
-        self._rebuild()
+        self._shown.rebuild()
         if self._store is not None:
             self._store.replace_pending(old.request_id, new)
         live.rounds += 1
@@ -410,11 +369,7 @@ class Outbox:
         ops = live.merge.ops
         if any(o < order and depends_on(x.merge.ops, ops) for o, x in self._live.items()):
             return False
-        token = self._replica.token
-        return not any(
-            e.order < order and depends_on(e.ops, ops) and not t <= token
-            for t, e in self._confirmed
-        )
+        return not self._shown.holds_back(order, ops)
 
     def _rejudge(self, live: _Live) -> list[Event]:
         merge = live.merge

@@ -11,13 +11,26 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from crdt_state import Change, MergeResult, VersionVector
-from sync.client.remote import RemoteBranch, RemoteState
+from crdt_state import (
+    Branch,
+    Change,
+    Conflict,
+    CrdtStateError,
+    MergeResult,
+    Retry,
+    SharedState,
+    StateUpdate,
+    VersionVector,
+)
+from crdt_state import resolvers as builtin
+from sync.client._overlay import Overlay
+from sync.client.remote import CONNECT_TIMEOUT, RemoteBranch, RemoteState, RemoteToken
 
 __all__ = ["BlockingBranch", "BlockingRemote", "connect_blocking"]
 
@@ -52,6 +65,16 @@ class BlockingBranch:
         return self.branch.status
 
     @property
+    def state(self) -> SharedState:
+        """The replica this branch was forked from."""
+        return self.branch.state
+
+    @property
+    def overlay(self) -> Overlay:
+        """The agent's unconfirmed merges this branch reads on top of its base."""
+        return self.branch.overlay
+
+    @property
     def result(self) -> MergeResult | None:
         """The result of the merge once merged."""
         return self.branch.result
@@ -74,13 +97,21 @@ class BlockingBranch:
         """The branch's view as an instance of the schema (``TypeError`` without one)."""
         return self.branch.model()
 
-    def changes(self) -> tuple[tuple[str, ...], ...]:
+    def changed_paths(self) -> tuple[tuple[str, ...], ...]:
         """The paths this branch changed (root-most)."""
-        return self.branch.changes()
+        return self.branch.changed_paths()
+
+    def changes(self) -> tuple[tuple[str, ...], ...]:
+        """Deprecated name of :meth:`changed_paths`."""
+        return self.branch.changed_paths()
+
+    def as_changes(self) -> list[Change]:
+        """The branch's changes, as a merge sends them."""
+        return self.branch.as_changes()
 
     def ops(self) -> list[Change]:
-        """The branch's changes, as a merge sends them."""
-        return self.branch.ops()
+        """Another name of :meth:`as_changes`."""
+        return self.branch.as_changes()
 
     def __getitem__(self, key: str) -> Any:
         return self.branch[key]
@@ -136,6 +167,9 @@ class BlockingBranch:
         """
         return self._owner._call(self.branch.amerge(resolvers=resolvers, default=default))
 
+    def __repr__(self) -> str:
+        return "<Blocking" + repr(self.branch)[1:]
+
     def __enter__(self) -> BlockingBranch:
         return self
 
@@ -152,16 +186,43 @@ class BlockingBranch:
 
 
 class BlockingRemote:
-    """A hub room for threaded code; create it with :func:`connect_blocking`."""
+    """A hub room for threaded code; create it with :func:`connect_blocking`.
 
-    def __init__(self, url: str | Sequence[str], *, timeout: float = 30.0, **options: Any) -> None:
+    The same surface as :class:`~sync.client.remote.RemoteState` (the one it drives,
+    :attr:`remote`), without ``await``. Calls wait for their outcome: a merge returns
+    when the hub answered or, when the connection drops, as ``pending``.
+    """
+
+    def __init__(
+        self,
+        url: str | Sequence[str],
+        *,
+        agent: str,
+        token: str | None = None,
+        local: str | Path | None = None,
+        resolvers: Mapping[Any, object] | None = None,
+        default: object = builtin.raise_conflict,
+        timeout: float = CONNECT_TIMEOUT,
+        reconnect: Retry | None = None,
+        schema: type[BaseModel] | None = None,
+    ) -> None:
+        self.remote = RemoteState(
+            url,
+            agent=agent,
+            token=token,
+            local=local,
+            resolvers=resolvers,
+            default=default,
+            reconnect=reconnect,
+            schema=schema,
+        )
         self.timeout = timeout
+        """Seconds to wait for the first sync (as :func:`sync.connect`)."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="crdt-state-client", daemon=True
         )
         self._thread.start()
-        self.remote = RemoteState(url, **options)
         try:
             self._call(self.remote.start(timeout))
         except BaseException:
@@ -169,26 +230,93 @@ class BlockingRemote:
             raise
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(self.timeout)
+        """Run ``coro`` on the client's loop and wait for it (it always ends: merges
+        come back as pending when the connection drops)."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    # -- what RemoteState shows --------------------------------------------------------
+    @property
+    def agent(self) -> str:
+        """The agent's name."""
+        return self.remote.agent
+
+    @property
+    def writer(self) -> str:
+        """This client's identity for the hub's deduplication."""
+        return self.remote.writer
+
+    @property
+    def url(self) -> str:
+        """The URL of the hub in use (or tried last)."""
+        return self.remote.url
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """Every hub URL of the room, in the order they are tried."""
+        return self.remote.urls
+
+    @property
+    def connected(self) -> bool:
+        """True while a synced connection to the hub is up."""
+        return self.remote.connected
+
+    @property
+    def read_only(self) -> bool:
+        """True once the hub refused a write of this client."""
+        return self.remote.read_only
+
+    @property
+    def pending(self) -> int:
+        """Merges that have not ended yet."""
+        return self.remote.pending
+
+    @property
+    def failed(self) -> list[CrdtStateError]:
+        """Merges that failed after their caller stopped waiting."""
+        return self.remote.failed
+
+    @property
+    def conflicted(self) -> list[Conflict]:
+        """Conflicts of merges applied after their caller stopped waiting."""
+        return self.remote.conflicted
+
+    @property
+    def replica(self) -> SharedState:
+        """The hub's confirmed state."""
+        return self.remote.replica
 
     # -- the SharedState API, blocking -------------------------------------------------
     @property
     def token(self) -> VersionVector:
+        """The hub's confirmed token."""
         return self.remote.token
 
     def snapshot(self) -> dict[str, Any]:
+        """The room as this agent sees it (see ``RemoteState.snapshot``)."""
         return self.remote.snapshot()
 
-    def read(self) -> tuple[dict[str, Any], VersionVector]:
+    def read(self) -> tuple[dict[str, Any], RemoteToken]:
+        """``(snapshot, token)`` taken atomically (see ``RemoteState.read``)."""
         return self.remote.read()
 
     def get(self, path: Any, default: Any = None) -> Any:
+        """The value at ``path`` as this agent sees it, or ``default``."""
         return self.remote.get(path, default)
 
     def get_update(self, since: VersionVector | None = None) -> bytes:
+        """A Yjs update of the confirmed state."""
         return self.remote.get_update(since)
 
+    def model(self) -> BaseModel:
+        """The room as an instance of the schema."""
+        return self.remote.model()
+
+    def subscribe(self, listener: Callable[[StateUpdate], None]) -> Callable[[], None]:
+        """See ``RemoteState.subscribe`` (the listener runs on the client's thread)."""
+        return self.remote.subscribe(listener)
+
     def fork(self, agent: str | None = None) -> BlockingBranch:
+        """A branch at the replica's version, with this agent's unconfirmed merges."""
         return BlockingBranch(self, self.remote.fork(agent))
 
     def commit(
@@ -196,21 +324,41 @@ class BlockingRemote:
         changes: Mapping[Any, Any] | Iterable[Change],
         base: VersionVector,
         agent: str | None = None,
-        **options: Any,
+        *,
+        resolvers: Mapping[Any, object] | None = None,
+        default: object | None = None,
     ) -> MergeResult:
         """The OCC form, blocking (see ``RemoteState.acommit``)."""
-        return self._call(self.remote.acommit(changes, base, agent, **options))
+        return self._call(
+            self.remote.acommit(changes, base, agent, resolvers=resolvers, default=default)
+        )
 
-    def transact(self, fn: Callable[[Any], T], **options: Any) -> MergeResult:
+    def transact(
+        self,
+        fn: Callable[[Branch], T],
+        *,
+        agent: str | None = None,
+        retry: Retry | None = None,
+        resolvers: Mapping[Any, object] | None = None,
+        default: object | None = None,
+    ) -> MergeResult:
         """Run ``fn(branch)`` (on the client's thread) and merge, re-running on a retry."""
-        return self._call(self.remote.atransact(fn, **options))
+        return self._call(
+            self.remote.atransact(
+                fn, agent=agent, retry=retry, resolvers=resolvers, default=default
+            )
+        )
 
     def wait_idle(self, timeout: float = 10.0) -> None:
+        """Wait until every merge has ended (``TimeoutError`` after ``timeout`` s)."""
         self._call(self.remote.wait_idle(timeout))
+
+    def __repr__(self) -> str:
+        return "<Blocking" + repr(self.remote)[1:]
 
     # -- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
-        """Disconnect and stop the background thread."""
+        """Disconnect and stop the background thread (idempotent)."""
         if self._loop.is_running():
             try:
                 self._call(self.remote.close())
@@ -219,7 +367,7 @@ class BlockingRemote:
 
     def _stop_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(self.timeout)
+        self._thread.join(10.0)
         self._loop.close()
 
     def __enter__(self) -> BlockingRemote:
@@ -229,6 +377,34 @@ class BlockingRemote:
         self.close()
 
 
-def connect_blocking(url: str | Sequence[str], *, agent: str, **options: Any) -> BlockingRemote:
-    """:func:`sync.connect` for threaded code (same options); use it in a ``with`` block."""
-    return BlockingRemote(url, agent=agent, **options)
+def connect_blocking(
+    url: str | Sequence[str],
+    *,
+    agent: str,
+    token: str | None = None,
+    local: str | Path | None = None,
+    resolvers: Mapping[Any, object] | None = None,
+    default: object = builtin.raise_conflict,
+    timeout: float = CONNECT_TIMEOUT,
+    reconnect: Retry | None = None,
+    schema: type[BaseModel] | None = None,
+) -> BlockingRemote:
+    """:func:`sync.connect` for threaded code (the same arguments, the same timeout);
+    use it in a ``with`` block.
+
+    Raises:
+        InvalidHubURL: a bad URL.
+        HubUnreachable: without ``local``, no hub synced within ``timeout``.
+        AuthError: the hub refused the token.
+    """
+    return BlockingRemote(
+        url,
+        agent=agent,
+        token=token,
+        local=local,
+        resolvers=resolvers,
+        default=default,
+        timeout=timeout,
+        reconnect=reconnect,
+        schema=schema,
+    )

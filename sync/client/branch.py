@@ -227,14 +227,23 @@ class RemoteBranch(MergeOnExit):
             self.set(path, value)
 
     # -- changes -------------------------------------------------------------------------
-    def changes(self) -> tuple[tuple[str, ...], ...]:
+    def changed_paths(self) -> tuple[tuple[str, ...], ...]:
         """The paths this branch changed (root-most; a changed map covers its keys)."""
-        side = self._side.changes() if self._side is not None else ()
-        return (*self._main.changes(), *side)
+        side = self._side.changed_paths() if self._side is not None else ()
+        return (*self._main.changed_paths(), *side)
+
+    def changes(self) -> tuple[tuple[str, ...], ...]:
+        """Deprecated name of :meth:`changed_paths` (as on :class:`crdt_state.Branch`)."""
+        return self.changed_paths()
+
+    def as_changes(self) -> list[Change]:
+        """The branch's changes as :class:`~crdt_state.Change` objects (what a merge sends)."""
+        side = self._side.as_changes() if self._side is not None else []
+        return [*self._main.as_changes(), *side]
 
     def ops(self) -> list[Change]:
-        """The branch's changes as :class:`~crdt_state.Change` objects (what a merge sends)."""
-        return [*self._main.ops(), *(self._side.ops() if self._side is not None else ())]
+        """Another name of :meth:`as_changes` (as on :class:`crdt_state.Branch`)."""
+        return self.as_changes()
 
     # -- merging -------------------------------------------------------------------------
     def merge(self, **options: Any) -> MergeResult:

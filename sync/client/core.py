@@ -10,10 +10,11 @@ pumps a connection through it:
 
 - after connecting, send every frame of :meth:`ClientCore.connected`, in order;
 - pass every binary message received to :meth:`ClientCore.receive` and carry out what it
-  returns: :class:`Frame` (send it), :class:`~sync.client._outbox.Send` (send
+  returns: :class:`Frame` (send it), :class:`~sync.client._events.Send` (send
   ``frame_for(merge)`` after ``delay`` seconds, if :meth:`ClientCore.still_due`),
-  :class:`~sync.client._outbox.Finished` (a merge ended: tell its caller);
-- after the connection drops, call :meth:`ClientCore.disconnected`;
+  :class:`~sync.client._events.Finished` (a merge ended: tell its caller);
+- after the connection drops, call :meth:`ClientCore.disconnected` with the close code
+  and reason, and tell the callers of the merges it ends (:class:`Finished` events);
 - to merge, :meth:`ClientCore.submit`, then send :meth:`ClientCore.frame_for` when online.
 
 The one I/O it does is the agent's ``local`` file (an :class:`~sync.client._offline.OfflineStore`,
@@ -23,36 +24,37 @@ updates are kept.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Final, TypeAlias
+from typing import Any, Final
 
 from pycrdt import merge_updates
 
-from crdt_state import MISSING, BrokenChain, Change, SharedState, VersionVector
+from crdt_state import MISSING, BrokenChain, Change, CrdtStateError, SharedState, VersionVector
 from crdt_state.resolvers import PolicyTable
 from crdt_state.values import tree_get
+from sync.client._events import ClientEvent, Finished, Frame, Send
 from sync.client._offline import OfflineStore, PendingMerge
-from sync.client._outbox import Finished, Outbox, Send
+from sync.client._outbox import Outbox
 from sync.client._overlay import RemoteToken, chain_of
 from sync.wire import protocol as p
 from sync.wire.convert import wire_changes
+from sync.wire.errors import CloseCode, RemoteError, WriteDenied
 
-__all__ = ["ClientCore", "ClientEvent", "Frame"]
+__all__ = ["MAX_STRIKES", "ClientCore", "ClientEvent", "Frame"]
+
+MAX_STRIKES: Final = 3
+"""A merge fails once the hub dropped the connection this many times while it was the
+oldest unanswered one (a hub that cannot process it closes with 1011 every time)."""
+_FINAL_CLOSES: Final = {
+    CloseCode.PROTOCOL_ERROR: "protocol_error",
+    CloseCode.UNSUPPORTED_DATA: "unsupported_data",
+    CloseCode.MESSAGE_TOO_BIG: "message_too_big",
+}
+"""Close codes by which the hub refuses the oldest unanswered merge for good."""
 
 _MAX_HELD: Final = 64
 """Held hub updates are merged into one past this many."""
 _FOLD_REPLICA_ROWS: Final = 1_000
 """The local file's replica rows are folded into one full update past this many."""
-
-
-@dataclass(frozen=True, slots=True)
-class Frame:
-    """Send ``data`` to the hub now."""
-
-    data: bytes
-
-
-ClientEvent: TypeAlias = Frame | Send | Finished
 
 
 class ClientCore:
@@ -76,8 +78,11 @@ class ClientCore:
         self._synced = False
         self._in_flight: set[int] = set()  # request ids sent on this connection, unanswered
         self._held: list[bytes] = []  # hub updates received while merges are in flight
+        self._strikes: dict[int, int] = {}  # request id -> connections it was dropped on
         self.connection = 0
         """How many connections were made (the current one's number)."""
+        self.read_only = False
+        """True once the hub refused a write: merges fail at once from then on."""
 
     # -- the connection ------------------------------------------------------------------
     @property
@@ -111,10 +116,66 @@ class ClientCore:
         frames = [f for f in map(self.frame_for, self.outbox.to_send()) if f is not None]
         return [*frames, p.encode_sync_step1(self.replica.token.to_state())]
 
-    def disconnected(self) -> None:
-        """The connection dropped: nothing is in flight any more."""
+    def disconnected(self, close_code: int | None = None, reason: str = "") -> list[Finished]:
+        """The connection dropped (with ``close_code`` and ``reason`` when the hub closed
+        it): nothing is in flight any more. Returns the merges that this ends.
+
+        The hub answers every merge it can judge; when it closes the connection instead
+        while merges are unanswered, the close code says why:
+
+        - 1008 (policy violation): writes are refused; every live merge fails with
+          :class:`~sync.wire.errors.WriteDenied`, and so does every later one (as after
+          a permission-denied message, or a merge answered with the error ``read_only``);
+        - 1002, 1003, 1009: the oldest unanswered merge cannot be taken (malformed,
+          unsupported, too big); it fails with a :class:`RemoteError`;
+        - anything else (1011, a lost connection): the oldest unanswered merge is sent
+          again on the next connection, and fails after :data:`MAX_STRIKES` drops.
+        """
+        unanswered = sorted(
+            (order, rid)
+            for rid in self._in_flight
+            if (order := self.outbox.order_of(rid)) is not None
+        )
         self._online = self._synced = False
         self._in_flight.clear()
+        if not unanswered or close_code is None:
+            return []
+        if close_code == CloseCode.POLICY_VIOLATION:
+            return [e for e in self._deny(reason) if isinstance(e, Finished)]
+        oldest = unanswered[0][1]
+        error: CrdtStateError | None = None
+        if close_code in _FINAL_CLOSES:
+            code = _FINAL_CLOSES[CloseCode(close_code)]
+            error = RemoteError(code, f"the hub closed the connection on this merge: {reason}")
+        elif close_code == CloseCode.INTERNAL_ERROR:
+            strikes = self._strikes[oldest] = self._strikes.get(oldest, 0) + 1
+            if strikes >= MAX_STRIKES:
+                error = RemoteError(
+                    "hub_internal_error",
+                    f"the hub failed {strikes} times on this merge (closed 1011: {reason})",
+                )
+        if error is None:
+            return []
+        self._strikes.pop(oldest, None)
+        return [e for e in self.outbox.fail_request(oldest, error) if isinstance(e, Finished)]
+
+    def _deny(self, reason: str) -> list[ClientEvent]:
+        """The hub refused a write: every live merge fails, and every later one will."""
+        self.read_only = True
+        self._in_flight.clear()
+        why = reason or "the connection may only read"
+        events = self.outbox.fail_all(
+            lambda merge: WriteDenied(
+                f"the hub refused this merge: {why}",
+                details={
+                    "agent": merge.agent,
+                    "request_id": merge.request_id,
+                    "paths": sorted({op.path for op in merge.ops}),
+                },
+            )
+        )
+        out: list[ClientEvent] = [e for e in events if isinstance(e, Finished)]
+        return out
 
     # -- merges out ----------------------------------------------------------------------
     def submit(
@@ -126,9 +187,16 @@ class ClientCore:
         agent's unconfirmed merges it builds on as its chain.
 
         Raises:
+            WriteDenied: the hub refused a write of this client before (nothing is
+                queued).
             BrokenChain: it builds on an earlier merge of the agent that failed.
             ProtocolError: a value the wire cannot carry (nothing is queued).
         """
+        if self.read_only:
+            raise WriteDenied(
+                "the hub refuses writes from this client (its token may only read)",
+                details={"agent": agent, "paths": sorted({op.path for op in ops})},
+            )
         chain, seen = self._chain(ops, base)
         merge = PendingMerge(
             self.outbox.new_id(),
@@ -146,7 +214,7 @@ class ClientCore:
     def frame_for(self, merge: PendingMerge) -> bytes | None:
         """The request frame of ``merge`` to send now (``None``: offline, or already sent
         on this connection); it counts as in flight from here."""
-        if not self._online or merge.request_id in self._in_flight:
+        if not self._online or self.read_only or merge.request_id in self._in_flight:
             return None
         self._in_flight.add(merge.request_id)
         return p.encode_merge_request(
@@ -226,12 +294,24 @@ class ClientCore:
             return events
         if isinstance(message, p.MergeReply):
             self._in_flight.discard(message.request_id)
+            self._strikes.pop(message.request_id, None)
+            if message.error is not None and message.error.code == WriteDenied.code:
+                return self._deny(message.error.message) + self._take_held()
             events = self._due(self.outbox.on_result(message))
             if self._held and not self._in_flight:
                 held, self._held = self._held, []
                 events += self._apply(held)
             return events
-        return []  # awareness, auth and unknown messages: nothing to do
+        if isinstance(message, p.PermissionDenied):  # the hub closes with 1008 next
+            return self._deny(message.reason) + self._take_held()
+        return []  # awareness, other auth and unknown messages: nothing to do
+
+    def _take_held(self) -> list[ClientEvent]:
+        """Apply the held hub updates once nothing is in flight any more."""
+        if not self._held or self._in_flight:
+            return []
+        held, self._held = self._held, []
+        return self._apply(held)
 
     def _apply(self, updates: list[bytes]) -> list[ClientEvent]:
         """Take the hub's updates into the replica (and the local file).

@@ -25,7 +25,8 @@ process) sent with every merge; the hub deduplicates on (writer, request id),
 so a merge re-sent after a reconnect or a restart is applied once.
 
 Offline: merges are queued (in the ``local`` SQLite file when given, so they
-survive a restart) and sent in order when the connection is back.
+survive a restart) and sent in order when the connection is back. The connection
+itself (reconnecting, failing over) is :class:`~sync.client._link.Link`.
 
 **Several hubs.** :func:`connect` takes one URL or a list of URLs of the same room
 served by several hubs (a cluster, or a hub and its stand-in on the same database).
@@ -45,12 +46,8 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
-from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from pydantic import BaseModel
-from websockets.asyncio.client import ClientConnection
-from websockets.asyncio.client import connect as ws_connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
 from crdt_state import (
     Branch,
@@ -60,22 +57,36 @@ from crdt_state import (
     MergeResult,
     Retry,
     SharedState,
+    StateUpdate,
     VersionVector,
     resolvers,
 )
 from crdt_state.transact import arun_transaction
+from sync.client._events import Finished
+from sync.client._link import Link
 from sync.client._offline import OfflineStore, PendingMerge
-from sync.client._outbox import Finished, Send
 from sync.client._overlay import Overlay
 from sync.client._remote_reads import RemoteReads
+from sync.client._urls import hub_urls
 from sync.client.branch import RemoteBranch, RemoteToken
-from sync.client.core import ClientCore, ClientEvent, Frame
-from sync.wire.errors import AuthError, InvalidHubURL, RemoteError
+from sync.client.core import ClientCore
+from sync.wire.errors import HubUnreachable, RemoteError
 
-__all__ = ["RemoteBranch", "RemoteError", "RemoteState", "RemoteToken", "connect"]
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "RemoteBranch",
+    "RemoteError",
+    "RemoteState",
+    "RemoteToken",
+    "connect",
+]
 
 log = logging.getLogger("crdt_state.client")
 T = TypeVar("T")
+
+CONNECT_TIMEOUT = 10.0
+"""Seconds :func:`connect` and :func:`~sync.client.blocking.connect_blocking` wait for the
+first sync with a hub."""
 
 
 class RemoteState(RemoteReads):
@@ -94,9 +105,7 @@ class RemoteState(RemoteReads):
         max_message: int = 4 * 2**20,
         schema: type[BaseModel] | None = None,
     ) -> None:
-        self.urls = hub_urls(url)
-        """Every hub URL of the room, in the order they are tried."""
-        self._at = 0  # index in urls of the hub in use, or tried last
+        urls = hub_urls(url)
         self.agent = agent
         self._token = token
         # a mirror of the hub: it never writes on its own, and takes the hub's
@@ -111,16 +120,16 @@ class RemoteState(RemoteReads):
         self._core = ClientCore(self.replica, self.writer, store)
         self._outbox = self._core.outbox
         self._local = store is not None
-        self._backoff = reconnect or Retry(attempts=1, base_delay=0.05, max_delay=2.0)
-        self._max_message = max_message
-        self._ws: ClientConnection | None = None
-        self._synced = asyncio.Event()
-        self._send_lock = asyncio.Lock()
-        self._closing = False
-        self._task: asyncio.Task[None] | None = None
-        self._later: set[asyncio.Task[None]] = set()
+        self._link = Link(
+            self._core,
+            urls,
+            token,
+            reconnect or Retry(attempts=1, base_delay=0.05, max_delay=2.0),
+            max_message,
+            self._finished,
+            self._release_waiters,
+        )
         self._waiting: dict[int, tuple[asyncio.Future[MergeResult], PendingMerge]] = {}
-        self._fatal: BaseException | None = None
         self.failed: list[CrdtStateError] = []
         """Merges that failed after their caller stopped waiting (queued offline, or in
         flight when the connection dropped), each as its typed error."""
@@ -131,46 +140,54 @@ class RemoteState(RemoteReads):
     @property
     def url(self) -> str:
         """The URL of the hub in use (or, while offline, the one tried last)."""
-        return self.urls[self._at]
+        return self._link.url
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """Every hub URL of the room, in the order they are tried."""
+        return self._link.urls
 
     # -- lifecycle -----------------------------------------------------------------------
-    async def start(self, timeout: float = 10.0) -> None:
+    async def start(self, timeout: float = CONNECT_TIMEOUT) -> None:
         """Load the local file, start the connection, wait for the first sync.
 
-        With a ``local`` file the wait is skipped when the hub is unreachable
-        (the agent works offline); without one, :class:`ConnectionError` is
-        raised after ``timeout`` seconds.
+        With a ``local`` file the wait ends as soon as every hub URL was tried once and
+        none could be reached: the agent works offline at once (merges are queued).
+
+        Raises:
+            HubUnreachable: without a ``local`` file, no hub synced within ``timeout``
+                seconds.
+            AuthError: the hub refused the token.
+
+        Whatever the outcome, no background task outlives a failed or cancelled start.
         """
-        self._core.load()
-        self._task = asyncio.create_task(self._run())
         try:
-            await asyncio.wait_for(self._wait_synced(), timeout)
+            self._core.load()
+            self._link.start()
+            await asyncio.wait_for(self._wait_ready(), timeout)
         except TimeoutError:
             if not self._local:
                 await self.close()
-                where = " or ".join(self.urls)
-                raise ConnectionError(f"could not sync with {where} in {timeout} s") from None
+                shown = tuple(self._link.shown(url) for url in self.urls)
+                raise HubUnreachable(shown, timeout, self._link.last_error) from None
+        except BaseException:
+            await self.close()
+            raise
 
-    async def _wait_synced(self) -> None:
-        while not self._synced.is_set():
-            if self._fatal is not None:
-                raise self._fatal
+    async def _wait_ready(self) -> None:
+        """Until synced (or, with a local file, until every URL failed once)."""
+        link = self._link
+        while not (link.synced.is_set() or (self._local and link.tried_all)):
+            if link.fatal is not None:
+                raise link.fatal
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._synced.wait(), 0.05)
-        if self._fatal is not None:
-            raise self._fatal
+                await asyncio.wait_for(link.synced.wait(), 0.02)
+        if link.fatal is not None:
+            raise link.fatal
 
     async def close(self) -> None:
         """Disconnect; queued merges stay in the local file (if any)."""
-        self._closing = True
-        if self._ws is not None:
-            with contextlib.suppress(Exception):
-                await self._ws.close()
-        for task in [self._task, *self._later]:
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+        await self._link.close()
         self._release_waiters()
         self._core.save()
 
@@ -184,7 +201,32 @@ class RemoteState(RemoteReads):
     @property
     def connected(self) -> bool:
         """True while a synced connection to the hub is up."""
-        return self._ws is not None and self._core.synced
+        return self._link.ws is not None and self._core.synced
+
+    @property
+    def read_only(self) -> bool:
+        """True once the hub refused a write of this client (its token may only read):
+        from then on merges fail at once with :class:`~sync.wire.errors.WriteDenied`."""
+        return self._core.read_only
+
+    def subscribe(self, listener: Callable[[StateUpdate], None]) -> Callable[[], None]:
+        """Call ``listener(StateUpdate)`` after every change the replica takes from the hub.
+
+        As :meth:`crdt_state.SharedState.subscribe`, on the replica: the listener sees
+        the hub's confirmed changes (the agent's own merges once the hub applied them;
+        not while they are queued or in flight), in order, under the replica's lock,
+        on the thread that runs the connection. It must be quick and must not call
+        back into the state. Returns a function that removes the listener.
+        """
+        return self.replica.subscribe(listener)
+
+    def __repr__(self) -> str:
+        state = "connected" if self.connected else "offline"
+        extra = " read-only" if self.read_only else ""
+        return (
+            f"<RemoteState agent={self.agent!r} url={self._link.shown()!r} {state}"
+            f"{extra} pending={self.pending} failed={len(self.failed)}>"
+        )
 
     @property
     def pending(self) -> int:
@@ -267,42 +309,12 @@ class RemoteState(RemoteReads):
         """
         table = self.replica.policies.overlay(resolvers_, default)
         merge = self._core.submit(ops, base, agent, table)
-        if self._ws is None:
+        if self._link.ws is None:
             return _pending_result(merge)
         future: asyncio.Future[MergeResult] = asyncio.get_running_loop().create_future()
         self._waiting[merge.order] = (future, merge)
-        async with self._send_lock:
-            await self._send(merge)
+        await self._link.send(merge)
         return await future
-
-    async def _send(self, merge: PendingMerge) -> None:
-        """Send ``merge`` now, unless offline or already sent on this connection."""
-        ws, frame = self._ws, self._core.frame_for(merge)
-        if ws is not None and frame is not None:
-            with contextlib.suppress(ConnectionClosed):
-                await ws.send(frame)
-
-    async def _send_later(self, merge: PendingMerge, delay: float, connection: int) -> None:
-        await asyncio.sleep(delay)
-        if self._core.still_due(merge, connection):
-            async with self._send_lock:
-                await self._send(merge)
-
-    async def _carry_out(self, events: list[ClientEvent]) -> None:
-        """Do what the core asks: send frames, schedule delayed sends, tell callers."""
-        for event in events:
-            if isinstance(event, Frame):
-                ws = self._ws
-                if ws is not None:
-                    with contextlib.suppress(ConnectionClosed):
-                        await ws.send(event.data)
-            elif isinstance(event, Send):
-                connection = self._core.connection
-                task = asyncio.create_task(self._send_later(event.merge, event.delay, connection))
-                self._later.add(task)
-                task.add_done_callback(self._later.discard)
-            else:
-                self._finished(event)
 
     def _finished(self, event: Finished) -> None:
         waiting = self._waiting.pop(event.order, None)
@@ -320,99 +332,12 @@ class RemoteState(RemoteReads):
         elif event.result is not None and event.result.conflicts:
             self.conflicted.extend(event.result.conflicts)
 
-    # -- the connection -----------------------------------------------------------------------
-    def _connect_url(self) -> str:
-        if not self._token:
-            return self.url
-        parts = urlsplit(self.url)
-        query = (parts.query + "&" if parts.query else "") + urlencode({"token": self._token})
-        return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
-
-    async def _run(self) -> None:
-        """Connect, pump, reconnect: round robin over :attr:`urls`, backoff per round."""
-        failed_in_row = 0  # connections that failed or dropped since one last synced
-        rounds = 0  # rounds of every URL failing in a row
-        while not self._closing:
-            synced = False
-            try:
-                async with ws_connect(
-                    self._connect_url(),
-                    max_size=self._max_message,
-                    compression=None,
-                    open_timeout=5,
-                ) as ws:
-                    self._ws = ws
-                    async with self._send_lock:
-                        for frame in self._core.connected():
-                            await ws.send(frame)
-                    async for data in ws:
-                        if isinstance(data, bytes):
-                            await self._carry_out(self._core.receive(data))
-                            if self._core.synced and not synced:
-                                synced = True
-                                failed_in_row = rounds = 0
-                                self._synced.set()
-            except InvalidStatus as exc:
-                status = exc.response.status_code
-                if status in (401, 403):
-                    self._fatal = AuthError(
-                        status, "token_refused", f"hub refused the token: HTTP {status}"
-                    )
-                    log.error("hub %s refused access: HTTP %d", self.url, status)
-                    return
-                log.info("hub %s handshake failed: HTTP %d", self.url, status)
-            except (OSError, ConnectionClosed, InvalidHandshake, TimeoutError) as exc:
-                log.info("connection to %s lost: %s", self.url, exc)
-            except Exception:  # a bad frame from the hub: drop this connection, reconnect
-                log.exception("unexpected data from %s; reconnecting", self.url)
-            finally:
-                self._ws = None
-                self._core.disconnected()
-                self._synced.clear()
-                self._release_waiters()
-            if self._closing:
-                return
-            failed_in_row += 1
-            self._at = (self._at + 1) % len(self.urls)
-            if failed_in_row >= len(self.urls):  # every URL failed in a row: back off
-                failed_in_row = 0
-                rounds += 1
-                delay = self._backoff.cap(min(rounds, 30))
-                await asyncio.sleep(self._backoff.rng.uniform(0, delay))
-
     def _release_waiters(self) -> None:
         """Merges awaited when the connection drops return as pending; they stay queued."""
         waiting, self._waiting = self._waiting, {}
         for future, merge in waiting.values():
             if not future.done():
                 future.set_result(_pending_result(merge))
-
-
-def hub_urls(url: str | Sequence[str]) -> tuple[str, ...]:
-    """The hub URLs of one room, checked: ``ws://`` or ``wss://``, a host, one room path.
-
-    Args:
-        url: one URL, or the URLs of the same room on several hubs.
-
-    Returns:
-        The URLs, in order.
-
-    Raises:
-        InvalidHubURL: no URL, a URL that is not ``ws://host/...`` or ``wss://host/...``,
-            or URLs naming different rooms (different paths).
-    """
-    urls = (url,) if isinstance(url, str) else tuple(url) if isinstance(url, Sequence) else ()
-    if not urls:
-        raise InvalidHubURL(f"a hub URL or a list of hub URLs is needed, got {url!r}")
-    for one in urls:
-        if not isinstance(one, str) or urlsplit(one).scheme not in ("ws", "wss"):
-            raise InvalidHubURL(f"a hub URL starts with ws:// or wss://, got {one!r}")
-        if not urlsplit(one).hostname:
-            raise InvalidHubURL(f"the hub URL names no host: {one!r}")
-    rooms = {urlsplit(one).path.rstrip("/") for one in urls}
-    if len(rooms) > 1:
-        raise InvalidHubURL(f"the hub URLs must name the same room (path), got {list(urls)!r}")
-    return urls
 
 
 def _pending_result(merge: PendingMerge) -> MergeResult:
@@ -428,21 +353,30 @@ async def connect(
     local: str | Path | None = None,
     resolvers: Mapping[Any, object] | None = None,
     default: object = resolvers.raise_conflict,
-    timeout: float = 10.0,
+    timeout: float = CONNECT_TIMEOUT,
     reconnect: Retry | None = None,
     schema: type[BaseModel] | None = None,
 ) -> AsyncIterator[RemoteState]:
     """Join the hub room at ``url`` as ``agent``; yields a :class:`RemoteState`.
 
-    ``url`` is one ``ws://``/``wss://`` URL, or a list of URLs of the same room on
-    several hubs (all with the same path, the room; the client fails over between them, round
-    robin, see :mod:`sync.client.remote`);
+    Args:
+        url: a ``ws://``/``wss://`` URL, or a list of URLs of the same room (same path)
+            on several hubs: the client fails over between them, round robin.
+        agent: the agent's name (branches and merges carry it).
+        token: an access token (sent as the ``token`` query parameter; never logged).
+        local: a SQLite file keeping the writer id, the replica and queued merges
+            across restarts; with it, an unreachable hub means starting offline at once.
+        resolvers: the client's own conflict policies (``default`` for other paths).
+        default: the policy of paths no resolver names.
+        timeout: seconds to wait for the first sync (see :meth:`RemoteState.start`).
+        reconnect: the backoff between rounds of failed connections.
+        schema: a pydantic model: branch writes are validated against it and
+            :meth:`RemoteState.model` reads the room typed.
 
-    ``token`` is an access token (sent as the ``token`` query parameter);
-    ``local`` a SQLite file keeping the writer id, the replica and queued
-    merges across restarts; ``resolvers``/``default`` the client's own conflict
-    policies; ``schema`` a pydantic model: branch writes are validated against
-    it and :meth:`RemoteState.model` reads the room typed.
+    Raises:
+        InvalidHubURL: a bad URL (at once, before any connection attempt).
+        HubUnreachable: without ``local``, no hub synced within ``timeout``.
+        AuthError: the hub refused the token.
     """
     remote = RemoteState(
         url,

@@ -27,10 +27,12 @@ from sync.wire.errors import (
     AuthError,
     CloseCode,
     ErrorCode,
+    HubUnreachable,
     InvalidHubURL,
     ProtocolError,
     RemoteError,
     SyncError,
+    WriteDenied,
 )
 from sync.wire.protocol import (
     MERGE_MESSAGE_TYPE,
@@ -71,6 +73,8 @@ __all__ = [
     "WirePath",
     "PermissionDenied",
     "InvalidHubURL",
+    "HubUnreachable",
+    "WriteDenied",
     "ProtocolError",
     "QueryAwareness",
     "RemoteError",

@@ -6,7 +6,10 @@ Hierarchy::
     ├── ProtocolError(ValueError)           bytes that are not a valid message of the wire
     │                                       protocol, or a value that cannot be encoded
     ├── RemoteError(crdt_state.CrdtStateError)
-    │                                       the hub refused a merge (``code``: the hub's code)
+    │   │                                   the hub refused a merge (``code``: the hub's code)
+    │   └── WriteDenied(PermissionError)    a merge on a read-only connection (``read_only``)
+    ├── HubUnreachable(ConnectionError)     no hub could be synced with in time
+    ├── InvalidHubURL(ValueError)           a hub URL that cannot name a room
     ├── sync.server.auth.AuthError(PermissionError)
     │                                       an access token was refused (``http_status``)
     └── sync.server.peer.PeerRefused        a connection must be closed (``close_code``)
@@ -27,10 +30,12 @@ __all__ = [
     "AuthError",
     "CloseCode",
     "ErrorCode",
+    "HubUnreachable",
     "InvalidHubURL",
     "ProtocolError",
     "RemoteError",
     "SyncError",
+    "WriteDenied",
 ]
 
 _MAX_CLOSE_REASON_BYTES: Final = 123  # RFC 6455 section 5.5: 125-byte control frame - 2-byte code
@@ -170,3 +175,37 @@ class RemoteError(SyncError, CrdtStateError):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message, details={"hub_code": code})
         self.code = code
+
+
+class WriteDenied(RemoteError, PermissionError):
+    """The hub refused a merge because the connection may only read (code ``read_only``).
+
+    The merge is final (it is not sent again) and ``details`` keeps what it would have
+    written: ``agent``, ``request_id`` and ``paths`` (the paths its changes touch).
+    Reads go on; later merges of the same client fail at once with this error.
+    """
+
+    code = "read_only"
+
+    def __init__(self, message: str, *, details: dict[str, object] | None = None) -> None:
+        super().__init__("read_only", message)
+        self.details.update(details or {})
+
+
+class HubUnreachable(SyncError, ConnectionError):
+    """No hub of the room could be synced with before the timeout (code ``hub_unreachable``).
+
+    Attributes:
+        urls: the hub URLs tried (tokens masked).
+        timeout: how long the client tried, in seconds.
+        last_error: why the last attempt failed, for people (tokens masked).
+    """
+
+    code = "hub_unreachable"
+
+    def __init__(self, urls: tuple[str, ...], timeout: float, last_error: str) -> None:
+        self.urls = urls
+        self.timeout = timeout
+        self.last_error = last_error
+        where = " or ".join(urls)
+        super().__init__(f"could not sync with {where} in {timeout:g} s (last: {last_error})")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from hubs import FAST, RestartableHub, eventually, free_port
 
 import sync
 from crdt_state import MergeResult, Retry, resolvers
+from sync.client._offline import PendingMerge
 from sync.client.remote import RemoteState
 
 
@@ -79,6 +81,16 @@ async def test_hub_a_stops_with_merges_in_flight_hub_b_takes_over(tmp_path: Path
     )
     await remote.start()
     acked: list[MergeResult] = []
+    sent: Counter[int] = Counter()  # request id -> frames sent for it
+    frame_for = remote._core.frame_for
+
+    def counting(merge: PendingMerge) -> bytes | None:
+        frame = frame_for(merge)
+        if frame is not None:
+            sent[merge.request_id] += 1
+        return frame
+
+    remote._core.frame_for = counting  # type: ignore[method-assign]
 
     async def one(i: int) -> MergeResult:
         branch = remote.fork()
@@ -104,6 +116,8 @@ async def test_hub_a_stops_with_merges_in_flight_hub_b_takes_over(tmp_path: Path
         state = await b.state("room")
         # every merge once: acknowledged ones not applied again, the others re-sent once
         assert sorted(state["log"]) == list(range(n))
+        assert len(sent) == n and set(sent.values()) == {1, 2}
+        assert sum(1 for count in sent.values() if count == 2) == len(unacked)
         assert state["n"] == n
         assert remote.failed == [] and remote.conflicted == []
         await eventually(lambda: remote.snapshot() == state)
