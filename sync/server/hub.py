@@ -40,6 +40,7 @@ from sync.server._merge import DOCUMENT_TOO_LARGE, judge_merge
 from sync.server._room import Room, Session
 from sync.server._rooms import IdleRooms
 from sync.server._security import check_secret
+from sync.server._sending import close_later, pump
 from sync.server._store import room_file_fits
 from sync.server.auth import AuthError, Grant, verify_token
 from sync.server.limits import Limits
@@ -343,11 +344,11 @@ class Hub:
                 grant=grant,
                 remote=peer_address(ws),
                 max_outbox=self.limits.max_outbox_bytes,
-                on_overflow=lambda _: _close_later(ws, _TRY_AGAIN_LATER, "client too slow"),
+                on_overflow=lambda _: close_later(ws, _TRY_AGAIN_LATER, "client too slow"),
                 connection=ws,
             )
             room.join(session)
-            writer = asyncio.create_task(_pump(ws, session))
+            writer = asyncio.create_task(pump(ws, session))
             if grant is not None:
                 expiry = asyncio.create_task(expire_at(ws, grant.expires))
             peer = HubPeer(can_write=session.can_write)
@@ -446,9 +447,6 @@ class Hub:
             room.reply(session, done)  # after the update frame carrying the merge
 
 
-_closing: set[asyncio.Task[None]] = set()
-
-
 def _cluster_node(
     hub: Hub, redis: str | None, postgres: str | None, options: Mapping[str, Any]
 ) -> ClusterNode:
@@ -464,37 +462,3 @@ def _cluster_node(
         max_document=hub.limits.max_document,
         **options,
     )
-
-
-def _close_later(ws: ServerConnection, code: int, reason: str, grace: float = 1.0) -> None:
-    """Close ``ws`` from synchronous code (the close handshake runs as a task); a client
-    that does not answer within ``grace`` seconds (it does not read) is cut off."""
-    task = asyncio.ensure_future(_close_within(ws, code, reason, grace))
-    _closing.add(task)
-    task.add_done_callback(_closing.discard)
-
-
-async def _close_within(ws: ServerConnection, code: int, reason: str, grace: float) -> None:
-    try:
-        async with asyncio.timeout(grace):
-            await ws.close(code, reason)
-    except TimeoutError:
-        ws.transport.abort()
-
-
-async def _pump(ws: ServerConnection, session: Session) -> None:
-    """Send the session's queued frames, in order, until its outbox closes or disconnection."""
-    while True:
-        frame = await session.outbox.get()
-        if frame is None:
-            return
-        session.busy = True
-        try:
-            while frame is not None:  # send what is queued without waking up again
-                try:
-                    await ws.send(frame)
-                except ConnectionClosed:
-                    return
-                frame = session.outbox.get_nowait()
-        finally:
-            session.busy = False
