@@ -1,6 +1,7 @@
 """The ``crdt-state`` command: run a hub, mint access tokens.
 
 ``crdt-state hub --host 127.0.0.1 --port 8765 --db hub.db --secret-file FILE``
+``crdt-state hub --port 8765 --redis redis://HOST:6379/0 --postgres DSN`` (a cluster of hubs)
 ``crdt-state token --room 'triage/*' --role write --ttl 3600 --secret-file FILE``
 ``crdt-state inspect FILE show|history|blame|conflicts|at|export`` (see :mod:`sync.cli_inspect`)
 
@@ -53,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     hub.add_argument("--max-document", type=int, default=Limits.max_document)
     hub.add_argument("--max-connections", type=int, default=Limits.max_connections)
     hub.add_argument("--max-room-connections", type=int, default=Limits.max_room_connections)
+    hub.add_argument("--redis", help="Redis URL: join a cluster of hubs (with --postgres)")
+    hub.add_argument("--postgres", help="PostgreSQL DSN of the cluster's rooms (with --redis)")
     hub.add_argument(
         "--max-awareness",
         type=int,
@@ -145,6 +148,8 @@ async def _run_hub(args: argparse.Namespace) -> None:
         secret=args.secret,
         limits=limits,
         insecure=args.insecure_public,
+        redis=args.redis,
+        postgres=args.postgres,
     )
     await hub.start()
     print(f"crdt-state hub on ws://{args.host}:{hub.port}/<room>", flush=True)
@@ -187,6 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     args.secret = _hub_secret(parser, args)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    if (args.redis is None) != (args.postgres is None):
+        print("crdt-state hub: --redis and --postgres go together", file=sys.stderr)
+        return 2
     asyncio.run(_run_hub(args))
     return 0
 

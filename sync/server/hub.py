@@ -24,7 +24,7 @@ from fnmatch import fnmatchcase
 from http import HTTPStatus
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
@@ -58,6 +58,9 @@ from sync.server.peer import (
 from sync.wire import protocol as p
 from sync.wire.errors import CloseCode
 
+if TYPE_CHECKING:
+    from sync.server.cluster.node import ClusterNode
+
 __all__ = ["Hub"]
 
 log = logging.getLogger("crdt_state.hub")
@@ -86,6 +89,11 @@ class Hub:
             they do not settle go back to the merging client.
         limits: size and connection limits.
         state_factory: builds the state of a new room (overrides ``db``).
+        redis, postgres: a Redis URL and a PostgreSQL DSN: the hub joins the cluster of
+            every hub given the same two (see :mod:`sync.server.cluster.node`); rooms then
+            live in PostgreSQL and ``db`` is not used.
+        cluster_options: extra keyword arguments of the cluster node (``lease_ttl``,
+            ``answer_timeout``).
 
     With ``db``, a room without connections for ``limits.room_idle_seconds`` is
     unloaded (flushed, its file closed, its memory freed) and loaded again on the
@@ -102,6 +110,9 @@ class Hub:
         resolvers: Mapping[str, Mapping[Any, object]] | None = None,
         limits: Limits | None = None,
         state_factory: Callable[[str], SharedState] | None = None,
+        redis: str | None = None,
+        postgres: str | None = None,
+        cluster_options: Mapping[str, Any] | None = None,
         insecure: bool = False,
     ) -> None:
         check_secret(secret, host, insecure=insecure)
@@ -119,17 +130,22 @@ class Hub:
         self._opening: dict[str, asyncio.Future[Room]] = {}
         self.inspector = Inspector(self)
         """HTTP routes (/healthz, /readyz, /metrics, /inspect), feeds and metrics."""
+        self._cluster: ClusterNode | None = None
+        if redis is not None or postgres is not None:
+            self._cluster = _cluster_node(self, redis, postgres, cluster_options or {})
         self._live: set[ServerConnection] = set()
         self._idle = IdleRooms(  # rooms in memory only are never unloaded: it would lose them
             self.limits.room_idle_seconds,
             self._unload_later,
-            enabled=self.db is not None and state_factory is None,
+            enabled=self.db is not None and state_factory is None and redis is None,
         )
         self._unloading: dict[str, asyncio.Task[None]] = {}
 
     # -- lifecycle -----------------------------------------------------------------
     async def start(self) -> None:
-        """Start listening."""
+        """Start listening (after joining the cluster, when given one)."""
+        if self._cluster is not None:
+            await self._cluster.start()
         if self.secret is None:
             log.warning(
                 "INSECURE: hub started without a secret: every client may read and write "
@@ -164,6 +180,8 @@ class Hub:
         self._idle.cancel_all()
         if self._unloading:
             await asyncio.gather(*self._unloading.values(), return_exceptions=True)
+        if self._cluster is not None:
+            await self._cluster.stop()
         for room in self.rooms.values():
             room.close()
         self.rooms.clear()
@@ -236,8 +254,12 @@ class Hub:
             unloading = self._unloading.get(name)
             if unloading is not None:  # its file must be closed before it is opened again
                 await asyncio.shield(unloading)
-            state = await asyncio.to_thread(self._new_state, name)
-            room = Room(name, state, asyncio.get_running_loop())
+            loop = asyncio.get_running_loop()
+            if self._cluster is not None:
+                room = await self._cluster.open_room(name, lambda s: Room(name, s, loop))
+            else:
+                state = await asyncio.to_thread(self._new_state, name)
+                room = Room(name, state, loop)
             self.rooms[name] = room
             self._idle.idle(name)
             future.set_result(room)
@@ -359,6 +381,8 @@ class Hub:
             self._connections -= 1
             self._live.discard(ws)
             if room is not None and session is not None:
+                if self._cluster is not None:
+                    self._cluster.leave(room, session)
                 room.leave(session)
                 session.outbox.close()
                 if not room.sessions and self.rooms.get(name) is room:
@@ -389,6 +413,9 @@ class Hub:
                     f"update refused: {outside} is outside the JSON model",
                     close_code=CloseCode.POLICY_VIOLATION,
                 )
+            if self._cluster is not None:
+                await self._cluster.forward_update(room, session, event.update)
+                return
             try:
                 await state.aapply_update(event.update, origin=session.label)
             except CrdtStateError as exc:
@@ -406,9 +433,13 @@ class Hub:
                 )
             room.awareness[session.id] = event.payload
             room.broadcast(p.encode_awareness(event.payload), exclude=session.id)
+            if self._cluster is not None:
+                await self._cluster.publish_awareness(room, event.payload)
         elif isinstance(event, AwarenessQueried):
             for payload in room.awareness.values():
                 session.enqueue(p.encode_awareness(payload))
+        elif self._cluster is not None:
+            await self._cluster.forward_merge(room, session, event.request)
         else:
             max_document = self.limits.max_document
             started = time.perf_counter()
@@ -421,3 +452,20 @@ class Hub:
             )
             room.reply(session, done)  # after the update frame carrying the merge
             self.inspector.merge_judged(room, event.request.agent or session.label, done, started)
+
+
+def _cluster_node(
+    hub: Hub, redis: str | None, postgres: str | None, options: Mapping[str, Any]
+) -> ClusterNode:
+    """The cluster membership of ``hub`` (needs the ``cluster`` extra)."""
+    if redis is None or postgres is None:
+        raise ValueError("a hub joins a cluster with both redis and postgres")
+    from sync.server.cluster.node import ClusterNode
+
+    return ClusterNode(
+        redis,
+        postgres,
+        policies_for=hub._policies_for,
+        max_document=hub.limits.max_document,
+        **options,
+    )

@@ -28,6 +28,10 @@ def fresh_dsn() -> Iterator[str]:
         drop_database(admin, dsn)
 
 
+NEXT = len(MIGRATIONS) + 1
+"""The version of a migration this code does not know yet."""
+
+
 async def tables(conn: AsyncConnection[object]) -> set[str]:
     cur = await conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
     return {str(row[0]) for row in await cur.fetchall()}
@@ -36,46 +40,47 @@ async def tables(conn: AsyncConnection[object]) -> set[str]:
 async def test_migrate_creates_the_schema_once(fresh_dsn: str) -> None:
     async with await AsyncConnection.connect(fresh_dsn, autocommit=True) as conn:
         assert await schema_version(conn) == 0
-        assert await migrate(conn) == len(MIGRATIONS) == 1
+        newest = len(MIGRATIONS)
+        assert await migrate(conn) == newest == 2
         assert await tables(conn) == {"crdt_rooms", "crdt_schema"}
         await conn.execute("INSERT INTO crdt_rooms (room, fence, owner) VALUES ('r', 7, 'x')")
-        assert await migrate(conn) == 1  # a second run changes nothing
-        cur = await conn.execute("SELECT room, fence FROM crdt_rooms")
-        assert await cur.fetchall() == [("r", 7)]
-        cur = await conn.execute("SELECT version FROM crdt_schema")
-        assert await cur.fetchall() == [(1,)]
+        assert await migrate(conn) == newest  # a second run changes nothing
+        cur = await conn.execute("SELECT room, fence, stream_position FROM crdt_rooms")
+        assert await cur.fetchall() == [("r", 7, None)]
+        cur = await conn.execute("SELECT version FROM crdt_schema ORDER BY version")
+        assert await cur.fetchall() == [(v,) for v in range(1, newest + 1)]
 
 
 async def test_concurrent_migrations_from_many_hubs_all_succeed(fresh_dsn: str) -> None:
     conns = [await AsyncConnection.connect(fresh_dsn, autocommit=True) for _ in range(6)]
     try:
         versions = await asyncio.gather(*(migrate(conn) for conn in conns))
-        assert versions == [1] * 6
+        assert versions == [len(MIGRATIONS)] * 6
         cur = await conns[0].execute("SELECT count(*) FROM crdt_schema")
-        assert await cur.fetchone() == (1,)
+        assert await cur.fetchone() == (len(MIGRATIONS),)
     finally:
         for conn in conns:
             await conn.close()
 
 
 async def test_a_later_migration_applies_alone_on_a_migrated_database(fresh_dsn: str) -> None:
-    later = (*MIGRATIONS, Migration(2, "log", ("CREATE TABLE crdt_test_log (n int)",)))
+    later = (*MIGRATIONS, Migration(NEXT, "log", ("CREATE TABLE crdt_test_log (n int)",)))
     async with await AsyncConnection.connect(fresh_dsn, autocommit=True) as conn:
         await migrate(conn)
-        assert await migrate(conn, later) == 2
+        assert await migrate(conn, later) == NEXT
         assert "crdt_test_log" in await tables(conn)
-        assert await schema_version(conn) == 2
+        assert await schema_version(conn) == NEXT
 
 
 async def test_a_newer_schema_is_refused_untouched(fresh_dsn: str) -> None:
-    later = (*MIGRATIONS, Migration(2, "log", ("CREATE TABLE crdt_test_log (n int)",)))
+    later = (*MIGRATIONS, Migration(NEXT, "log", ("CREATE TABLE crdt_test_log (n int)",)))
     async with await AsyncConnection.connect(fresh_dsn, autocommit=True) as conn:
         await migrate(conn, later)
         with pytest.raises(ClusterSchemaError) as caught:
-            await migrate(conn)  # this code knows version 1 only
+            await migrate(conn)  # this code knows one version less
         assert caught.value.code == "cluster_schema"
-        assert caught.value.details == {"found": 2, "known": 1}
-        assert await schema_version(conn) == 2
+        assert caught.value.details == {"found": NEXT, "known": NEXT - 1}
+        assert await schema_version(conn) == NEXT
 
 
 async def test_migrate_refuses_a_connection_inside_a_transaction(fresh_dsn: str) -> None:

@@ -11,7 +11,9 @@ Tables so far:
 
 ``crdt_rooms``
     one row per room ever claimed: ``fence`` (the fencing number, bumped by every claim),
-    ``owner`` (the lease token of the last claimant), ``claimed_at``.
+    ``owner`` (the lease token of the last claimant), ``claimed_at``,
+    ``stream_position`` (the last ``in`` entry whose judgement is committed: written by
+    the owner inside its fenced write transactions; see :mod:`sync.server.cluster.pgstorage`).
 """
 
 from __future__ import annotations
@@ -52,6 +54,11 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             )
             """,
         ),
+    ),
+    Migration(
+        2,
+        "the in-stream position committed with each room's state",
+        ("ALTER TABLE crdt_rooms ADD COLUMN stream_position text",),
     ),
 )
 

@@ -1,0 +1,305 @@
+"""Hub cluster: 1, 2 and 3 hub processes on one Redis and one PostgreSQL database.
+
+For each hub count, ``--rooms`` rooms and ``--agents`` agents spread round robin over the
+hubs (``python -m sync.cli hub --redis ... --postgres ...``, real processes) run flat out
+for ``--seconds``: each agent loops fork, set its own key, ``await amerge()``. One observer
+per room, connected to a hub other than the room's first writer's, timestamps every
+change it receives. Reported per hub count:
+
+- acknowledged merges per second, p50/p99 of one fork-edit-merge round trip;
+- cross-hub visibility: from a merge's acknowledgement on one hub to the observer on
+  another hub seeing it (p50/p99; 0 when it was seen first);
+- hub CPU microseconds per merge: the hub processes' CPU time (``/proc``) over the
+  acknowledged merges, the figure that does not depend on how busy the machine is.
+
+Then (with 3 hubs) the owner of one room is SIGKILLed during the load: failover is the
+longest time without an acknowledgement in that room, and ``lost`` counts acknowledged
+merges missing from PostgreSQL afterwards (must be 0).
+
+    PYTHONPATH=. python benchmarks/cluster.py [--seconds 5] [--rooms 20] [--agents 200]
+        [--hubs 1,2,3] [--redis-server redis-server] [--postgres DSN]
+
+A private ``redis-server`` runs on a free loopback port (nothing on disk); a throwaway
+database is created on the PostgreSQL server of ``--postgres`` and dropped at the end.
+The agents share one client process, which on a small machine is the bottleneck of the
+merge rate (compare the CPU per merge, not the rate, across hub counts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from sync import connect
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process on port {port} exited")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port}")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+class Servers:
+    """A private redis-server and a throwaway database."""
+
+    def __init__(self, redis_binary: str, admin_dsn: str, workdir: Path) -> None:
+        self.redis_port = free_port()
+        self.redis = subprocess.Popen(
+            [redis_binary, "--port", str(self.redis_port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(workdir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        wait_port(self.redis_port, self.redis)
+        self.admin = admin_dsn
+        self.dbname = f"crdt_bench_{secrets.token_hex(4)}"
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.dbname)))
+        self.dsn = make_conninfo(admin_dsn, dbname=self.dbname)
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://127.0.0.1:{self.redis_port}/0"
+
+    def close(self) -> None:
+        self.redis.terminate()
+        self.redis.wait(10)
+        with psycopg.connect(self.admin, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                    sql.Identifier(self.dbname)
+                )
+            )
+
+
+class HubProc:
+    def __init__(self, servers: Servers, workdir: Path, name: str) -> None:
+        self.port = free_port()
+        self.log = open(workdir / f"hub-{name}.log", "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sync.cli", "hub", "--port", str(self.port), "--db", "",
+             "--insecure", "--log-level", "WARNING", "--redis", servers.redis_url,
+             "--postgres", servers.dsn],
+            stdout=self.log, stderr=self.log,
+        )  # fmt: skip
+        wait_port(self.port, self.proc)
+
+    def url(self, room: str) -> str:
+        return f"ws://127.0.0.1:{self.port}/{room}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.log.close()
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def run_load(
+    hubs: list[HubProc], rooms: int, agents: int, seconds: float, kill: HubProc | None = None
+) -> dict[str, Any]:
+    acked: dict[tuple[str, str, int], float] = {}
+    latencies: list[float] = []
+    visible: list[float] = []
+    ack_times: dict[str, list[float]] = {}
+    stop = asyncio.Event()
+    names = [f"bench/r{r}" for r in range(rooms)]
+
+    async def agent(i: int) -> None:
+        room = names[i % rooms]
+        hub = hubs[i % len(hubs)]
+        urls = [hub.url(room)] + [h.url(room) for h in hubs if h is not hub]
+        key = f"a{i}"
+        async with connect(urls, agent=f"agent-{i}", timeout=30) as remote:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                start = time.monotonic()
+                branch = remote.fork()
+                branch.set(key, n)
+                result = await branch.amerge()
+                if result.pending:  # between hubs: queued, sent on reconnection
+                    await asyncio.sleep(0.05)
+                    continue
+                now = time.monotonic()
+                latencies.append(now - start)
+                acked[(room, key, n)] = now
+                ack_times.setdefault(room, []).append(now)
+
+    async def observer(r: int) -> None:
+        room = names[r]
+        hub = hubs[(r + 1) % len(hubs)]  # not the hub of the room's first agent
+        async with connect(hub.url(room), agent=f"observer-{r}") as remote:
+            replica = remote.replica
+
+            def seen(change: Any) -> None:
+                now = time.monotonic()
+                for path in change.paths:
+                    key = path[0]
+                    value = replica.get(key)
+                    if isinstance(value, (int, float)):
+                        at = acked.get((room, key, int(value)))
+                        visible.append(max(0.0, now - at) if at is not None else 0.0)
+
+            unsubscribe = replica.subscribe(seen)
+            await stop.wait()
+            unsubscribe()
+
+    cpu0 = sum(cpu_seconds(h.proc.pid) for h in hubs)
+    tasks = [asyncio.create_task(observer(r)) for r in range(rooms)]
+    tasks += [asyncio.create_task(agent(i)) for i in range(agents)]
+    killed_at = None
+    started = time.monotonic()
+    if kill is not None:
+        await asyncio.sleep(seconds / 3)
+        killed_at = time.monotonic()
+        kill.proc.kill()
+        await asyncio.sleep(seconds * 2 / 3)
+    else:
+        await asyncio.sleep(seconds)
+    elapsed = time.monotonic() - started
+    cpu = sum(cpu_seconds(h.proc.pid) for h in hubs if h.proc.poll() is None) - cpu0
+    stop.set()
+    await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)
+    out: dict[str, Any] = {
+        "merges": len(latencies),
+        "rate": len(latencies) / elapsed,
+        "p50": pct(latencies, 0.5) * 1000,
+        "p99": pct(latencies, 0.99) * 1000,
+        "vis50": pct(visible, 0.5) * 1000,
+        "vis99": pct(visible, 0.99) * 1000,
+        "cpu_us": cpu / max(1, len(latencies)) * 1e6,
+        "acked": acked,
+    }
+    if killed_at is not None:
+        gaps = []
+        for times in ack_times.values():
+            after = [killed_at, *sorted(t for t in times if t > killed_at)]
+            gaps.append(
+                max(b - a for a, b in itertools.pairwise(after)) if len(after) > 1 else elapsed
+            )
+        out["failover"] = max(gaps)
+    return out
+
+
+def lost_in_postgres(dsn: str, acked: dict[tuple[str, str, int], float]) -> int:
+    from crdt_state import SharedState
+    from crdt_state.postgres import load_stored
+
+    newest: dict[tuple[str, str], int] = {}
+    for room, key, n in acked:
+        newest[(room, key)] = max(n, newest.get((room, key), 0))
+    lost = 0
+    for room in {room for room, _ in newest}:
+        stored = load_stored(dsn, room)
+        state = SharedState(follower=True)
+        if stored is not None:
+            state.apply_update(stored.snapshot)
+            for change in stored.changes:
+                state.apply_update(change.update)
+        for (r, key), n in newest.items():
+            if r == room and (state.get(key) or 0) < n:
+                lost += 1
+    return lost
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--rooms", type=int, default=20)
+    parser.add_argument("--agents", type=int, default=200)
+    parser.add_argument("--hubs", default="1,2,3")
+    parser.add_argument("--redis-server", default=shutil.which("redis-server") or "redis-server")
+    parser.add_argument(
+        "--postgres",
+        default=os.environ.get("CRDT_STATE_TEST_POSTGRES")
+        or "host=127.0.0.1 user=postgres dbname=postgres",
+    )
+    args = parser.parse_args()
+    conninfo_to_dict(args.postgres)  # fail early on a bad DSN
+    print(f"{args.rooms} rooms, {args.agents} agents, {args.seconds} s flat out per row")
+    print(
+        "| hubs | merges/s | p50 ms | p99 ms | visible p50 ms | visible p99 ms | hub CPU us/merge |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for count in [int(c) for c in args.hubs.split(",")]:
+            servers = Servers(args.redis_server, args.postgres, Path(tmp))
+            hubs: list[HubProc] = []
+            try:
+                hubs = [HubProc(servers, Path(tmp), f"{count}-{i}") for i in range(count)]
+                row = await run_load(hubs, args.rooms, args.agents, args.seconds)
+                print(
+                    f"| {count} | {row['rate']:.0f} | {row['p50']:.1f} | {row['p99']:.1f} | "
+                    f"{row['vis50']:.1f} | {row['vis99']:.1f} | {row['cpu_us']:.0f} |",
+                    flush=True,
+                )
+                if count >= 2:
+                    from sync.server.cluster.clients import redis_client
+                    from sync.server.cluster.lease import lease_holder
+
+                    client = redis_client(servers.redis_url)
+                    token = await lease_holder(client, "bench/r0")
+                    await client.aclose()
+                    pid = int((token or "x:0:").split("#")[0].split(":")[1])
+                    victim = next((h for h in hubs if h.proc.pid == pid), hubs[0])
+                    kill = await run_load(hubs, args.rooms, args.agents, args.seconds * 2, victim)
+                    lost = lost_in_postgres(servers.dsn, {**row["acked"], **kill["acked"]})
+                    print(
+                        f"|   owner of a room SIGKILLed ({count} hubs): longest time without an "
+                        f"acknowledgement in a room {kill['failover']:.2f} s, lost {lost} |",
+                        flush=True,
+                    )
+            finally:
+                for hub in hubs:
+                    hub.stop()
+                servers.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,250 @@
+"""One room as one hub of the cluster serves it: following ``out``, contending for ownership.
+
+Every hub that has the room open runs two tasks for it:
+
+- the **follower**: ``XREAD BLOCK`` on ``crdt:{room}:out`` from where the replica was
+  loaded; each entry's update is applied to the room's replica (the :class:`Room` fans it
+  out to the hub's sessions, as for any change), then the answers addressed to this hub go
+  to their sessions, after that update. When Redis fails (or restarts, losing the
+  streams), the follower loads the replica again from the durable store once Redis
+  answers, so nothing published while it was away is missed.
+- the **contender**: every ``ttl / 3`` it tries to take the room's lease; once it holds
+  it, it loads a judge state and runs :class:`~sync.server.cluster.owner.RoomOwner` until
+  the lease is lost or the store is fenced, then steps down and contends again.
+
+Merges this hub forwarded are remembered until their answer arrives; one not answered
+within ``answer_timeout`` (the owner died, Redis restarted) closes its session with 1013
+(try again later): the client reconnects and sends it again, and its request identity
+makes the second judgement exactly-once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from crdt_state import CrdtStateError
+from sync.server._room import Room, Session
+from sync.server.cluster.context import NodeContext
+from sync.server.cluster.errors import ClusterError, ClusterUnavailable
+from sync.server.cluster.keys import room_key
+from sync.server.cluster.owner import RoomOwner, StepDown, last_published
+from sync.server.cluster.ownership import try_acquire
+from sync.server.cluster.streamio import newest, read_after
+from sync.server.cluster.streams import AnswerKind, OutEntry, StreamEntryError, decode_out
+from sync.wire.errors import CloseCode
+
+__all__ = ["ClusterRoom", "newest_out_id"]
+
+log = logging.getLogger("crdt_state.cluster")
+
+TRY_AGAIN_LATER = 1013
+
+
+async def newest_out_id(node: NodeContext, room: str) -> str:
+    """The id of ``room``'s newest ``out`` entry (``"0-0"`` when there is none)."""
+    entry = await newest(node.redis, room_key(room, "out"))
+    return "0-0" if entry is None else entry[0]
+
+
+class ClusterRoom:
+    """The cluster side of one open room on one hub (see the module doc)."""
+
+    def __init__(self, node: NodeContext, room: Room, position: str) -> None:
+        self.node = node
+        self.room = room
+        self.name = room.name
+        self.position = position
+        self.pending: dict[tuple[int, int], float] = {}
+        """Forwarded merges not answered yet: (session id, request id) -> deadline."""
+        self.owner: RoomOwner | None = None
+        self.applied = 0
+        """``out`` entries applied to the replica (for tests and metrics)."""
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+        self.stale = False
+        """Set when Redis lost its data (restarted): the replica is loaded again."""
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._forever(self._follow), name=f"follow {self.name}"),
+            asyncio.create_task(self._forever(self._contend), name=f"own {self.name}"),
+        ]
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _forever(self, job: Callable[[], Awaitable[None]]) -> None:
+        """Run ``job`` until the room stops; an unexpected error is logged and ``job``
+        starts again (after a resync of the replica: it may have missed entries)."""
+        while not self._stopping:
+            try:
+                await job()
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if self._stopping or (task is not None and task.cancelling()):
+                    raise
+                # a cancellation that is not ours (a client library's timeout): go on
+                log.warning(
+                    "room %r: %s was interrupted, starting it again", self.name, job.__name__
+                )
+            except Exception:
+                log.exception("room %r: %s failed, starting it again", self.name, job.__name__)
+                await asyncio.sleep(0.1)
+                if job == self._follow:
+                    await self._resync()
+
+    # -- following out ------------------------------------------------------------------
+    async def _follow(self) -> None:
+        redis = self.node.redis
+        key = room_key(self.name, "out")
+        block_ms = max(1, int(self.node.lease_ttl * 1000 / 3))
+        while not self._stopping:
+            if self.stale:
+                await self._resync()
+                continue
+            try:
+                got = await read_after(redis, key, self.position, count=512, block_ms=block_ms)
+            except ClusterUnavailable as exc:
+                log.info("room %r: redis unavailable while following (%s)", self.name, exc)
+                await self._resync()
+                continue
+            for entry_id, fields in got:
+                self.position = entry_id
+                try:
+                    entry = decode_out(fields)
+                except StreamEntryError as exc:
+                    log.warning("room %r: skipping out-entry: %s", self.name, exc)
+                    continue
+                self._apply(entry)
+
+    def _apply(self, entry: OutEntry) -> None:
+        if entry.update:
+            try:
+                self.room.state.apply_update(entry.update, agent="cluster")
+            except CrdtStateError as exc:  # cannot happen for updates the owner accepted
+                log.error("room %r: published update refused by the replica: %s", self.name, exc)
+        self.applied += 1
+        me = self.node.hub_id
+        for answer in entry.answers:
+            if answer.hub != me:
+                continue
+            session = self.room.sessions.get(answer.session)
+            if session is None:
+                continue
+            if answer.kind is AnswerKind.REPLY:
+                self.pending.pop((session.id, _request_id(answer.payload)), None)
+                self.room.reply(session, answer.payload)
+            else:
+                self.node.close_session(
+                    session, CloseCode.UNSUPPORTED_DATA, answer.payload.decode(errors="replace")
+                )
+
+    async def _resync(self) -> None:
+        """Wait until Redis answers, then load the replica again from the durable store."""
+        self.stale = False
+        while not self._stopping:
+            await asyncio.sleep(min(0.2, self.node.lease_ttl / 10))
+            try:
+                position = await newest_out_id(self.node, self.name)
+            except ClusterUnavailable:
+                continue
+            try:
+                fresh = await self.node.storage.open_replica(self.name)
+            except (ClusterError, CrdtStateError, OSError) as exc:
+                log.warning("room %r: cannot reload the replica yet (%s)", self.name, exc)
+                continue
+            update = fresh.get_update()
+            fresh.close()
+            self.room.state.apply_update(update, agent="cluster")
+            self.position = position if self.node.storage.durable else "0-0"
+            log.info("room %r: replica reloaded, following from %s", self.name, position)
+            return
+
+    # -- ownership ---------------------------------------------------------------------------
+    async def _contend(self) -> None:
+        node = self.node
+        while not self._stopping:
+            try:
+                ownership = await try_acquire(
+                    node.redis, node.pool, self.name, owner=node.hub_id, ttl=node.lease_ttl
+                )
+            except ClusterError as exc:
+                log.info("room %r: cannot contend (%s)", self.name, exc)
+                ownership = None
+            if ownership is None:
+                await asyncio.sleep(node.lease_ttl / 3)
+                continue
+            try:
+                await self._serve(ownership)
+            except (ClusterError, CrdtStateError, OSError) as exc:
+                log.warning("room %r: stepping down (%s: %s)", self.name, type(exc).__name__, exc)
+            finally:
+                self.owner = None
+                await ownership.release()
+
+    async def _serve(self, ownership: Any) -> None:
+        node = self.node
+        storage = node.storage
+        judge = await storage.open_judge(self.name, ownership, node.policies_for(self.name))
+        try:
+            # resume after the last published entry; when out is gone (Redis lost it),
+            # from the start of in: judging an entry twice changes nothing
+            start = await last_published(node.redis, self.name) or "0-0"
+            owner = RoomOwner(
+                node.redis,
+                ownership,
+                judge,
+                start=start,
+                max_document=node.max_document,
+                on_committed=lambda position: storage.committed(judge, position),
+                catch_up=judge.get_update(self.room.state.token),
+            )
+            self.owner = owner
+            log.info("room %r: owner (fence %d) from %s", self.name, ownership.fence.value, start)
+            await owner.run(lambda: self._stopping)
+        except StepDown:
+            raise
+        finally:
+            storage.forget(judge)
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(judge.close)
+
+    # -- forwarded merges ----------------------------------------------------------------
+    def remember(self, session: Session, request_id: int) -> None:
+        self.pending[(session.id, request_id)] = time.monotonic() + self.node.answer_timeout
+
+    def forget_session(self, session: Session) -> None:
+        for key in [k for k in self.pending if k[0] == session.id]:
+            del self.pending[key]
+
+    def overdue(self, now: float) -> list[Session]:
+        """Sessions with a merge unanswered past its deadline (forgotten here)."""
+        late = {sid for (sid, _), deadline in self.pending.items() if deadline <= now}
+        sessions = [s for sid in late if (s := self.room.sessions.get(sid)) is not None]
+        for sid in late:
+            for key in [k for k in self.pending if k[0] == sid]:
+                del self.pending[key]
+        return sessions
+
+
+def _request_id(frame: bytes) -> int:
+    from sync.wire import protocol as p
+
+    try:
+        reply = p.decode_message(frame)
+    except Exception:
+        return -1
+    return reply.request_id if isinstance(reply, p.MergeReply) else -1
+
+
+PoliciesFor = Callable[[str], Mapping[Any, object]]

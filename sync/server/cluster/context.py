@@ -1,0 +1,43 @@
+"""What a room's cluster machinery needs from its hub's node (a protocol, no import cycle).
+
+:class:`~sync.server.cluster.node.ClusterNode` implements it;
+:mod:`~sync.server.cluster.cluster_room` and :mod:`~sync.server.cluster.pgstorage` use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+from redis.asyncio import Redis
+
+if TYPE_CHECKING:
+    from sync.server._room import Session
+    from sync.server.cluster.storage import RoomStorage
+
+__all__ = ["NodeContext"]
+
+
+class NodeContext(Protocol):
+    """One hub's cluster membership, as its rooms see it."""
+
+    hub_id: str
+    lease_ttl: float
+    answer_timeout: float
+    max_document: int
+    postgres_dsn: str | None
+
+    @property
+    def redis(self) -> Redis: ...
+
+    @property
+    def pool(self) -> AsyncConnectionPool[AsyncConnection[Any]]: ...
+
+    @property
+    def storage(self) -> RoomStorage: ...
+
+    def policies_for(self, name: str) -> Mapping[Any, object]: ...
+
+    def close_session(self, session: Session, code: int, reason: str) -> None: ...

@@ -1,0 +1,303 @@
+"""A hub's membership of the cluster: its connections, its rooms, what it forwards.
+
+:class:`ClusterNode` is what :class:`~sync.server.Hub` holds when it is given ``redis``
+and ``postgres``. The hub keeps doing everything that concerns its own sessions (auth,
+limits, the y-websocket protocol, fan-out); the node changes three things:
+
+- a room is opened as a *replica* loaded from the durable store and kept current by the
+  room's ``out`` stream (:class:`~sync.server.cluster.cluster_room.ClusterRoom`);
+- the writes the hub receives (Yjs updates, merge requests) are not applied locally but
+  appended to the room's ``in`` stream, for the room's owner to judge; the answer comes
+  back on ``out`` and is delivered to the session that asked;
+- awareness is published on ``crdt:{room}:awareness`` (Redis pub/sub, ephemeral) and what
+  other hubs publish there is relayed to this hub's sessions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
+
+from crdt_state import SharedState
+from sync.server._room import Room, Session
+from sync.server.cluster.clients import postgres_pool, redis_client
+from sync.server.cluster.cluster_room import TRY_AGAIN_LATER, ClusterRoom, newest_out_id
+from sync.server.cluster.errors import ClusterUnavailable
+from sync.server.cluster.keys import parse_room_key, room_key
+from sync.server.cluster.lease import UNAVAILABLE
+from sync.server.cluster.schema import migrate
+from sync.server.cluster.storage import RoomStorage, StreamReplayStorage
+from sync.server.cluster.streamio import append
+from sync.server.cluster.streams import MERGE, UPDATE, InEntry, encode_in
+from sync.wire import protocol as p
+from sync.wire.awareness import removal_update, safe_clients
+
+__all__ = ["ClusterNode"]
+
+log = logging.getLogger("crdt_state.cluster")
+
+_closing: set[asyncio.Task[None]] = set()
+
+
+def _hub_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class ClusterNode:
+    """One hub's side of the cluster (see the module doc).
+
+    Args:
+        redis: the Redis URL (``redis://host:port/db``).
+        postgres: the PostgreSQL DSN or URL.
+        policies_for: the room's server-side conflict policies, by room name.
+        max_document: the document size limit (bytes) the owner enforces.
+        lease_ttl: the ownership lease's lifetime in seconds (failover takes about this).
+        answer_timeout: seconds a forwarded merge may wait for its answer before its
+            session is closed with 1013 (the client then sends it again).
+        storage: where room states come from (default: PostgreSQL).
+    """
+
+    def __init__(
+        self,
+        redis: str,
+        postgres: str | None,
+        *,
+        policies_for: Callable[[str], Mapping[Any, object]],
+        max_document: int,
+        lease_ttl: float = 2.0,
+        answer_timeout: float = 5.0,
+        storage: Callable[[ClusterNode], RoomStorage] | None = None,
+    ) -> None:
+        self.redis_url = redis
+        self.postgres_dsn = postgres
+        self.policies_for = policies_for
+        self.max_document = max_document
+        self.lease_ttl = lease_ttl
+        self.answer_timeout = answer_timeout
+        self.hub_id = _hub_id()
+        self.rooms: dict[str, ClusterRoom] = {}
+        self._storage_factory = storage
+        self._redis: Redis | None = None
+        self._pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
+        self._storage: RoomStorage | None = None
+        self._pubsub: PubSub | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def redis(self) -> Redis:
+        assert self._redis is not None, "the cluster node is not started"
+        return self._redis
+
+    @property
+    def pool(self) -> AsyncConnectionPool[AsyncConnection[Any]]:
+        assert self._pool is not None, "the cluster node is not started"
+        return self._pool
+
+    @property
+    def storage(self) -> RoomStorage:
+        assert self._storage is not None, "the cluster node is not started"
+        return self._storage
+
+    # -- lifecycle ----------------------------------------------------------------------
+    async def start(self) -> None:
+        """Connect to Redis and PostgreSQL and migrate the schema.
+
+        Raises:
+            ClusterUnavailable: a server did not answer.
+        """
+        self._redis = redis_client(self.redis_url)
+        if self.postgres_dsn is not None:
+            self._pool = await postgres_pool(self.postgres_dsn)
+            async with self._pool.connection() as conn:
+                await migrate(conn)
+        if self._storage_factory is not None:
+            self._storage = self._storage_factory(self)
+        elif self.postgres_dsn is not None:
+            from sync.server.cluster.pgstorage import PostgresRoomStorage
+
+            self._storage = PostgresRoomStorage(self)
+        else:
+            self._storage = StreamReplayStorage(self.redis)
+        self._tasks = [
+            asyncio.create_task(self._relay_awareness(), name="cluster awareness"),
+            asyncio.create_task(self._watch_answers(), name="cluster answers"),
+            asyncio.create_task(self._watch_redis(), name="cluster redis"),
+        ]
+        log.info("hub %s joined the cluster", self.hub_id)
+
+    async def stop(self) -> None:
+        """Stop every room's tasks (giving up owned rooms) and close the connections."""
+        for room in list(self.rooms.values()):
+            await room.stop()
+        self.rooms.clear()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._pubsub is not None:
+            with contextlib.suppress(Exception):
+                await self._pubsub.aclose()  # type: ignore[no-untyped-call]
+        if self._redis is not None:
+            with contextlib.suppress(Exception):
+                await self._redis.aclose()
+        if self._pool is not None:
+            await self._pool.close()
+
+    # -- rooms ----------------------------------------------------------------------------
+    async def open_room(self, name: str, make_room: Callable[[SharedState], Room]) -> Room:
+        """Load ``name``'s replica, wrap it with ``make_room`` and start following ``out``.
+
+        Raises:
+            ClusterUnavailable: Redis or PostgreSQL did not answer.
+        """
+        position = await newest_out_id(self, name) if self.storage.durable else "0-0"
+        state = await self.storage.open_replica(name)
+        room = make_room(state)
+        cluster_room = ClusterRoom(self, room, position)
+        self.rooms[name] = cluster_room
+        cluster_room.start()
+        await self._subscribe(name)
+        return room
+
+    # -- writes ------------------------------------------------------------------------------
+    async def forward_update(self, room: Room, session: Session, update: bytes) -> None:
+        """Append a session's Yjs update to the room's ``in`` stream.
+
+        When Redis does not answer, the session is closed with 1013 (try again later).
+        """
+        await self._append(room, session, UPDATE, update)
+
+    async def forward_merge(self, room: Room, session: Session, request: p.MergeRequest) -> None:
+        """Append a session's merge request to the room's ``in`` stream; its answer will
+        come on ``out`` (or the session is closed with 1013 after ``answer_timeout``)."""
+        cluster_room = self.rooms[room.name]
+        cluster_room.remember(session, request.request_id)
+        await self._append(room, session, MERGE, p.encode_message(request))
+
+    async def _append(self, room: Room, session: Session, kind: str, data: bytes) -> None:
+        entry = InEntry(kind, data, self.hub_id, session.id, session.label, session.writer)
+        try:
+            await append(self.redis, room_key(room.name, "in"), encode_in(entry))
+        except ClusterUnavailable as exc:
+            log.info("room %r: cannot forward a write (%s), closing its session", room.name, exc)
+            self.close_session(session, TRY_AGAIN_LATER, "cluster unavailable")
+
+    def close_session(self, session: Session, code: int, reason: str) -> None:
+        """Close ``session``'s connection from synchronous code."""
+        ws = session.connection
+        if ws is None:
+            return
+        task = asyncio.ensure_future(ws.close(code, reason[:120]))
+        _closing.add(task)
+        task.add_done_callback(_closing.discard)
+
+    def leave(self, room: Room, session: Session) -> None:
+        """A session is leaving: forget its merges, tell other hubs its peers are gone."""
+        cluster_room = self.rooms.get(room.name)
+        if cluster_room is not None:
+            cluster_room.forget_session(session)
+        payload = room.awareness.get(session.id)
+        clients = safe_clients(payload) if payload is not None else {}
+        if clients:
+            self._spawn(self.publish_awareness(room, removal_update(clients)))
+
+    async def _watch_answers(self) -> None:
+        step = min(0.25, self.answer_timeout / 4)
+        while True:
+            await asyncio.sleep(step)
+            now = time.monotonic()
+            for name, cluster_room in list(self.rooms.items()):
+                for session in cluster_room.overdue(now):
+                    log.info("room %r: a merge went unanswered, closing %s", name, session.label)
+                    self.close_session(session, TRY_AGAIN_LATER, "merge not answered in time")
+
+    async def _watch_redis(self) -> None:
+        """Notice a Redis restart (its ``run_id`` changes): the streams and subscriptions
+        are gone, so every room reloads its replica and awareness is subscribed again.
+
+        (A follower's blocking read may reconnect to the new server without an error, and
+        would then miss what was published on the old one and not read yet.)
+        """
+        known: str | None = None
+        while True:
+            await asyncio.sleep(0.5)
+            try:
+                info: Any = await self.redis.info("server")
+            except UNAVAILABLE:
+                continue
+            run_id = str(info.get("run_id", ""))
+            if known is not None and run_id != known:
+                log.warning("redis restarted: reloading every room's replica")
+                for cluster_room in self.rooms.values():
+                    cluster_room.stale = True
+                    # merges forwarded before the restart are lost with the old streams:
+                    # their clients send them again at once instead of after the timeout
+                    for session in cluster_room.overdue(float("inf")):
+                        self.close_session(session, TRY_AGAIN_LATER, "cluster restarted")
+                if self._pubsub is not None:
+                    with contextlib.suppress(*UNAVAILABLE):
+                        await self._pubsub.subscribe(
+                            *[room_key(n, "awareness") for n in self.rooms]
+                        )
+            known = run_id
+
+    # -- awareness ----------------------------------------------------------------------------
+    async def publish_awareness(self, room: Room, payload: bytes) -> None:
+        """Publish an awareness update for the other hubs (lost if Redis is down)."""
+        message = self.hub_id.encode() + b"\x00" + payload
+        with contextlib.suppress(*UNAVAILABLE):
+            await self.redis.publish(room_key(room.name, "awareness"), message)
+
+    def _spawn(self, job: Any) -> None:
+        task = asyncio.ensure_future(job)
+        _closing.add(task)
+        task.add_done_callback(_closing.discard)
+
+    async def _subscribe(self, name: str) -> None:
+        if self._pubsub is None:
+            self._pubsub = self.redis.pubsub()
+        with contextlib.suppress(*UNAVAILABLE):
+            await self._pubsub.subscribe(room_key(name, "awareness"))
+
+    async def _relay_awareness(self) -> None:
+        me = self.hub_id.encode()
+        while True:
+            pubsub = self._pubsub
+            if pubsub is None or not pubsub.subscribed:
+                await asyncio.sleep(0.1)
+                continue
+            try:
+                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+            except UNAVAILABLE:
+                await asyncio.sleep(0.2)
+                with contextlib.suppress(*UNAVAILABLE):  # subscribe again after a restart
+                    await pubsub.subscribe(*[room_key(n, "awareness") for n in self.rooms])
+                continue
+            if message is None or message.get("type") != "message":
+                continue
+            sender, _, payload = bytes(message["data"]).partition(b"\x00")
+            if sender == me:
+                continue
+            channel = message["channel"]
+            try:
+                name, _ = parse_room_key(
+                    channel.decode() if isinstance(channel, bytes) else channel
+                )
+            except ValueError:
+                continue
+            cluster_room = self.rooms.get(name)
+            if cluster_room is not None:
+                cluster_room.room.broadcast(p.encode_awareness(payload))

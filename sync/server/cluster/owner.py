@@ -1,0 +1,259 @@
+"""The owner loop of one room: judge the ``in`` stream in order, commit, then publish.
+
+Runs only on the hub holding the room's :class:`~sync.server.cluster.Ownership`, with a
+*judge* state: the room's :class:`~crdt_state.SharedState` loaded from PostgreSQL after
+the fence was claimed, whose store checks that fence inside every write transaction.
+
+One round:
+
+1. ``XREAD`` up to :data:`BATCH` entries of ``crdt:{room}:in`` after the last one judged;
+2. judge them in stream order with the single hub's code: a plain update is applied
+   (``aapply_update``), a merge request is judged (:func:`~sync.server._merge.judge_merge`);
+   all of them are started in order (each change is made in memory at once, in that
+   order) and awaited together, so one PostgreSQL transaction can carry the batch;
+3. once every change is durable, ``XADD`` one entry to ``crdt:{room}:out`` with the
+   accepted changes (one Yjs update), the answers, and the last ``in`` id, in a script
+   that adds it only while the room's lease still holds this owner's token.
+
+Nothing is published for a batch whose storage failed (fenced, PostgreSQL gone): the
+loop raises :class:`StepDown` and the hub drops the judge state. Because every change is
+in PostgreSQL before it is published, and a new owner resumes after the last *published*
+``in`` id, an entry can be judged twice (committed, then the owner died before
+publishing), never lost: re-applying an update changes nothing, and a merge's request
+identity makes its second judgement answer like the first without writing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Final
+
+from pycrdt import merge_updates
+from redis.asyncio import Redis
+
+from crdt_state import CrdtStateError, SharedState, StateUpdate
+from sync.server._merge import judge_merge
+from sync.server.cluster.errors import ClusterError, LeaseLost, LossReason
+from sync.server.cluster.keys import room_key
+from sync.server.cluster.ownership import Ownership
+from sync.server.cluster.streamio import (
+    Entry,
+    append_if_holder,
+    newest,
+    read_after,
+    trim_before,
+)
+from sync.server.cluster.streams import (
+    MERGE,
+    Answer,
+    AnswerKind,
+    InEntry,
+    OutEntry,
+    StreamEntryError,
+    decode_in,
+    decode_out,
+    encode_out,
+)
+from sync.wire import protocol as p
+from sync.wire.errors import ProtocolError
+
+__all__ = ["BATCH", "RoomOwner", "StepDown", "last_published"]
+
+log = logging.getLogger("crdt_state.cluster")
+
+BATCH: Final = 256
+"""Most ``in`` entries judged (and committed) together."""
+OUT_MAXLEN: Final = 10_000
+"""About how many entries ``out`` keeps (a follower further behind reloads)."""
+STORAGE_CODES: Final = frozenset({"storage", "state_closed", "write_failed", "fenced"})
+"""Merge-result error codes that mean the judge's storage failed, not the merge."""
+
+
+class StepDown(ClusterError):
+    """The owner must stop: its storage failed (fenced, PostgreSQL unreachable)."""
+
+    code = "step_down"
+
+
+async def last_published(redis: Redis, room: str) -> str | None:
+    """The ``in`` id of the newest ``out`` entry of ``room``, ``None`` when ``out`` is empty."""
+    entry = await newest(redis, room_key(room, "out"))
+    if entry is None:
+        return None
+    try:
+        return decode_out(entry[1]).last_in
+    except StreamEntryError:
+        return None
+
+
+class RoomOwner:
+    """Judges ``room``'s ``in`` stream while ``ownership`` holds (see the module doc).
+
+    Args:
+        redis: the cluster's Redis.
+        ownership: the room's ownership (lease and fence).
+        judge: the room's state, loaded after the fence was claimed, written under it.
+        start: the ``in`` id after which to resume (``"0-0"``: from the start).
+        max_document: the document size limit (bytes) merges are refused beyond.
+        block: longest wait for new entries per ``XREAD`` (seconds); bounds how late a
+            lost lease is noticed when the room is idle.
+        on_committed: told the last ``in`` id of each batch once it is durable.
+        catch_up: a Yjs update published before the first batch: what the judge holds
+            beyond this hub's replica (changes an earlier owner committed but did not
+            live to publish; a merge judged again then writes nothing, so without it the
+            replicas would never get them).
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        ownership: Ownership,
+        judge: SharedState,
+        *,
+        start: str,
+        max_document: int,
+        block: float = 0.2,
+        on_committed: Callable[[str], None] = lambda position: None,
+        catch_up: bytes = b"",
+    ) -> None:
+        self.redis = redis
+        self.ownership = ownership
+        self.judge = judge
+        self.position = start
+        self.max_document = max_document
+        self.on_committed = on_committed
+        self.catch_up = catch_up
+        self.block_ms = max(1, int(block * 1000))
+        self.room = ownership.room
+        self._in = room_key(self.room, "in")
+        self._out = room_key(self.room, "out")
+        self._changes: list[bytes] = []
+        self._size = len(judge.get_update())
+        self.judged = 0
+        """Entries judged so far (for tests and metrics)."""
+
+    def _on_change(self, change: StateUpdate) -> None:
+        self._changes.append(change.update)
+        self._size += len(change.update)
+
+    def _too_large(self, extra: int) -> bool:
+        if self._size + extra <= self.max_document:
+            return False
+        self._size = len(self.judge.get_update())
+        return self._size + extra > self.max_document
+
+    async def run(self, stop: Callable[[], bool] = lambda: False) -> None:
+        """Judge until ``stop()`` is true; raises ``LeaseLost``, ``Fenced`` or :class:`StepDown`.
+
+        Raises:
+            ClusterUnavailable: Redis did not answer (the caller steps down and retries).
+        """
+        unsubscribe = self.judge.subscribe(self._on_change)
+        try:
+            if self.catch_up:
+                await self._publish(OutEntry(self.catch_up, self.position, self.fence))
+            while not stop():
+                self.ownership.check()
+                entries = await read_after(
+                    self.redis, self._in, self.position, count=BATCH, block_ms=self.block_ms
+                )
+                if not entries:
+                    continue
+                out = await self._judge_batch(entries)
+                self.on_committed(out.last_in)
+                await self._publish(out)
+                self.position = out.last_in
+                if not self.judged:
+                    log.info("room %r: first batch published (%d entries)", self.room, len(entries))
+                self.judged += len(entries)
+                if self.judged % (BATCH * 4) < len(entries):
+                    await self._trim()
+        finally:
+            unsubscribe()
+
+    async def _publish(self, out: OutEntry) -> None:
+        """Append ``out`` while the lease is this owner's; ``LeaseLost`` otherwise."""
+        self.ownership.check()
+        published = await append_if_holder(
+            self.redis,
+            self.ownership.lease.key,
+            self.ownership.token,
+            self._out,
+            encode_out(out),
+            maxlen=OUT_MAXLEN,
+        )
+        if published is None:  # the lease is gone: publish nothing, step down
+            raise LeaseLost(self.room, self.ownership.token, LossReason.TAKEN)
+
+    @property
+    def fence(self) -> int:
+        return self.ownership.fence.value
+
+    async def _trim(self) -> None:
+        """Drop the ``in`` entries judged and published (keeps the last one)."""
+        await trim_before(self.redis, self._in, self.position)
+
+    async def _judge_batch(self, entries: list[Entry]) -> OutEntry:
+        """Judge ``entries`` in order; the out entry to publish once all are durable."""
+        self._changes.clear()
+        jobs: list[asyncio.Future[Answer | None]] = []
+        for entry_id, fields in entries:
+            try:
+                entry = decode_in(fields)
+            except StreamEntryError as exc:
+                log.warning("room %r: skipping in-entry %r: %s", self.room, entry_id, exc)
+                continue
+            # ensure_future starts each job in order on the next loop turn; each one
+            # changes the document before its first await, so the order is the stream's
+            jobs.append(asyncio.ensure_future(self._judge_one(entry)))
+        results = await asyncio.gather(*jobs, return_exceptions=True)
+        answers: list[Answer] = []
+        for result in results:
+            if isinstance(result, BaseException):
+                raise StepDown(f"room {self.room!r}: judging failed: {result}") from result
+            if result is not None:
+                answers.append(result)
+        updates = self._changes[:]
+        self._changes.clear()
+        if len(updates) == 1:
+            update = updates[0]
+        elif updates:
+            update = bytes(merge_updates(*updates))
+        else:
+            update = b""
+        return OutEntry(update, entries[-1][0], self.ownership.fence.value, tuple(answers))
+
+    async def _judge_one(self, entry: InEntry) -> Answer | None:
+        if entry.kind == MERGE:
+            return await self._judge_merge(entry)
+        try:
+            await self.judge.aapply_update(entry.data, agent=entry.agent)
+        except CrdtStateError as exc:
+            if exc.code in STORAGE_CODES:
+                raise
+            reason = f"update refused: {exc.code}".encode()
+            return Answer(entry.hub, entry.session, AnswerKind.CLOSE, reason)
+        return None
+
+    async def _judge_merge(self, entry: InEntry) -> Answer | None:
+        try:
+            request = p.decode_message(entry.data)
+        except ProtocolError as exc:
+            log.warning("room %r: undecodable merge in the stream: %s", self.room, exc)
+            return None
+        if not isinstance(request, p.MergeRequest):
+            return None
+        frame = await judge_merge(
+            self.judge,
+            request,
+            agent=entry.agent,
+            scope=entry.scope,
+            too_large=self._too_large,
+        )
+        reply = p.decode_message(frame)
+        error = reply.error if isinstance(reply, p.MergeReply) else None
+        if error is not None and error.code in STORAGE_CODES:
+            raise StepDown(f"room {self.room!r}: storage failed: {error.message}")
+        return Answer(entry.hub, entry.session, AnswerKind.REPLY, frame)

@@ -1,0 +1,122 @@
+"""The few Redis stream calls of the cluster, typed and failing as ``ClusterUnavailable``.
+
+redis-py's stream commands are loosely typed (and answer bytes or str depending on the
+client); these wrappers return entry ids as ``str`` and fields as a mapping, and turn a
+Redis that does not answer into :class:`~sync.server.cluster.errors.ClusterUnavailable`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from typing import Any, Final
+
+from redis.asyncio import Redis
+
+from sync.server.cluster.errors import ClusterUnavailable
+from sync.server.cluster.lease import UNAVAILABLE
+
+__all__ = [
+    "Entry",
+    "append",
+    "append_if_holder",
+    "newest",
+    "read_after",
+    "read_all",
+    "trim_before",
+]
+
+_APPEND_IF_HOLDER: Final = """
+if redis.call('get', KEYS[1]) ~= ARGV[1] then
+  return false
+end
+return redis.call('xadd', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', unpack(ARGV, 3))
+"""
+
+Entry = tuple[str, Mapping[bytes | str, bytes | str]]
+"""A stream entry: its id and its fields."""
+
+
+def _id(raw: Any) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def _entries(raw: Any) -> list[Entry]:
+    return [(_id(entry_id), fields or {}) for entry_id, fields in raw or ()]
+
+
+async def read_after(
+    redis: Redis, key: str, position: str, *, count: int, block_ms: int
+) -> list[Entry]:
+    """Up to ``count`` entries of ``key`` after ``position``, waiting up to ``block_ms``."""
+    try:
+        got: Any = await redis.xread({key: position}, count=count, block=block_ms)
+    except UNAVAILABLE as exc:
+        raise ClusterUnavailable("redis", f"redis did not answer: {exc}") from exc
+    if not got:
+        return []
+    first = got[0]
+    return _entries(first[1])
+
+
+async def read_all(redis: Redis, key: str) -> list[Entry]:
+    """Every entry of ``key``, oldest first."""
+    try:
+        got: Any = await redis.xrange(key)
+    except UNAVAILABLE as exc:
+        raise ClusterUnavailable("redis", f"redis did not answer: {exc}") from exc
+    return _entries(got)
+
+
+async def newest(redis: Redis, key: str) -> Entry | None:
+    """The newest entry of ``key``, ``None`` when the stream is empty or missing."""
+    try:
+        got: Any = await redis.xrevrange(key, count=1)
+    except UNAVAILABLE as exc:
+        raise ClusterUnavailable("redis", f"redis did not answer: {exc}") from exc
+    entries = _entries(got)
+    return entries[0] if entries else None
+
+
+async def append(
+    redis: Redis, key: str, fields: Mapping[str, bytes | str], *, maxlen: int | None = None
+) -> str:
+    """``XADD`` ``fields`` to ``key`` (keeping about ``maxlen`` entries); the new id."""
+    try:
+        done: Any = await redis.xadd(key, dict(fields), maxlen=maxlen, approximate=True)  # type: ignore[arg-type]
+    except UNAVAILABLE as exc:
+        raise ClusterUnavailable("redis", f"redis did not answer: {exc}") from exc
+    return _id(done)
+
+
+async def append_if_holder(
+    redis: Redis,
+    lease_key: str,
+    token: str,
+    key: str,
+    fields: Mapping[str, bytes | str],
+    *,
+    maxlen: int,
+) -> str | None:
+    """``XADD`` ``fields`` to ``key`` only while ``lease_key`` holds ``token`` (one script,
+    atomic); the new id, or ``None`` when the lease is not ``token``'s.
+
+    Both keys must share a hash tag (the room's). This is what keeps a deposed owner, or
+    one whose lease vanished with a Redis restart, from publishing on the room's ``out``
+    stream even before it noticed: positions in ``out`` are always the current ``in``'s.
+    """
+    args: list[bytes | str] = [token, str(maxlen)]
+    for name, value in fields.items():
+        args += [name, value]
+    script = redis.register_script(_APPEND_IF_HOLDER)
+    try:
+        done: Any = await script(keys=[lease_key, key], args=args)
+    except UNAVAILABLE as exc:
+        raise ClusterUnavailable("redis", f"redis did not answer: {exc}") from exc
+    return None if done is None else _id(done)
+
+
+async def trim_before(redis: Redis, key: str, position: str) -> None:
+    """Drop the entries of ``key`` older than ``position`` (approximately; best effort)."""
+    with contextlib.suppress(*UNAVAILABLE):
+        await redis.xtrim(key, minid=position, approximate=True)

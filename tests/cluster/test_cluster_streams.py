@@ -1,0 +1,120 @@
+"""The cluster's stream entries (pure codec) and the judge's fenced commit hook (PostgreSQL)."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from redis.asyncio import Redis
+
+from sync.server.cluster import Fenced, room_key
+from sync.server.cluster.pgstorage import fenced_position, judge_dsn, judge_name
+from sync.server.cluster.streamio import append_if_holder, read_after
+from sync.server.cluster.streams import (
+    Answer,
+    AnswerKind,
+    InEntry,
+    OutEntry,
+    StreamEntryError,
+    decode_in,
+    decode_out,
+    encode_in,
+    encode_out,
+)
+
+
+def as_redis_returns(fields: dict[str, bytes | str]) -> dict[bytes, bytes]:
+    """Fields as a client without ``decode_responses`` reads them back."""
+    return {k.encode(): v if isinstance(v, bytes) else v.encode() for k, v in fields.items()}
+
+
+def test_in_entries_round_trip() -> None:
+    entry = InEntry("m", b"\x64\x00\xff", "hub-1:42:ab", 7, "conn-7", "f" * 32)
+    assert decode_in(as_redis_returns(encode_in(entry))) == entry
+    update = InEntry("u", b"", "h", 0, "conn-0", "w")
+    assert decode_in(encode_in(update)) == update  # str keys, as decode_responses gives
+
+
+def test_out_entries_round_trip_with_answers() -> None:
+    answers = (
+        Answer("hub-a", 3, AnswerKind.REPLY, b"\x64\x01frame"),
+        Answer("hub-\u00e9", 2**40, AnswerKind.CLOSE, b"update refused: invalid_update"),
+    )
+    entry = OutEntry(b"\x01\x02", "1700000000000-3", 12, answers)
+    assert decode_out(as_redis_returns(encode_out(entry))) == entry
+    empty = OutEntry(b"", "0-1", 1)
+    assert decode_out(as_redis_returns(encode_out(empty))) == empty
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {b"k": b"x", b"d": b"", b"h": b"h", b"s": b"1", b"a": b"a", b"w": b"w"},
+        {b"k": b"u", b"d": b"", b"h": b"h", b"s": b"one", b"a": b"a", b"w": b"w"},
+        {b"k": b"u", b"d": b"", b"h": b"\xff", b"s": b"1", b"a": b"a", b"w": b"w"},
+    ],
+)
+def test_bad_in_entries_are_refused_with_a_code(fields: dict[bytes, bytes]) -> None:
+    with pytest.raises(StreamEntryError) as info:
+        decode_in(fields)  # type: ignore[arg-type]
+    assert info.value.code == "bad_stream_entry"
+
+
+def test_bad_out_entries_are_refused() -> None:
+    good = as_redis_returns(
+        encode_out(OutEntry(b"", "1-0", 1, (Answer("h", 1, AnswerKind.REPLY, b"x"),)))
+    )
+    with pytest.raises(StreamEntryError):
+        decode_out({**good, b"r": good[b"r"][:-1]})  # an answer cut short
+    with pytest.raises(StreamEntryError):
+        decode_out({**good, b"f": b"NaN"})
+    with pytest.raises(StreamEntryError):
+        decode_out({k: v for k, v in good.items() if k != b"i"})
+
+
+async def test_only_the_lease_holder_publishes(redis: Redis) -> None:
+    room = "streams/holder"
+    lease, out = room_key(room, "owner"), room_key(room, "out")
+    await redis.delete(lease, out)
+    try:
+        await redis.set(lease, "hub-a#1")
+        fields = encode_out(OutEntry(b"u", "5-0", 3))
+        first = await append_if_holder(redis, lease, "hub-a#1", out, fields, maxlen=100)
+        assert first is not None
+        assert await append_if_holder(redis, lease, "hub-b#2", out, fields, maxlen=100) is None
+        await redis.delete(lease)  # expired, or lost with a Redis restart
+        assert await append_if_holder(redis, lease, "hub-a#1", out, fields, maxlen=100) is None
+        entries = await read_after(redis, out, "0-0", count=10, block_ms=10)
+        assert [entry_id for entry_id, _ in entries] == [first]
+        assert decode_out(entries[0][1]).last_in == "5-0"
+    finally:
+        await redis.delete(lease, out)
+
+
+def test_the_judge_hook_refuses_a_stale_fence(postgres_dsn: str) -> None:
+    room = "streams/fenced"
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO crdt_rooms (room, fence, owner) VALUES (%s, 2, 'hub-b#2')", (room,)
+        )
+        with conn.transaction():
+            fenced_position(conn, room, 2, "10-0")
+        with pytest.raises(Fenced) as info, conn.transaction():
+            fenced_position(conn, room, 1, "99-0")  # the deposed owner's commit
+        assert (info.value.fence, info.value.current) == (1, 2)
+        with conn.transaction():
+            fenced_position(conn, room, 2, None)  # no new position: the stored one stays
+        row = conn.execute(
+            "SELECT fence, stream_position FROM crdt_rooms WHERE room = %s", (room,)
+        ).fetchone()
+        assert row == (2, "10-0")
+
+
+def test_judge_sessions_are_named_by_room_and_fence(postgres_dsn: str) -> None:
+    dsn = judge_dsn(postgres_dsn, "streams/named", 4, 2.0)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        name = conn.execute("SHOW application_name").fetchone()
+        idle = conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()
+    assert name == (judge_name("streams/named", 4),)
+    assert name is not None and name[0].startswith(judge_name("streams/named"))
+    assert idle == ("1s",)
