@@ -62,8 +62,6 @@ __all__ = [
     "Durability",
     "connect",
     "create",
-    "decode_path",
-    "decode_value",
     "descendants_range",
     "encode_value",
     "path_key",
@@ -124,10 +122,6 @@ def descendants_range(path: Path) -> tuple[str, str]:
     return low, low + "\u0080"  # keys are ASCII: every descendant sorts below U+0080
 
 
-def decode_path(key: str) -> Path:
-    return tuple(json.loads(key))
-
-
 def encode_value(value: Any) -> str:
     """JSON for an audit-log value; absent and unresolved get their own markers."""
     if value is MISSING:
@@ -138,18 +132,6 @@ def encode_value(value: Any) -> str:
         return json.dumps({"v": value}, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError):  # a resolver returned something odd: keep its repr
         return json.dumps({"repr": repr(value)})
-
-
-def decode_value(text: str) -> Any:
-    """Inverse of :func:`encode_value` (a ``repr`` fallback comes back as that string)."""
-    data = json.loads(text)
-    if "v" in data:
-        return data["v"]
-    if data.get("missing"):
-        return MISSING
-    if data.get("unresolved"):
-        return UNRESOLVED
-    return data.get("repr")
 
 
 def _refuse(message: str, file: str, exc: BaseException | None = None) -> StorageError:

@@ -81,7 +81,7 @@ class SqliteStore:
         self.file = file
         self._conn = conn
         self._db = threading.Lock()  # guards the connection
-        self._reads = SqliteReads(conn, self._db)
+        self._reads = SqliteReads(conn, self._db, file)
         self._is_new = is_new
         self.compact_document = compact_document
         self.epochs = 0
@@ -156,6 +156,9 @@ class SqliteStore:
             try:
                 stored = sqllog.load(self._conn)
                 requests = sqllog.recent_requests(self._conn)
+            except StorageError as exc:
+                exc.details.setdefault("file", self.file)
+                raise
             except sqlite3.Error as exc:
                 raise StorageError(
                     f"the state file is damaged: {exc}", details={"file": self.file}
