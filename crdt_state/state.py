@@ -31,13 +31,13 @@ from ._state_reads import StateReads
 from ._writes import apply_writes
 from .branch import Branch
 from .conflicts import Change, MergeResult, StateUpdate
+from .errors import WrongType
 from .journal import StateStore
 from .paths import Path
 from .requests import RequestKey
 from .resolvers import PolicyTable, raise_conflict
 from .retry import Retry
 from .transact import arun_transaction, run_transaction
-from .errors import WrongType
 from .version import VersionVector
 
 if TYPE_CHECKING:
