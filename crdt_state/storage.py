@@ -62,6 +62,16 @@ def _identity(file: str) -> tuple[int, int] | None:
     return (stat.st_dev, stat.st_ino)
 
 
+def _forget(identity: tuple[int, int]) -> Callable[[weakref.ref[SqliteStore]], None]:
+    """A weakref callback dropping ``identity`` once its store is garbage (never closed)."""
+
+    def drop(ref: weakref.ref[SqliteStore]) -> None:
+        if _open_files.get(identity) is ref:
+            del _open_files[identity]
+
+    return drop
+
+
 def _held_here(file: str) -> bool:
     """True when a store of this process holds ``file`` open."""
     ref = _open_files.get(_identity(file) or (-1, -1))
@@ -164,7 +174,7 @@ class SqliteStore:
         identity = _identity(file)
         if identity is not None:
             store._identity = identity
-            _open_files[identity] = weakref.ref(store)
+            _open_files[identity] = weakref.ref(store, _forget(identity))
         return store
 
     @property
