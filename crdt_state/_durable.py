@@ -116,19 +116,22 @@ def restore(core: StateCore, stored: StoredState, where: str) -> None:
         StorageError: the stored updates do not decode or do not give the
             recorded versions (the store is damaged).
     """
+    stage = ["the snapshot"]  # what _replay is applying
 
     def damaged(exc: BaseException) -> StorageError:
         return StorageError(
-            f"the state file is damaged: its updates do not decode ({exc})",
-            details={"file": where},
+            f"the state file is damaged: {stage[0]} does not decode as a Yjs update "
+            f"({type(exc).__name__}: {exc})",
+            details={"file": where, "update": stage[0]},
         )
 
     with translate_failures(damaged):
-        tokens = _replay(core, stored)
+        tokens = _replay(core, stored, stage)
     expected = [change.token for change in stored.changes]
     if tokens != expected or core.log.head_token != stored.head:
         raise StorageError(
-            "the state file is damaged: replaying it does not give the recorded versions",
+            "the state file is damaged: replaying its snapshot and changes does not give"
+            " the versions recorded with them (the token column or an update is wrong)",
             details={"file": where, "head": str(stored.head), "restored": str(core.log.head_token)},
         )
     made_by: dict[int, RequestKey] = {}
@@ -140,8 +143,11 @@ def restore(core: StateCore, stored: StoredState, where: str) -> None:
         entry.request = made_by.get(entry.seq)
 
 
-def _replay(core: StateCore, stored: StoredState) -> list[VersionVector]:
-    """Apply the snapshot and every stored change; the token after each change."""
+def _replay(core: StateCore, stored: StoredState, stage: list[str]) -> list[VersionVector]:
+    """Apply the snapshot and every stored change; the token after each change.
+
+    ``stage[0]`` names the update being applied (for the error if one fails).
+    """
     with core.lock:
         if core.log.head_seq != 0 or core.store is not None:
             raise RuntimeError("only a fresh state without a store can be restored")
@@ -154,6 +160,7 @@ def _replay(core: StateCore, stored: StoredState) -> list[VersionVector]:
         changed: dict[Path, WriteKind] = {}
         on_events = collect_writes(changed, core.mirror)
         for change in stored.changes:
+            stage[0] = f"the change at seq {change.seq}"
             changed.clear()
             sub = core.root.observe_deep(on_events)
             try:

@@ -15,13 +15,13 @@ import zlib
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from ._sqlite_file import decode_path, decode_value, descendants_range, encode_value, path_key
+from . import _stored_rows as rows
+from ._sqlite_file import descendants_range, encode_value, path_key
 from .conflicts import Conflict, StateUpdate
 from .errors import StorageError
 from .journal import BlameEntry, ConflictRecord, StoredChange, StoredRequest, StoredState
 from .paths import Path
-from .requests import KEEP_REQUESTS, RequestKey
-from .version import VersionVector
+from .requests import KEEP_REQUESTS
 
 if TYPE_CHECKING:
     import psycopg
@@ -46,20 +46,12 @@ __all__ = [
     "swap_snapshot",
 ]
 
+_NOUN: Final = "stored state"
 _LOG_COLUMNS: Final = "seq, token, doc_update, agent, origin, time, paths"
 
 
 def _log_row(row: Sequence[Any]) -> StoredChange:
-    seq, token, update, agent, origin, when, paths = row
-    return StoredChange(
-        seq=int(seq),
-        token=VersionVector.from_state(bytes(token)),
-        update=bytes(update),
-        agent=agent,
-        origin=origin,
-        time=float(when),
-        paths=tuple(tuple(p) for p in json.loads(paths)),
-    )
+    return rows.stored_change(row, _NOUN)
 
 
 def _paths_json(paths: Sequence[Path]) -> str:
@@ -89,7 +81,7 @@ def load(conn: Conn, key: str, upto: int | None = None) -> StoredState:
     if snap is None:
         raise StorageError("the stored state is damaged: it has no snapshot")
     limit = upto if upto is not None else -1
-    rows = [
+    changes = [
         _log_row(r)
         for r in conn.execute(
             f"SELECT {_LOG_COLUMNS} FROM crdt_store_log WHERE key = %s AND seq > %s"
@@ -97,23 +89,18 @@ def load(conn: Conn, key: str, upto: int | None = None) -> StoredState:
             (key, snap[0], limit, limit),
         )
     ]
-    for expected, row in enumerate(rows, start=int(snap[0]) + 1):
+    for expected, row in enumerate(changes, start=int(snap[0]) + 1):
         if row.seq != expected:
             raise StorageError(
                 "the stored state is damaged: the change log has a gap",
                 details={"expected_seq": expected, "found_seq": row.seq},
             )
-    try:
-        snapshot = zlib.decompress(bytes(snap[2]))
-    except (zlib.error, TypeError) as exc:
-        raise StorageError(
-            f"the stored state is damaged: the snapshot does not decompress ({exc})"
-        ) from exc
+    snapshot = rows.decompressed(snap[2], _NOUN, "snapshot", "doc", snap[0])
     return StoredState(
         snapshot_seq=int(snap[0]),
-        snapshot_token=VersionVector.from_state(bytes(snap[1])),
+        snapshot_token=rows.token_of(snap[1], _NOUN, "snapshot", snap[0]),
         snapshot=snapshot,
-        changes=rows,
+        changes=changes,
     )
 
 
@@ -192,14 +179,7 @@ def blame_row(conn: Conn, key: str, path: Path) -> BlameEntry | None:
     ).fetchone()
     if found is None:
         return None
-    written, seq, agent, when, token = found
-    return BlameEntry(
-        path=decode_path(written),
-        agent=agent,
-        time=float(when),
-        token=VersionVector.from_state(bytes(token)),
-        seq=int(seq),
-    )
+    return rows.blame_entry(found, _NOUN)
 
 
 def conflict_rows(
@@ -221,22 +201,7 @@ def conflict_rows(
         f" WHERE {' AND '.join(clauses)} ORDER BY id",
         params,
     )
-    return [
-        ConflictRecord(
-            path=decode_path(row[0]),
-            base=decode_value(row[1]),
-            current=decode_value(row[2]),
-            incoming=decode_value(row[3]),
-            current_agent=row[4],
-            incoming_agent=row[5],
-            policy=row[6],
-            resolution=decode_value(row[7]),
-            applied=bool(row[8]),
-            token=VersionVector.from_state(bytes(row[9])),
-            time=float(row[10]),
-        )
-        for row in cursor
-    ]
+    return [rows.conflict_record(row, _NOUN) for row in cursor]
 
 
 def count_log(conn: Conn, key: str) -> int:
@@ -246,21 +211,12 @@ def count_log(conn: Conn, key: str) -> int:
 
 def recent_requests(conn: Conn, key: str) -> list[StoredRequest]:
     """The newest :data:`KEEP_REQUESTS` remembered requests, oldest first."""
-    rows = conn.execute(
+    found = conn.execute(
         "SELECT writer, id, seq, token, paths, clean FROM crdt_store_requests WHERE key = %s"
         " ORDER BY n DESC LIMIT %s",
         (key, KEEP_REQUESTS),
     ).fetchall()
-    return [
-        StoredRequest(
-            key=RequestKey(str(writer), int(rid)),
-            seq=int(seq),
-            token=VersionVector.from_state(bytes(token)),
-            paths=tuple(tuple(p) for p in json.loads(paths)),
-            clean=bool(clean),
-        )
-        for writer, rid, seq, token, paths, clean in reversed(rows)
-    ]
+    return [rows.stored_request(row, _NOUN) for row in reversed(found)]
 
 
 # -- writing (inside the caller's transaction) -----------------------------------------
@@ -405,4 +361,4 @@ def blame_paths_upto(conn: Conn, key: str, seq: int) -> list[Path]:
     cursor = conn.execute(
         "SELECT path FROM crdt_store_blame WHERE key = %s AND seq <= %s", (key, seq)
     )
-    return [decode_path(r[0]) for r in cursor]
+    return [rows.path_of(r[0], _NOUN, "blame", r[0]) for r in cursor]

@@ -37,7 +37,11 @@ This module opens, checks, migrates and creates the file;
 :mod:`crdt_state._sqlite_log` reads and writes its rows. Neither knows pycrdt or threads. A
 connection returned by :func:`connect` holds the file's lock
 (``locking_mode=EXCLUSIVE``) until it is closed: a second connection, from
-this process or another, is refused with :class:`StorageError`.
+this process or another, is refused with :class:`StorageError`. Two processes
+opening one file at the same moment can each see the other's brief lock:
+:func:`connect` retries for up to :data:`OPEN_WAIT` seconds (with backoff)
+before it says the file is open in another process (naming its pid when the
+system tells, from ``/proc/locks`` on Linux).
 """
 
 from __future__ import annotations
@@ -62,10 +66,9 @@ __all__ = [
     "Durability",
     "connect",
     "create",
-    "decode_path",
-    "decode_value",
     "descendants_range",
     "encode_value",
+    "in_this_process",
     "path_key",
     "transaction",
 ]
@@ -108,7 +111,10 @@ _SCHEMA: Final = (
     "CREATE INDEX conflicts_time ON conflicts (time)",
     _REQUESTS_TABLE,
 )
-_IN_USE: Final = "the state file is open in another process or connection"
+_IN_USE: Final = "the state file is open in another process"
+IN_USE_REASON: Final = "open_in_another_process"
+OPEN_WAIT: Final = 1.5
+"""Seconds :func:`connect` retries a file locked by another connection."""
 _TABLES: Final = frozenset({"meta", "snapshot", "log", "blame", "conflicts"})
 
 
@@ -124,10 +130,6 @@ def descendants_range(path: Path) -> tuple[str, str]:
     return low, low + "\u0080"  # keys are ASCII: every descendant sorts below U+0080
 
 
-def decode_path(key: str) -> Path:
-    return tuple(json.loads(key))
-
-
 def encode_value(value: Any) -> str:
     """JSON for an audit-log value; absent and unresolved get their own markers."""
     if value is MISSING:
@@ -138,18 +140,6 @@ def encode_value(value: Any) -> str:
         return json.dumps({"v": value}, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError):  # a resolver returned something odd: keep its repr
         return json.dumps({"repr": repr(value)})
-
-
-def decode_value(text: str) -> Any:
-    """Inverse of :func:`encode_value` (a ``repr`` fallback comes back as that string)."""
-    data = json.loads(text)
-    if "v" in data:
-        return data["v"]
-    if data.get("missing"):
-        return MISSING
-    if data.get("unresolved"):
-        return UNRESOLVED
-    return data.get("repr")
 
 
 def _refuse(message: str, file: str, exc: BaseException | None = None) -> StorageError:
@@ -186,6 +176,21 @@ def _failure(what: str, file: str, exc: sqlite3.Error) -> StorageError:
     return _refuse(f"{what}: {exc}", file, exc)
 
 
+def in_this_process(file: str) -> StorageError:
+    """The error for a file this process already holds open (another state or store)."""
+    return StorageError(
+        "the state file is already open in this process (another SharedState or store"
+        " holds it): use that one, or close it first",
+        details={"file": file, "reason": "open_in_this_process"},
+    )
+
+
+def _in_use(file: str, exc: sqlite3.Error) -> StorageError:
+    error = _refuse(_IN_USE, file, exc)
+    error.details["reason"] = IN_USE_REASON
+    return error
+
+
 def _is_busy(exc: sqlite3.Error) -> bool:
     return getattr(exc, "sqlite_errorname", "") in ("SQLITE_BUSY", "SQLITE_LOCKED") or (
         "locked" in str(exc)
@@ -201,7 +206,10 @@ def connect(
     given its tables by :func:`create`. Anything else must carry our
     application id and a format version we know, and pass ``quick_check``;
     otherwise :class:`StorageError` is raised and the file is left untouched.
-    A file held by another connection raises :class:`StorageError` at once.
+    A file held by another connection is retried with backoff for up to
+    :data:`OPEN_WAIT` seconds (two processes opening it at the same moment),
+    then raises :class:`StorageError` with ``details["reason"]``
+    ``"open_in_another_process"`` and ``details["pid"]`` when known.
     """
     file = os.fspath(path)
     if durability not in _SYNCHRONOUS:
@@ -218,6 +226,28 @@ def connect(
         raise error from exc
     if head and head != _SQLITE_MAGIC:
         raise _refuse("not a crdt-state file (not even a SQLite database)", file)
+    deadline = time.monotonic() + OPEN_WAIT
+    pause = 0.005
+    while True:
+        try:
+            return _connect_once(file, durability)
+        except StorageError as exc:
+            if exc.details.get("reason") != IN_USE_REASON:
+                raise
+            if time.monotonic() >= deadline:
+                holder = _lock_holder(file)
+                if holder is None:
+                    raise
+                if holder == os.getpid():
+                    raise in_this_process(file) from exc.__cause__
+                error = _refuse(f"{_IN_USE} (pid {holder})", file, exc.__cause__)
+                error.details.update(reason=IN_USE_REASON, pid=holder)
+                raise error from exc.__cause__
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(pause * 2, 0.2)
+
+
+def _connect_once(file: str, durability: Durability) -> tuple[sqlite3.Connection, bool]:
     try:
         conn = sqlite3.connect(file, isolation_level=None, check_same_thread=False, timeout=0)
     except sqlite3.Error as exc:
@@ -231,6 +261,29 @@ def connect(
     return conn, is_new
 
 
+def _lock_holder(file: str) -> int | None:
+    """The pid of another process holding a lock on ``file`` (Linux ``/proc/locks``), if any."""
+    try:
+        stat = os.stat(file)
+        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if "->" in fields:  # a waiter, not a holder
+            continue
+        try:
+            pid, where = int(fields[4]), fields[5].split(":")
+            major, minor, inode = int(where[0], 16), int(where[1], 16), int(where[2])
+        except (IndexError, ValueError):
+            continue
+        same = (major, minor) == (os.major(stat.st_dev), os.minor(stat.st_dev))
+        if same and inode == stat.st_ino:
+            return pid
+    return None
+
+
 def _prepare(conn: sqlite3.Connection, file: str) -> bool:
     try:
         conn.execute("PRAGMA locking_mode=EXCLUSIVE")
@@ -239,7 +292,7 @@ def _prepare(conn: sqlite3.Connection, file: str) -> bool:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.Error as exc:
         if _is_busy(exc):
-            raise _refuse(_IN_USE, file, exc) from exc
+            raise _in_use(file, exc) from exc
         raise _failure("the state file is damaged or not a database", file, exc) from exc
     is_new = app_id == 0 and not tables
     if not is_new:
@@ -275,7 +328,7 @@ def _prepare(conn: sqlite3.Connection, file: str) -> bool:
                         conn.execute(statement)
     except sqlite3.Error as exc:
         if _is_busy(exc):
-            raise _refuse(_IN_USE, file, exc) from exc
+            raise _in_use(file, exc) from exc
         raise _failure("the state file is damaged", file, exc) from exc
     return is_new
 

@@ -14,9 +14,8 @@ import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
+from . import _stored_rows as rows
 from ._sqlite_file import (
-    decode_path,
-    decode_value,
     descendants_range,
     encode_value,
     path_key,
@@ -26,8 +25,7 @@ from .conflicts import Conflict, StateUpdate
 from .errors import StorageError
 from .journal import BlameEntry, ConflictRecord, StoredChange, StoredRequest, StoredState
 from .paths import Path
-from .requests import KEEP_REQUESTS, RequestKey
-from .version import VersionVector
+from .requests import KEEP_REQUESTS
 
 __all__ = [
     "append_changes",
@@ -49,16 +47,7 @@ __all__ = [
 
 
 def _log_row(row: Sequence[Any]) -> StoredChange:
-    seq, token, update, agent, origin, when, paths = row
-    return StoredChange(
-        seq=seq,
-        token=VersionVector.from_state(token),
-        update=update,
-        agent=agent,
-        origin=origin,
-        time=when,
-        paths=tuple(tuple(p) for p in json.loads(paths)),
-    )
+    return rows.stored_change(row)
 
 
 _LOG_COLUMNS: Final = "seq, token, doc_update, agent, origin, time, paths"
@@ -73,30 +62,25 @@ def load(conn: sqlite3.Connection, upto: int | None = None) -> StoredState:
     if snap is None:
         raise StorageError("the state file is damaged: it has no snapshot")
     limit = upto if upto is not None else -1
-    rows = [
+    changes = [
         _log_row(r)
         for r in conn.execute(
             f"SELECT {_LOG_COLUMNS} FROM log WHERE seq > ? AND (? < 0 OR seq <= ?) ORDER BY seq",
             (snap[0], limit, limit),
         )
     ]
-    for expected, row in enumerate(rows, start=snap[0] + 1):
+    for expected, row in enumerate(changes, start=snap[0] + 1):
         if row.seq != expected:
             raise StorageError(
                 "the state file is damaged: the change log has a gap",
                 details={"expected_seq": expected, "found_seq": row.seq},
             )
-    try:
-        snapshot = zlib.decompress(snap[2])
-    except (zlib.error, TypeError) as exc:
-        raise StorageError(
-            f"the state file is damaged: the snapshot does not decompress ({exc})"
-        ) from exc
+    snapshot = rows.decompressed(snap[2], rows.SQLITE, "snapshot", "doc", snap[0])
     return StoredState(
         snapshot_seq=snap[0],
-        snapshot_token=VersionVector.from_state(snap[1]),
+        snapshot_token=rows.token_of(snap[1], rows.SQLITE, "snapshot", snap[0]),
         snapshot=snapshot,
-        changes=rows,
+        changes=changes,
     )
 
 
@@ -142,14 +126,7 @@ def blame_row(conn: sqlite3.Connection, path: Path) -> BlameEntry | None:
     ).fetchone()
     if found is None:
         return None
-    written, seq, agent, when, token = found
-    return BlameEntry(
-        path=decode_path(written),
-        agent=agent,
-        time=when,
-        token=VersionVector.from_state(token),
-        seq=seq,
-    )
+    return rows.blame_entry(found)
 
 
 def conflict_rows(
@@ -171,35 +148,7 @@ def conflict_rows(
         f" resolution, applied, token, time FROM conflicts{where} ORDER BY id",
         params,
     )
-    return [_conflict_record(*row) for row in cursor]
-
-
-def _conflict_record(
-    path: str,
-    base: str,
-    current: str,
-    incoming: str,
-    current_agent: str | None,
-    incoming_agent: str | None,
-    policy: str | None,
-    resolution: str,
-    applied: int,
-    token: bytes,
-    when: float,
-) -> ConflictRecord:
-    return ConflictRecord(
-        path=decode_path(path),
-        base=decode_value(base),
-        current=decode_value(current),
-        incoming=decode_value(incoming),
-        current_agent=current_agent,
-        incoming_agent=incoming_agent,
-        policy=policy,
-        resolution=decode_value(resolution),
-        applied=bool(applied),
-        token=VersionVector.from_state(token),
-        time=when,
-    )
+    return [rows.conflict_record(row) for row in cursor]
 
 
 def count_log(conn: sqlite3.Connection) -> int:
@@ -262,21 +211,12 @@ def _paths_json(paths: Sequence[Path]) -> str:
 
 def recent_requests(conn: sqlite3.Connection) -> list[StoredRequest]:
     """The newest :data:`KEEP_REQUESTS` remembered requests, oldest first."""
-    rows = conn.execute(
+    found = conn.execute(
         "SELECT writer, id, seq, token, paths, clean FROM writer_requests"
         " ORDER BY rowid DESC LIMIT ?",
         (KEEP_REQUESTS,),
     ).fetchall()
-    return [
-        StoredRequest(
-            key=RequestKey(str(writer), int(rid)),
-            seq=int(seq),
-            token=VersionVector.from_state(bytes(token)),
-            paths=tuple(tuple(p) for p in json.loads(paths)),
-            clean=bool(clean),
-        )
-        for writer, rid, seq, token, paths, clean in reversed(rows)
-    ]
+    return [rows.stored_request(row) for row in reversed(found)]
 
 
 def forget_old_requests(conn: sqlite3.Connection) -> None:
@@ -376,7 +316,7 @@ def release_free_pages(conn: sqlite3.Connection) -> None:
 def blame_paths_upto(conn: sqlite3.Connection, seq: int) -> list[Path]:
     """Paths whose last write is at or before ``seq``."""
     cursor = conn.execute("SELECT path FROM blame WHERE seq <= ?", (seq,))
-    return [decode_path(r[0]) for r in cursor]
+    return [rows.path_of(r[0], rows.SQLITE, "blame", r[0]) for r in cursor]
 
 
 def checkpoint(conn: sqlite3.Connection) -> None:

@@ -6,8 +6,10 @@ threads: the caller holds the connection's lock (``db``).
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
+from collections.abc import Iterator
 from typing import Any, Final
 
 from pycrdt import Doc
@@ -29,9 +31,25 @@ _TOMBSTONE_SLACK: Final = 64 * 1024
 class SqliteReads:
     """The history queries of one state file (the store flushes before each)."""
 
-    def __init__(self, conn: sqlite3.Connection, db: threading.Lock) -> None:
+    def __init__(self, conn: sqlite3.Connection, db: threading.Lock, file: str = "") -> None:
         self._conn = conn
         self._db = db
+        self._file = file
+
+    @contextlib.contextmanager
+    def _reading(self, locked: bool = True) -> Iterator[None]:
+        """Hold the connection's lock; damage becomes a :class:`StorageError` naming the file."""
+        with self._db if locked else contextlib.nullcontext():
+            try:
+                yield
+            except StorageError as exc:
+                exc.details.setdefault("file", self._file)
+                raise
+            except sqlite3.Error as exc:
+                raise StorageError(
+                    f"the state file is damaged: reading it failed ({exc})",
+                    details={"file": self._file, "sqlite": str(exc)},
+                ) from exc
 
     def history(
         self,
@@ -44,7 +62,7 @@ class SqliteReads:
     ) -> list[HistoryEntry]:
         """Retained changes, oldest first (see :meth:`SqliteStore.history`)."""
         wanted = parse_path(path) if path is not None else None
-        with self._db:
+        with self._reading():
             rows = sqllog.history_rows(self._conn, agent, since, until)
         out = [
             HistoryEntry(
@@ -57,7 +75,7 @@ class SqliteReads:
 
     def at(self, token: VersionVector) -> dict[str, Any]:
         """The content when the state had exactly ``token`` (see :meth:`SqliteStore.at`)."""
-        with self._db:
+        with self._reading():
             seq = sqllog.seq_of_token(self._conn, token.to_state())
             if seq is None:
                 oldest = sqllog.load(self._conn, upto=0).snapshot_token
@@ -72,16 +90,17 @@ class SqliteReads:
             raise UnknownBase(
                 "this state never had exactly this version", details={"token": str(token)}
             )
-        return doc_snapshot(replay(stored))
+        with self._reading(locked=False):
+            return doc_snapshot(replay(stored))
 
     def blame(self, path: Path) -> BlameEntry | None:
         """The newest change that wrote ``path``, an ancestor or a descendant."""
-        with self._db:
+        with self._reading():
             return sqllog.blame_row(self._conn, path)
 
     def conflicts(self, path: Path | None, since: float | None) -> list[ConflictRecord]:
         """Audited conflicts, oldest first, at or below ``path``, from time ``since``."""
-        with self._db:
+        with self._reading():
             return sqllog.conflict_rows(self._conn, path, since)
 
 

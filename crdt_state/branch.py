@@ -176,6 +176,13 @@ class Branch(MergeOnExit):
         """Like :meth:`append`, with the items given as one iterable."""
         self._writable()
         key = parse_path(path)
+        if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
+            raise WrongType(
+                f"extend takes an iterable of items (a list), not {type(items).__name__}: "
+                "use append for one item",
+                path=key,
+                details={"items": repr(items)[:80]},
+            )
         clean = self._state.prepare_items(key, list(items))
         self._load(key[0])
         current = tree_get(self._local, key)

@@ -44,6 +44,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, TypeAlias
 
 from .conflicts import Conflict
+from .errors import WrongType
 from .paths import Path, Pattern, most_specific
 from .values import MISSING, normalize
 
@@ -205,6 +206,9 @@ the conflict that settle it or refuse (``retry`` and ``raise_conflict`` are not 
 them: they hand the conflict back to the agent, which the client does itself)."""
 
 
+_BUILTIN_NAMES = frozenset({*NAMED_POLICIES, "retry", "raise_conflict", "constant"})
+
+
 def named_policy(policy: Policy) -> str | None:
     """The name ``policy`` has in :data:`NAMED_POLICIES`, or ``None``."""
     name = getattr(policy, "__name__", None)
@@ -218,10 +222,32 @@ def policy_name(policy: Policy) -> str:
     return getattr(policy, "__name__", None) or type(policy).__name__
 
 
-def as_policy(policy: object) -> Policy:
-    """``policy`` itself when callable, else a :func:`constant` of it."""
+def as_policy(policy: object, where: Path | None = None) -> Policy:
+    """``policy`` itself when callable, else a :func:`constant` of it.
+
+    Args:
+        policy: a function of the conflict, or the constant value to resolve to.
+        where: the pattern it is given for (named in the error).
+
+    Raises:
+        WrongType: ``policy`` is a string naming a built-in policy (``"maximum"``):
+            ambiguous, so refused with a hint (``resolvers.maximum`` for the
+            policy, ``resolvers.constant("maximum")`` for that literal value).
+    """
     if callable(policy):
         return policy
+    if isinstance(policy, str) and policy in _BUILTIN_NAMES:
+        raise WrongType(
+            f"the resolver {policy!r} is a string naming a built-in policy: pass "
+            f"resolvers.{policy} for the policy, or resolvers.constant({policy!r}) "
+            "to resolve to that literal string",
+            path=where,
+            details={
+                "given": policy,
+                "hint": f"resolvers.{policy}",
+                "literal": f"resolvers.constant({policy!r})",
+            },
+        )
     return constant(policy)
 
 
@@ -239,10 +265,16 @@ class PolicyTable:
         *,
         parent: PolicyTable | None = None,
     ) -> None:
-        self._rules: dict[Pattern, Policy] = {
-            Pattern.parse(pattern): as_policy(policy)
-            for pattern, policy in (resolvers or {}).items()
-        }
+        if resolvers is not None and not isinstance(resolvers, Mapping):
+            raise WrongType(
+                "resolvers must be a mapping {path pattern: policy}, "
+                f"not {type(resolvers).__name__}",
+                details={"resolvers": repr(resolvers)[:80]},
+            )
+        self._rules: dict[Pattern, Policy] = {}
+        for pattern, policy in (resolvers or {}).items():
+            parsed = Pattern.parse(pattern)
+            self._rules[parsed] = as_policy(policy, parsed.keys)
         self.default: Policy = as_policy(default)
         self._parent = parent
         self._cache: dict[Path, Policy] = {}

@@ -31,6 +31,7 @@ from ._state_reads import StateReads
 from ._writes import apply_writes
 from .branch import Branch
 from .conflicts import Change, MergeResult, StateUpdate
+from .errors import WrongType
 from .journal import StateStore
 from .paths import Path
 from .requests import RequestKey
@@ -148,7 +149,9 @@ class SharedState(StateReads, StateExchange):
     def fork(self, agent: str) -> Branch:
         """A new branch for ``agent`` at the current version; O(1), no copy."""
         if not isinstance(agent, str) or not agent:
-            raise TypeError("agent must be a non-empty str")
+            raise WrongType(
+                f"agent must be a non-empty str, not {agent!r:.60}", details={"agent": repr(agent)}
+            )
         core = self._core
         with core.lock:
             if core.closed:
@@ -294,6 +297,7 @@ class SharedState(StateReads, StateExchange):
         builds_on: Iterable[int],
     ) -> tuple[MergeResult, int | None]:
         """The shared part of :meth:`commit` and :meth:`acommit` (no durability wait)."""
+        _check_commit(changes, base, agent)
         self.ensure_open()
         ops = self.prepare(changes)
         scope = agent if writer is None else writer
@@ -366,3 +370,37 @@ class SharedState(StateReads, StateExchange):
 
     def __repr__(self) -> str:
         return f"<SharedState {self.token} keys={len(self._core.mirror)}>"
+
+
+def _check_commit(changes: object, base: object, agent: object) -> None:
+    """Refuse arguments of the wrong type before anything is judged.
+
+    Raises:
+        WrongType: ``base`` is not a :class:`VersionVector`, ``agent`` not a
+            non-empty str, or ``changes`` neither a mapping nor an iterable of
+            :class:`Change` (``path``: the first path changed, when known).
+    """
+    paths = list(changes) if isinstance(changes, Mapping) else []
+    where = paths[0] if paths and isinstance(paths[0], str | tuple) else None
+    where = (where,) if isinstance(where, str) else where
+    if not isinstance(base, VersionVector):
+        raise WrongType(
+            f"base must be the VersionVector the changes were computed from (state.token "
+            f"when you read), not {type(base).__name__}",
+            path=where,
+            details={"argument": "base", "given": repr(base)[:80]},
+        )
+    if not isinstance(agent, str) or not agent:
+        raise WrongType(
+            f"agent must be a non-empty str, not {agent!r:.60}",
+            path=where,
+            details={"argument": "agent", "given": repr(agent)[:80]},
+        )
+    if not isinstance(changes, Mapping) and (
+        isinstance(changes, str | bytes) or not isinstance(changes, Iterable)
+    ):
+        raise WrongType(
+            "changes must be a mapping {path: value} or an iterable of Change, "
+            f"not {type(changes).__name__}",
+            details={"argument": "changes", "given": repr(changes)[:80]},
+        )

@@ -50,6 +50,33 @@ STORE_OPTIONS: Final = ("durability", "keep_history", "keep_conflicts", "compact
 
 
 _open_stores: weakref.WeakSet[SqliteStore] = weakref.WeakSet()
+_open_files: dict[tuple[int, int], weakref.ref[SqliteStore]] = {}
+"""The open stores by file identity (device, inode): a second opening is refused."""
+
+
+def _identity(file: str) -> tuple[int, int] | None:
+    try:
+        stat = os.stat(file)
+    except OSError:
+        return None
+    return (stat.st_dev, stat.st_ino)
+
+
+def _forget(identity: tuple[int, int]) -> Callable[[weakref.ref[SqliteStore]], None]:
+    """A weakref callback dropping ``identity`` once its store is garbage (never closed)."""
+
+    def drop(ref: weakref.ref[SqliteStore]) -> None:
+        if _open_files.get(identity) is ref:
+            del _open_files[identity]
+
+    return drop
+
+
+def _held_here(file: str) -> bool:
+    """True when a store of this process holds ``file`` open."""
+    ref = _open_files.get(_identity(file) or (-1, -1))
+    store = ref() if ref is not None else None
+    return store is not None and not store.closed
 
 
 @atexit.register
@@ -79,9 +106,10 @@ class SqliteStore:
         compact_document: bool = True,
     ) -> None:
         self.file = file
+        self._identity: tuple[int, int] | None = None  # the file's (device, inode)
         self._conn = conn
         self._db = threading.Lock()  # guards the connection
-        self._reads = SqliteReads(conn, self._db)
+        self._reads = SqliteReads(conn, self._db, file)
         self._is_new = is_new
         self.compact_document = compact_document
         self.epochs = 0
@@ -131,8 +159,10 @@ class SqliteStore:
         if keep_conflicts is not None and keep_conflicts < 0:
             raise ValueError("keep_conflicts must be >= 0 or None")
         file = os.fspath(path)
+        if _held_here(file):
+            raise sqlfile.in_this_process(file)
         conn, is_new = sqlfile.connect(file, durability)
-        return cls(
+        store = cls(
             conn,
             file,
             is_new=is_new,
@@ -141,6 +171,11 @@ class SqliteStore:
             keep_conflicts=keep_conflicts,
             compact_document=compact_document,
         )
+        identity = _identity(file)
+        if identity is not None:
+            store._identity = identity
+            _open_files[identity] = weakref.ref(store, _forget(identity))
+        return store
 
     @property
     def name(self) -> str:
@@ -156,6 +191,9 @@ class SqliteStore:
             try:
                 stored = sqllog.load(self._conn)
                 requests = sqllog.recent_requests(self._conn)
+            except StorageError as exc:
+                exc.details.setdefault("file", self.file)
+                raise
             except sqlite3.Error as exc:
                 raise StorageError(
                     f"the state file is damaged: {exc}", details={"file": self.file}
@@ -330,6 +368,9 @@ class SqliteStore:
         if not self._commits.close():
             return
         _open_stores.discard(self)
+        ref = _open_files.get(self._identity or (-1, -1))
+        if ref is not None and ref() in (self, None):
+            del _open_files[self._identity or (-1, -1)]
         ready = self._ready and self._commits.failed is None
         if ready and self._log_rows > self.keep_history + self._margin:
             self._compact()  # the writer is gone: leave a compact file behind

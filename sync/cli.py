@@ -1,6 +1,6 @@
 """The ``crdt-state`` command: run a hub, mint access tokens.
 
-``crdt-state hub --host 127.0.0.1 --port 8765 --db hub.db --secret-file FILE``
+``crdt-state hub --host 127.0.0.1 --port 8765 --db rooms --secret-file FILE``
 ``crdt-state hub --port 8765 --redis redis://HOST:6379/0 --postgres DSN`` (a cluster of hubs)
 ``crdt-state token --room 'triage/*' --role write --ttl 3600 --secret-file FILE``
 ``crdt-state inspect FILE show|history|blame|conflicts|at|export`` (see :mod:`sync.cli_inspect`)
@@ -9,6 +9,13 @@ The secret comes from ``--secret-file`` (the file's content, stripped), else ``-
 (visible to other users in ``ps``: avoid it), else the ``CRDT_STATE_SECRET`` environment
 variable. An empty secret is refused. A hub without a secret needs ``--insecure`` and
 listens on a loopback host only, unless ``--insecure-public`` is given too.
+
+``--db`` names a directory (one SQLite file per room, created when missing);
+without it the hub stores its rooms in ``./hub.db/`` and says so at start:
+durable by default, since a hub that forgets its rooms on restart surprises
+more than a directory does. ``--db ''`` keeps rooms in memory only. Every
+option's help shows its default (``crdt-state hub --help``); bad values are
+argparse errors (exit status 2), never tracebacks.
 """
 
 from __future__ import annotations
@@ -19,8 +26,9 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+import crdt_state
 from sync import cli_inspect
 from sync.mcp import cli as mcp_cli
 from sync.server._security import HubConfigError, check_secret, read_secret_file
@@ -31,13 +39,61 @@ from sync.server.limits import Limits
 __all__ = ["main"]
 
 
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose help shows every option's default."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def _number(
+    kind: type[int] | type[float], low: float, high: float | None = None
+) -> Callable[[str], int | float]:
+    """An argparse ``type`` accepting ``kind`` values in ``[low, high]`` (an error otherwise)."""
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {kind.__name__}: {text!r}") from None
+        if value != value or value < low or (high is not None and value > high):  # NaN too
+            bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+            raise argparse.ArgumentTypeError(f"must be {bounds}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its errors
+    return parse
+
+
+_PORT = _number(int, 0, 65535)
+_POSITIVE = _number(int, 1)
+_SECONDS = _number(float, 0)
+
+
+def _log_level(text: str) -> str:
+    if text.upper() not in _LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(_LOG_LEVELS)}, got {text!r}")
+    return text.upper()
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="crdt-state", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="crdt-state", description="Run a crdt-state hub, mint access tokens.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {crdt_state.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     hub = sub.add_parser("hub", help="run a websocket sync hub")
-    hub.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback)")
-    hub.add_argument("--port", type=int, default=8765)
-    hub.add_argument("--db", default="hub.db", help="SQLite file for room state ('' = memory)")
+    hub.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    hub.add_argument("--port", type=_PORT, default=8765, help="port to listen on (0: a free one)")
+    hub.add_argument(
+        "--db",
+        default="hub.db",
+        metavar="DIR",
+        help="directory of the rooms' state files (one SQLite file per room, created when "
+        "missing; '' keeps rooms in memory only)",
+    )
     _secret_options(hub)
     hub.add_argument(
         "--insecure",
@@ -50,36 +106,61 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --insecure, also allow a non-loopback --host (e.g. 0.0.0.0)",
     )
-    hub.add_argument("--max-message", type=int, default=Limits.max_message)
-    hub.add_argument("--max-document", type=int, default=Limits.max_document)
-    hub.add_argument("--max-connections", type=int, default=Limits.max_connections)
-    hub.add_argument("--max-room-connections", type=int, default=Limits.max_room_connections)
+    hub.add_argument(
+        "--max-message",
+        type=_POSITIVE,
+        default=Limits.max_message,
+        help="largest message a client may send, in bytes",
+    )
+    hub.add_argument(
+        "--max-document",
+        type=_POSITIVE,
+        default=Limits.max_document,
+        help="largest encoded room document, in bytes",
+    )
+    hub.add_argument(
+        "--max-connections",
+        type=_POSITIVE,
+        default=Limits.max_connections,
+        help="most connections to the hub at once",
+    )
+    hub.add_argument(
+        "--max-room-connections",
+        type=_POSITIVE,
+        default=Limits.max_room_connections,
+        help="most connections to one room at once",
+    )
     hub.add_argument("--redis", help="Redis URL: join a cluster of hubs (with --postgres)")
     hub.add_argument("--postgres", help="PostgreSQL DSN of the cluster's rooms (with --redis)")
     hub.add_argument(
         "--max-awareness",
-        type=int,
+        type=_POSITIVE,
         default=Limits.max_awareness,
-        help="largest awareness message in bytes (default %(default)s)",
+        help="largest awareness message, in bytes",
     )
     hub.add_argument(
         "--max-outbox-bytes",
-        type=int,
+        type=_POSITIVE,
         default=Limits.max_outbox_bytes,
-        help="bytes queued for a slow client before it is dropped with 1013 (default %(default)s)",
+        help="bytes queued for a slow client before it is dropped with 1013",
     )
     hub.add_argument(
         "--room-idle-seconds",
-        type=float,
+        type=_SECONDS,
         default=Limits.room_idle_seconds,
-        help="unload a room (flush, close its file) after this long without a connection "
-        "(default %(default)s)",
+        help="unload a room (flush, close its file) after this long without a connection",
     )
-    hub.add_argument("--log-level", default="INFO")
+    hub.add_argument(
+        "--log-level", type=_log_level, default="INFO", help=f"one of {', '.join(_LOG_LEVELS)}"
+    )
     token = sub.add_parser("token", help="mint an access token")
     token.add_argument("--room", required=True, help="room name or glob, e.g. 'triage/*'")
-    token.add_argument("--role", choices=("read", "write"), default="write")
-    token.add_argument("--ttl", type=float, default=3600.0, help="seconds of validity")
+    token.add_argument(
+        "--role", choices=("read", "write"), default="write", help="what the token allows"
+    )
+    token.add_argument(
+        "--ttl", type=_number(float, 1), default=3600.0, help="seconds of validity (at least 1)"
+    )
     _secret_options(token)
     mcp_cli.add_parser(sub)
     cli_inspect.add_parser(sub)
@@ -96,7 +177,7 @@ def _secret_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--secret",
         help="the HMAC secret itself (visible in ps: prefer --secret-file or "
-        "CRDT_STATE_SECRET); default: CRDT_STATE_SECRET",
+        "CRDT_STATE_SECRET); when neither is given: the CRDT_STATE_SECRET environment variable",
     )
 
 
@@ -153,6 +234,8 @@ async def _run_hub(args: argparse.Namespace) -> None:
     )
     await hub.start()
     print(f"crdt-state hub on ws://{args.host}:{hub.port}/<room>", flush=True)
+    where = f"directory {os.path.abspath(args.db)}" if args.db else "memory only (--db '')"
+    print(f"rooms stored in {where}", flush=True)
     if args.secret is None:
         print(
             "WARNING: --insecure: no secret, every client may read and write every room",
@@ -191,10 +274,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(mint_token(secret, args.room, args.role, args.ttl))
         return 0
     args.secret = _hub_secret(parser, args)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
-    if (args.redis is None) != (args.postgres is None):
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
         print("crdt-state hub: --redis and --postgres go together", file=sys.stderr)
-        return 2
     asyncio.run(_run_hub(args))
     return 0
 

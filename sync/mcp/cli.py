@@ -39,10 +39,21 @@ def add_parser(sub: Any) -> None:
     mcp.add_argument("--token-file", help=f"file holding the hub access token (or ${TOKEN_ENV})")
     mcp.add_argument("--agent", default="mcp", help="this server's agent name on the hub")
     mcp.add_argument("--schema", help="pydantic model of the state, as module:Class")
-    mcp.add_argument("--transport", choices=("stdio", "http"), default="stdio")
-    mcp.add_argument("--host", default="127.0.0.1", help="HTTP address (default loopback)")
+    mcp.add_argument(
+        "--transport",
+        choices=("stdio", "http"),
+        default="stdio",
+        help="stdio: one client on stdin/stdout; http: streamable HTTP at /mcp",
+    )
+    mcp.add_argument("--host", default="127.0.0.1", help="HTTP address")
     mcp.add_argument("--port", type=int, default=8000, help="HTTP port (0: a free one)")
-    mcp.add_argument("--log-level", default="WARNING")
+    mcp.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
+        default="WARNING",
+        help="logging threshold",
+    )
 
 
 def _schema(spec: str | None) -> Any:

@@ -343,7 +343,7 @@ def test_a_second_opening_in_this_process_is_refused(tmp_path: FilePath) -> None
     file = fresh(tmp_path)
     state = SharedState.open(file)
     state.commit({"a": 1}, state.token, "ann")
-    with pytest.raises(StorageError, match="open in another"):
+    with pytest.raises(StorageError, match="already open in this process"):
         SharedState.open(file)
     state.commit({"b": 2}, state.token, "ann")  # the owner is unaffected
     state.close()

@@ -356,3 +356,33 @@ def test_a_compaction_refused_by_the_hook_changes_nothing_and_fails_the_store(
     assert isinstance(info.value.__cause__, StaleFence)
     state.close()
     assert rows(dsn, "log", room) == before
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "value", "named"),
+    [
+        ("crdt_store_log", "paths", "{not json", "log.paths"),
+        ("crdt_store_conflicts", "base", "[1]", "conflicts.base"),
+        ("crdt_store_requests", "paths", '{"a": 1}', "writer_requests.paths"),
+    ],
+)
+def test_damaged_rows_raise_storage_error_naming_the_column(
+    throwaway_postgres: str, table: str, column: str, value: str, named: str
+) -> None:
+    key = fresh_key()
+    state = open_postgres(throwaway_postgres, key)
+    base = state.token
+    state.commit({"a": 1}, base, "ann", request_id=1)
+    state.commit({"a": 2}, base, "bob", resolvers={"a": resolvers.maximum}, request_id=2)
+    state.close()
+    with psycopg.connect(throwaway_postgres) as conn:
+        conn.execute(f"UPDATE {table} SET {column} = %s WHERE key = %s", (value, key))
+    with pytest.raises(StorageError) as info:
+        again = open_postgres(throwaway_postgres, key)
+        try:
+            again.history()
+            again.conflicts()
+        finally:
+            again.close()
+    assert info.value.code == "storage"
+    assert "stored state is damaged" in str(info.value) and named in str(info.value)
