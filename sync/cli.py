@@ -275,7 +275,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     args.secret = _hub_secret(parser, args)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
+    if (args.redis is None) != (args.postgres is None):
         print("crdt-state hub: --redis and --postgres go together", file=sys.stderr)
+        return 2
     asyncio.run(_run_hub(args))
     return 0
 
