@@ -123,13 +123,14 @@ class ClientCore:
         The hub answers every merge it can judge; when it closes the connection instead
         while merges are unanswered, the close code says why:
 
-        - 1008 (policy violation): writes are refused; every live merge fails with
-          :class:`~sync.wire.errors.WriteDenied`, and so does every later one (as after
-          a permission-denied message, or a merge answered with the error ``read_only``);
         - 1002, 1003, 1009: the oldest unanswered merge cannot be taken (malformed,
           unsupported, too big); it fails with a :class:`RemoteError`;
         - anything else (1011, a lost connection): the oldest unanswered merge is sent
-          again on the next connection, and fails after :data:`MAX_STRIKES` drops.
+          again on the next connection, and fails after :data:`MAX_STRIKES` drops (1011
+          only). A 1008 (policy violation) is one of these: the hub closes with it for
+          an expired token or a refused plain update as well as for a handshake cut short
+          by its shutdown, so it says nothing about the merges; a refused write is told by
+          a merge result with the error ``read_only`` or a permission-denied message.
         """
         unanswered = sorted(
             (order, rid)
@@ -140,8 +141,6 @@ class ClientCore:
         self._in_flight.clear()
         if not unanswered or close_code is None:
             return []
-        if close_code == CloseCode.POLICY_VIOLATION:
-            return [e for e in self._deny(reason) if isinstance(e, Finished)]
         oldest = unanswered[0][1]
         error: CrdtStateError | None = None
         if close_code in _FINAL_CLOSES:

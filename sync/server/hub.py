@@ -331,8 +331,11 @@ class Hub:
     # -- per connection ----------------------------------------------------------------
     async def _handle(self, ws: ServerConnection) -> None:
         name, grant = self._grants.pop(ws.id, (None, None))
-        if name is None:
-            await ws.close(CloseCode.POLICY_VIOLATION, "handshake not authorised")
+        if name is None:  # the grant was dropped: the hub is stopping, or the handshake failed
+            if self._serving():
+                await ws.close(CloseCode.POLICY_VIOLATION, "handshake not authorised")
+            else:
+                await ws.close(CloseCode.GOING_AWAY, "hub shutting down")
             return
         self._connections += 1
         self._live.add(ws)
