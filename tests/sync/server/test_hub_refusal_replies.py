@@ -23,6 +23,7 @@ from sync import AuthError, RemoteError, WriteDenied
 from sync.client.remote import connect
 from sync.server.auth import mint_token
 from sync.server.hub import Hub
+from sync.server.limits import Limits
 from sync.wire import protocol as p
 from sync.wire.changes import ChangeKind, WireChange
 
@@ -221,3 +222,65 @@ async def test_an_invalid_merge_gets_a_final_error_result(hub: Hub) -> None:
         assert reply.error.code == "unknown_base"
         await ws.send(merge_frame(2, "x", 2))
         assert (await next_of(ws, p.MergeReply)).status == p.MergeStatus.OK
+
+
+# -- item 5: per-merge limits, other rooms go on -------------------------------------------------
+async def test_a_4_mib_merge_is_refused_while_another_room_is_served(hub: Hub) -> None:
+    items = list(range(100_000, 100_000 + 560_000))  # just under the 4 MiB message limit
+    big = p.encode_merge_request(1, "big", b"\x00", [WireChange(ChangeKind.SET, ("l",), items)])
+    assert 3 * 2**20 < len(big) < hub.limits.max_message
+    async with (
+        ws_connect(hub.url("A"), compression=None, max_size=None) as a,
+        ws_connect(hub.url("B"), compression=None) as b,
+    ):
+
+        async def small_merges() -> int:
+            acknowledged = 0
+            for request_id in range(1, 41):
+                await b.send(merge_frame(request_id, f"k{request_id}", request_id))
+                reply = await next_of(b, p.MergeReply)
+                acknowledged += reply.request_id == request_id and reply.error is None
+            return acknowledged
+
+        async def big_merges() -> list[str]:
+            codes = []
+            for _ in range(3):
+                await a.send(big)
+                reply = await next_of(a, p.MergeReply, timeout=20)
+                codes.append(reply.error.code if reply.error else "ok")
+            return codes
+
+        acknowledged, codes = await asyncio.gather(small_merges(), big_merges())
+    assert acknowledged == 40
+    assert codes == ["merge_too_large"] * 3
+    assert "l" not in hub.rooms["A"].state.snapshot()
+    assert len(hub.rooms["B"].state.snapshot()) == 40
+
+
+@pytest.mark.parametrize(
+    ("changes", "code"),
+    [
+        ([WireChange(ChangeKind.SET, (f"k{i}",), i) for i in range(11)], "merge_too_many_changes"),
+        ([WireChange(ChangeKind.SET, ("l",), list(range(101)))], "merge_too_many_items"),
+        ([WireChange(ChangeKind.SET, ("d",), [[[[[1]]]]])], "merge_too_deep"),
+        ([WireChange(ChangeKind.SET, ("s",), "x" * 5000)], "merge_too_large"),
+    ],
+)
+async def test_merges_over_the_per_merge_limits_get_typed_refusals(
+    changes: list[WireChange], code: str
+) -> None:
+    limits = Limits(
+        max_merge_changes=10, max_merge_items=100, max_merge_depth=4, max_merge_bytes=4096
+    )
+    async with (
+        Hub(port=0, limits=limits) as hub,
+        ws_connect(hub.url("limits"), compression=None) as ws,
+    ):
+        await ws.send(p.encode_merge_request(5, "a", b"\x00", changes))
+        reply = await next_of(ws, p.MergeReply)
+        assert reply.request_id == 5 and reply.error is not None
+        assert reply.error.code == code
+        ok = [WireChange(ChangeKind.SET, ("l",), list(range(99)))]
+        await ws.send(p.encode_merge_request(6, "a", b"\x00", ok))  # within: judged
+        assert (await next_of(ws, p.MergeReply)).status == p.MergeStatus.OK
+        assert hub.rooms["limits"].state.snapshot() == {"l": list(range(99))}
