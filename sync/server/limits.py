@@ -47,7 +47,7 @@ class Limits:
     max_merge_bytes: int = 2**20
     max_merge_changes: int = 2_000
     max_merge_items: int = 20_000
-    max_merge_depth: int = 32
+    max_merge_depth: int = 64
 
     def __post_init__(self) -> None:
         for name in (
