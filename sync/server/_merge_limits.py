@@ -13,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from sync.wire.changes import WireChange
+from crdt_state import SharedState
+from sync.server.limits import Limits
+from sync.wire import protocol as p
+from sync.wire.changes import ErrorRecord, WireChange
 from sync.wire.errors import ProtocolError
 from sync.wire.lib0 import Reader
 from sync.wire.messages import MergeStep, MessageType
@@ -23,8 +26,10 @@ __all__ = [
     "MERGE_TOO_LARGE",
     "MERGE_TOO_MANY_CHANGES",
     "MERGE_TOO_MANY_ITEMS",
+    "limits_refusal",
     "merge_refusal",
     "merge_request_id",
+    "too_large_reply",
 ]
 
 MERGE_TOO_LARGE: Final = "merge_too_large"
@@ -107,3 +112,29 @@ def merge_request_id(data: bytes) -> int | None:
         return reader.read_var_uint()
     except ProtocolError:
         return None
+
+
+def limits_refusal(request: p.MergeRequest, limits: Limits) -> tuple[str, str] | None:
+    """:func:`merge_refusal` of ``request`` with the hub's ``limits``."""
+    return merge_refusal(
+        request.changes,
+        max_changes=limits.max_merge_changes,
+        max_items=limits.max_merge_items,
+        max_depth=limits.max_merge_depth,
+    )
+
+
+def too_large_reply(data: bytes | str, state: SharedState, max_bytes: int) -> bytes | None:
+    """The error result (``merge_too_large``) answering ``data`` when it is a merge request
+    over ``max_bytes`` bytes, read from its first bytes only; ``None`` otherwise (then the
+    message is decoded as usual)."""
+    if len(data) <= max_bytes or not isinstance(data, bytes):
+        return None
+    request_id = merge_request_id(data)
+    if request_id is None:
+        return None
+    reason = f"merge request over the hub's limit of {max_bytes} bytes"
+    error = ErrorRecord(MERGE_TOO_LARGE, reason)
+    return p.encode_merge_result(
+        request_id, p.MergeStatus.ERROR, state.token.to_state(), error=error
+    )

@@ -38,7 +38,7 @@ from sync.server._handshake import peer_address, refuse, request_token, room_nam
 from sync.server._json_model import NON_JSON_TYPE, non_json_content
 from sync.server._logmask import masking_logger
 from sync.server._merge import DOCUMENT_TOO_LARGE, judge_merge, refused_reply
-from sync.server._merge_limits import MERGE_TOO_LARGE, merge_refusal, merge_request_id
+from sync.server._merge_limits import limits_refusal, too_large_reply
 from sync.server._room import Room, Session
 from sync.server._rooms import IdleRooms
 from sync.server._security import check_secret
@@ -58,7 +58,6 @@ from sync.server.peer import (
     UpdateReceived,
 )
 from sync.wire import protocol as p
-from sync.wire.changes import ErrorRecord
 from sync.wire.errors import CloseCode
 
 __all__ = ["Hub"]
@@ -361,9 +360,9 @@ class Hub:
                     raise PeerRefused(
                         EXPIRED_TOKEN, TOKEN_EXPIRED_REASON, close_code=CloseCode.POLICY_VIOLATION
                     )
-                if len(data) > self.limits.max_merge_bytes and self._merge_too_large(
-                    room, session, data
-                ):
+                refused = too_large_reply(data, room.state, self.limits.max_merge_bytes)
+                if refused is not None:  # answered without decoding it
+                    room.reply(session, refused)
                     continue
                 if len(data) < _DECODE_ON_LOOP:
                     event = peer.receive(data)
@@ -402,21 +401,6 @@ class Hub:
                 writer.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await writer
-
-    def _merge_too_large(self, room: Room, session: Session, data: bytes | str) -> bool:
-        """Refuse ``data`` with ``merge_too_large`` if it is a merge request (True)."""
-        request_id = merge_request_id(data) if isinstance(data, bytes) else None
-        if request_id is None:
-            return False
-        reason = f"merge request over the hub's limit of {self.limits.max_merge_bytes} bytes"
-        reply = p.encode_merge_result(
-            request_id,
-            p.MergeStatus.ERROR,
-            room.state.token.to_state(),
-            error=ErrorRecord(MERGE_TOO_LARGE, reason),
-        )
-        room.reply(session, reply)
-        return True
 
     async def _on_event(self, room: Room, session: Session, event: PeerEvent) -> None:
         """Carry out one event of a connection against its room."""
@@ -462,13 +446,7 @@ class Hub:
             room.reply(session, refused_reply(event.request, state, READ_ONLY, reason))
         else:
             session.agent = event.request.agent or session.agent
-            limits = self.limits
-            refusal = merge_refusal(
-                event.request.changes,
-                max_changes=limits.max_merge_changes,
-                max_items=limits.max_merge_items,
-                max_depth=limits.max_merge_depth,
-            )
+            refusal = limits_refusal(event.request, self.limits)
             if refusal is not None:
                 room.reply(session, refused_reply(event.request, state, *refusal))
                 return
