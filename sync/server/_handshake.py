@@ -21,7 +21,10 @@ from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
-__all__ = ["peer_address", "refuse", "request_token", "room_name"]
+__all__ = ["ERROR_HEADER", "peer_address", "refuse", "request_token", "room_name"]
+
+ERROR_HEADER: Final = "X-Crdt-State-Error"
+"""The response header of a refused handshake naming why, as a stable code."""
 
 _ROOM_NAME: Final = re.compile(r"^[A-Za-z0-9._~\-/]+$")
 
@@ -50,10 +53,21 @@ def request_token(request: Request) -> str | None:
     return None
 
 
-def refuse(connection: ServerConnection, status: HTTPStatus, reason: str) -> Response:
-    """The HTTP response refusing a handshake with ``status`` and ``reason``."""
+def refuse(connection: ServerConnection, status: HTTPStatus, reason: str, code: str) -> Response:
+    """The HTTP response refusing a handshake with ``status``.
+
+    Args:
+        connection: the handshake's connection.
+        status: the HTTP status (400, 401, 403, 414, 503).
+        reason: a short line for people, the response body; never anything secret
+            (no token, no secret).
+        code: the stable reason, sent in the :data:`ERROR_HEADER` header
+            (``expired_token``, ``bad_signature``, ``wrong_room``, ``room_full``, ...),
+            which clients turn into typed errors.
+    """
     response = connection.respond(status, reason + "\n")
     response.headers = Headers(response.headers)
+    response.headers[ERROR_HEADER] = code
     return response
 
 

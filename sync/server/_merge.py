@@ -9,6 +9,7 @@ encoded merge result (``docs/protocol.md``, *Merge result*).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
@@ -29,9 +30,13 @@ from sync.wire.changes import ErrorRecord
 from sync.wire.convert import conflict_to_record, core_changes
 from sync.wire.errors import ProtocolError
 
-__all__ = ["client_policies", "judge_merge", "unsettled_default"]
+__all__ = ["client_policies", "judge_merge", "refused_reply", "unsettled_default"]
+
+log = logging.getLogger("crdt_state.hub")
 
 DOCUMENT_TOO_LARGE = "document_too_large"
+INTERNAL_ERROR = "internal_error"
+"""The error code of a merge whose judging failed unexpectedly (a bug, not bad input)."""
 
 
 async def judge_merge(
@@ -55,7 +60,10 @@ async def judge_merge(
 
     Returns:
         The encoded merge result: ok, conflict (settled conflicts listed) or error
-        (nothing written; the stable code in ``error.code``).
+        (nothing written; the stable code in ``error.code``). An unexpected exception
+        while judging (a bug in a policy or in the state, not bad input) is logged with
+        its traceback and answered with the error ``internal_error``: the request gets
+        a final answer, the connection stays open, and nothing is re-sent in a loop.
     """
     try:
         base = VersionVector.from_state(request.base, strict=True)
@@ -82,6 +90,11 @@ async def judge_merge(
         )
     except (CrdtStateError, ProtocolError) as exc:
         return _error_reply(request, state, str(exc.code), str(exc))
+    except Exception:
+        log.exception("merge %d by %s: internal error while judging it", request.request_id, agent)
+        return _error_reply(
+            request, state, INTERNAL_ERROR, "internal error while judging the merge"
+        )
     return p.encode_merge_result(
         request.request_id,
         p.MergeStatus.CONFLICT if result.conflicts else p.MergeStatus.OK,
@@ -127,6 +140,14 @@ def writer_of(request: p.MergeRequest, scope: str) -> str:
     The two are kept apart by a prefix, so no client can name a connection's scope.
     """
     return f"w:{request.writer}" if request.writer else f"c:{scope}"
+
+
+def refused_reply(request: p.MergeRequest, state: SharedState, code: str, message: str) -> bytes:
+    """The error result refusing ``request`` with ``code`` (nothing written).
+
+    The token is the room's current one; ``message`` is for people.
+    """
+    return _error_reply(request, state, code, message)
 
 
 def _error_reply(request: p.MergeRequest, state: SharedState, code: str, message: str) -> bytes:

@@ -74,6 +74,8 @@ class Session:
     overflowed: bool = False
     on_overflow: Callable[[Session], None] | None = None
     connection: ServerConnection | None = None
+    agent: str = ""
+    """The agent its last merge request named (for logs; ``""``: none yet)."""
     busy: bool = False
     """True while the writer task is sending a frame taken from the outbox."""
     write_limit: int = 64 * 1024

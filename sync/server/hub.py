@@ -9,7 +9,8 @@ the standard sync protocol; our clients also send branch merges (message type
 100), judged by the very same ``SharedState.commit`` as in-process merges.
 
 One bad client never takes the hub down: malformed frames close that
-connection (1002/1003), writes from a read-only token close it with 1008,
+connection (1002/1003), Yjs updates from a read-only token close it with 1008
+(its merge requests get an error result ``read_only`` instead),
 oversized messages and documents with 1009, and every other session goes on.
 """
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import Callable, Mapping
 from fnmatch import fnmatchcase
@@ -37,7 +37,9 @@ from crdt_state import (
 from sync.server._expiry import EXPIRED_TOKEN, TOKEN_EXPIRED_REASON, expire_at, token_expired
 from sync.server._handshake import peer_address, refuse, request_token, room_name
 from sync.server._json_model import NON_JSON_TYPE, non_json_content
-from sync.server._merge import DOCUMENT_TOO_LARGE, judge_merge
+from sync.server._logmask import masking_logger
+from sync.server._merge import DOCUMENT_TOO_LARGE, judge_merge, refused_reply
+from sync.server._merge_limits import limits_refusal, too_large_reply
 from sync.server._room import Room, Session
 from sync.server._rooms import IdleRooms
 from sync.server._security import check_secret
@@ -47,9 +49,11 @@ from sync.server.auth import AuthError, Grant, verify_token
 from sync.server.limits import Limits
 from sync.server.observe import Inspector
 from sync.server.peer import (
+    READ_ONLY,
     AwarenessQueried,
     AwarenessReceived,
     HubPeer,
+    MergeDenied,
     PeerEvent,
     PeerRefused,
     SyncRequested,
@@ -63,9 +67,11 @@ if TYPE_CHECKING:
 
 __all__ = ["Hub"]
 
-log = logging.getLogger("crdt_state.hub")
+log = masking_logger("crdt_state.hub")
 
 _TRY_AGAIN_LATER = 1013
+_DECODE_ON_LOOP = 256 * 2**10
+"""Messages at least this big are decoded on a worker thread (see :meth:`Hub._handle`)."""
 AWARENESS_TOO_LARGE = "awareness_too_large"
 """The code of :class:`PeerRefused` for an awareness message over ``Limits.max_awareness``."""
 
@@ -162,6 +168,7 @@ class Hub:
             max_size=self.limits.max_message,
             compression=None,
             max_queue=64,
+            logger=masking_logger("websockets.server"),  # request lines carry ?token=
         )
         log.info("hub listening on ws://%s:%d", self.host, self.port)
 
@@ -297,21 +304,31 @@ class Hub:
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         name = room_name(request.path)
         if name is None:
-            return refuse(connection, HTTPStatus.BAD_REQUEST, "bad room name")
+            return refuse(connection, HTTPStatus.BAD_REQUEST, "bad room name", "bad_room_name")
         if not room_file_fits(name):
-            return refuse(connection, HTTPStatus.REQUEST_URI_TOO_LONG, "room name too long")
+            return refuse(
+                connection,
+                HTTPStatus.REQUEST_URI_TOO_LONG,
+                "room name too long",
+                "room_name_too_long",
+            )
         if self._connections >= self.limits.max_connections:
-            return refuse(connection, HTTPStatus.SERVICE_UNAVAILABLE, "too many connections")
+            return refuse(
+                connection,
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                "too many connections",
+                "too_many_connections",
+            )
         room = self.rooms.get(name)
         if room is not None and len(room.sessions) >= self.limits.max_room_connections:
-            return refuse(connection, HTTPStatus.SERVICE_UNAVAILABLE, "room is full")
+            return refuse(connection, HTTPStatus.SERVICE_UNAVAILABLE, "room is full", "room_full")
         grant: Grant | None = None
         if self.secret is not None:
             try:
                 grant = verify_token(self.secret, request_token(request), name)
             except AuthError as exc:
                 log.info("refused %s for room %s: %s", peer_address(connection), name, exc.code)
-                return refuse(connection, HTTPStatus(exc.http_status), exc.reason)
+                return refuse(connection, HTTPStatus(exc.http_status), exc.reason, exc.code)
         self._grants[connection.id] = (name, grant)
         key = connection.id  # a handshake dropped before its handler starts leaks nothing
         connection.connection_lost_waiter.add_done_callback(lambda _: self._grants.pop(key, None))
@@ -356,6 +373,13 @@ class Hub:
                 connection=ws,
             )
             room.join(session)
+            log.info(
+                "room %s: %s connected from %s (%s)",
+                name,
+                session.label,
+                session.remote,
+                "read-only" if not session.can_write else "read-write",
+            )
             writer = asyncio.create_task(pump(ws, session))
             if grant is not None:
                 expiry = asyncio.create_task(expire_at(ws, grant.expires))
@@ -366,7 +390,14 @@ class Hub:
                     raise PeerRefused(
                         EXPIRED_TOKEN, TOKEN_EXPIRED_REASON, close_code=CloseCode.POLICY_VIOLATION
                     )
-                event = peer.receive(data)
+                refused = too_large_reply(data, room.state, self.limits.max_merge_bytes)
+                if refused is not None:  # answered without decoding it
+                    room.reply(session, refused)
+                    continue
+                if len(data) < _DECODE_ON_LOOP:
+                    event = peer.receive(data)
+                else:  # decoding megabytes is pure Python: other rooms go on meanwhile
+                    event = await asyncio.to_thread(peer.receive, data)
                 if event is not None:
                     await self._on_event(room, session, event)
         except PeerRefused as exc:
@@ -386,6 +417,12 @@ class Hub:
             if room is not None and session is not None:
                 if self._cluster is not None:
                     self._cluster.leave(room, session)
+                log.info(
+                    "room %s: %s disconnected (agent %s)",
+                    name,
+                    session.label,
+                    session.agent or "unnamed",
+                )
                 room.leave(session)
                 session.outbox.close()
                 if not room.sessions and self.rooms.get(name) is room:
@@ -441,9 +478,18 @@ class Hub:
         elif isinstance(event, AwarenessQueried):
             for payload in room.awareness.values():
                 session.enqueue(p.encode_awareness(payload))
-        elif self._cluster is not None:
-            await self._cluster.forward_merge(room, session, event.request)
+        elif isinstance(event, MergeDenied):  # the connection stays open for reads
+            reason = "read-only token: merges are refused"
+            room.reply(session, refused_reply(event.request, state, READ_ONLY, reason))
         else:
+            session.agent = event.request.agent or session.agent
+            refusal = limits_refusal(event.request, self.limits)
+            if refusal is not None:
+                room.reply(session, refused_reply(event.request, state, *refusal))
+                return
+            if self._cluster is not None:  # the room's owner judges it
+                await self._cluster.forward_merge(room, session, event.request)
+                return
             max_document = self.limits.max_document
             started = time.perf_counter()
             done = await judge_merge(

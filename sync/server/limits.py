@@ -25,6 +25,15 @@ class Limits:
     its memory freed); it is loaded again on the next join.
     ``shutdown_grace``: seconds :meth:`Hub.stop` waits for clients to answer
     the close handshake before cutting their connections.
+    ``max_merge_changes`` / ``max_merge_items`` / ``max_merge_depth``: most changes
+    one merge request may carry, most JSON values its changes' values may hold
+    together, deepest nesting of one value; a request over one of them is refused
+    with an error result (``merge_too_many_changes``, ``merge_too_many_items``,
+    ``merge_too_deep``) before it is judged, so that no single merge holds the
+    event loop (every room) for long. ``max_merge_bytes``: largest merge request
+    (message bytes); a bigger one (up to ``max_message``) is refused with
+    ``merge_too_large`` without being decoded. Merge requests of 256 KiB or more are
+    decoded on a worker thread.
     """
 
     max_message: int = 4 * 2**20
@@ -35,6 +44,10 @@ class Limits:
     max_outbox_bytes: int = 16 * 2**20
     room_idle_seconds: float = 300.0
     shutdown_grace: float = 0.5
+    max_merge_bytes: int = 2**20
+    max_merge_changes: int = 2_000
+    max_merge_items: int = 20_000
+    max_merge_depth: int = 64
 
     def __post_init__(self) -> None:
         for name in (
@@ -44,6 +57,10 @@ class Limits:
             "max_connections",
             "max_room_connections",
             "max_outbox_bytes",
+            "max_merge_bytes",
+            "max_merge_changes",
+            "max_merge_items",
+            "max_merge_depth",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:

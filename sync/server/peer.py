@@ -19,9 +19,11 @@ from sync.wire.errors import CloseCode, ErrorCode, ProtocolError, SyncError
 
 __all__ = [
     "EMPTY_UPDATE",
+    "READ_ONLY",
     "AwarenessQueried",
     "AwarenessReceived",
     "HubPeer",
+    "MergeDenied",
     "MergeRequested",
     "PeerEvent",
     "PeerRefused",
@@ -66,8 +68,21 @@ class MergeRequested:
     request: p.MergeRequest
 
 
+@dataclass(frozen=True, slots=True)
+class MergeDenied:
+    """A merge request from a read-only connection: the hub answers it with an error
+    result (code ``read_only``) and keeps the connection open for reads."""
+
+    request: p.MergeRequest
+
+
 PeerEvent: TypeAlias = (
-    SyncRequested | UpdateReceived | AwarenessReceived | AwarenessQueried | MergeRequested
+    SyncRequested
+    | UpdateReceived
+    | AwarenessReceived
+    | AwarenessQueried
+    | MergeRequested
+    | MergeDenied
 )
 
 
@@ -96,7 +111,8 @@ class PeerRefused(SyncError):
 
 
 READ_ONLY: Final = "read_only"
-"""The code of :class:`PeerRefused` for a write from a read-only connection."""
+"""The code of :class:`PeerRefused` for a Yjs update from a read-only connection, and
+the error code of the result answering its merge requests (:class:`MergeDenied`)."""
 
 
 def _read_only(what: str) -> PeerRefused:
@@ -120,7 +136,9 @@ class HubPeer:
         """The event one message stands for (``None``: nothing to do).
 
         Raises :class:`PeerRefused` for a text frame (1003), a malformed
-        message (1002/1003) or a write from a read-only connection (1008).
+        message (1002/1003) or a Yjs update from a read-only connection (1008,
+        as y-websocket servers do). A merge request from a read-only connection
+        is :class:`MergeDenied`, answered without closing.
         """
         if isinstance(data, str):
             raise PeerRefused(
@@ -153,6 +171,6 @@ class HubPeer:
             return AwarenessQueried()
         if isinstance(message, p.MergeRequest):
             if not self.can_write:
-                raise _read_only("merges")
+                return MergeDenied(message)
             return MergeRequested(message)
         return None  # results, permission-denied and unknown types from clients

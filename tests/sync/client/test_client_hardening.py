@@ -298,7 +298,7 @@ async def test_no_background_task_outlives_a_failed_cancelled_or_closed_connect(
 def test_auth_failure_leaves_no_task_in_blocking_mode(secured_hub_url: str) -> None:
     with pytest.raises(sync.AuthError) as info:
         sync.connect_blocking(secured_hub_url + "/room", agent="a", token="nope")
-    assert info.value.code == "token_refused" and "nope" not in str(info.value)
+    assert info.value.code == "malformed_token" and "nope" not in str(info.value)
 
 
 # -- surface --------------------------------------------------------------------------------

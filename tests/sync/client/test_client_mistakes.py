@@ -26,5 +26,5 @@ async def test_a_refused_token_is_an_auth_error() -> None:
         with pytest.raises(sync.AuthError) as info:
             async with sync.connect(hub.url("room"), agent="a", token="wrong"):
                 pass
-    assert info.value.code == "token_refused" and info.value.http_status == 401
+    assert info.value.code == "malformed_token" and info.value.http_status == 401
     assert isinstance(info.value, sync.SyncError) and isinstance(info.value, PermissionError)

@@ -12,6 +12,7 @@ from sync.server.peer import (
     AwarenessQueried,
     AwarenessReceived,
     HubPeer,
+    MergeDenied,
     MergeRequested,
     PeerRefused,
     SyncRequested,
@@ -42,11 +43,13 @@ def test_read_only_peers_may_sync_but_not_write() -> None:
     peer = HubPeer(can_write=False)
     assert isinstance(peer.receive(p.encode_sync_step1(b"\x00")), SyncRequested)
     assert peer.receive(p.encode_sync_step2(EMPTY_UPDATE)) is None
-    for frame in (p.encode_update(b"\x01\x02"), p.encode_sync_step2(b"\x01\x02"), MERGE):
+    for frame in (p.encode_update(b"\x01\x02"), p.encode_sync_step2(b"\x01\x02")):
         with pytest.raises(PeerRefused) as info:
             peer.receive(frame)
         assert info.value.close_code == 1008 and info.value.permission_denied
         assert info.value.code == "read_only"
+    denied = peer.receive(MERGE)  # answered with an error result, not a close
+    assert isinstance(denied, MergeDenied) and denied.request.request_id == 1
 
 
 def test_bad_frames_are_refused_with_their_close_code() -> None:
