@@ -21,31 +21,28 @@ import contextlib
 import time
 from collections.abc import Callable, Mapping
 from fnmatch import fnmatchcase
-from http import HTTPStatus
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
-from websockets.http11 import Request, Response
 
 from crdt_state import (
     CrdtStateError,
     SharedState,
 )
+from sync.server._admission import Admission
 from sync.server._expiry import EXPIRED_TOKEN, TOKEN_EXPIRED_REASON, expire_at, token_expired
-from sync.server._handshake import peer_address, refuse, request_token, room_name
+from sync.server._handshake import peer_address
 from sync.server._json_model import NON_JSON_TYPE, non_json_content
 from sync.server._logmask import masking_logger
 from sync.server._merge import DOCUMENT_TOO_LARGE, judge_merge, refused_reply
 from sync.server._merge_limits import limits_refusal, too_large_reply
 from sync.server._room import Room, Session
-from sync.server._rooms import IdleRooms
+from sync.server._rooms import RoomRegistry
 from sync.server._security import check_secret
 from sync.server._sending import close_later, pump
-from sync.server._store import room_file_fits
-from sync.server.auth import AuthError, Grant, verify_token
 from sync.server.limits import Limits
 from sync.server.observe import Inspector
 from sync.server.peer import (
@@ -129,23 +126,30 @@ class Hub:
         self.limits = limits or Limits()
         self._room_policies = dict(resolvers or {})
         self._state_factory = state_factory
-        self.rooms: dict[str, Room] = {}
-        self._grants: dict[Any, tuple[str, Grant | None]] = {}
         self._server: Server | None = None
         self._connections = 0
-        self._opening: dict[str, asyncio.Future[Room]] = {}
         self.inspector = Inspector(self)
         """HTTP routes (/healthz, /readyz, /metrics, /inspect), feeds and metrics."""
         self._cluster: ClusterNode | None = None
         if redis is not None or postgres is not None:
             self._cluster = _cluster_node(self, redis, postgres, cluster_options or {})
         self._live: set[ServerConnection] = set()
-        self._idle = IdleRooms(  # rooms in memory only are never unloaded: it would lose them
+        self._registry = RoomRegistry(
+            self._new_state,
             self.limits.room_idle_seconds,
-            self._unload_later,
-            enabled=self.db is not None and state_factory is None and redis is None,
+            # rooms in memory only are never unloaded: it would lose them
+            unload_enabled=self.db is not None and state_factory is None and redis is None,
+            open_room=self._cluster.open_room if self._cluster is not None else None,
         )
-        self._unloading: dict[str, asyncio.Task[None]] = {}
+        self.rooms: dict[str, Room] = self._registry.rooms
+        """The loaded rooms, by name."""
+        self._admission = Admission(
+            secret,
+            self.limits,
+            connections=lambda: self._connections,
+            room_sessions=lambda name: len(r.sessions) if (r := self.rooms.get(name)) else 0,
+            serving=self._serving,
+        )
 
     # -- lifecycle -----------------------------------------------------------------
     async def start(self) -> None:
@@ -162,9 +166,9 @@ class Hub:
             self.inspector.handler(self._handle),
             self.host,
             self._port,
-            process_request=self.inspector.process_request(self._process_request),
+            process_request=self.inspector.process_request(self._admission.check),
             create_connection=self.inspector.connection_class,
-            process_response=self._process_response,
+            process_response=self._admission.responded,
             max_size=self.limits.max_message,
             compression=None,
             max_queue=64,
@@ -184,14 +188,9 @@ class Hub:
                 for ws in list(self._live):
                     ws.transport.abort()
                 await server.wait_closed()
-        self._idle.cancel_all()
-        if self._unloading:
-            await asyncio.gather(*self._unloading.values(), return_exceptions=True)
         if self._cluster is not None:
             await self._cluster.stop()
-        for room in self.rooms.values():
-            room.close()
-        self.rooms.clear()
+        await self._registry.close()
 
     async def __aenter__(self) -> Hub:
         await self.start()
@@ -249,105 +248,14 @@ class Hub:
 
         A room no one joins within ``Limits.room_idle_seconds`` is unloaded again.
         """
-        room = self.rooms.get(name)
-        if room is not None:
-            return room
-        pending = self._opening.get(name)
-        if pending is not None:
-            return await pending
-        future: asyncio.Future[Room] = asyncio.get_running_loop().create_future()
-        self._opening[name] = future
-        try:
-            unloading = self._unloading.get(name)
-            if unloading is not None:  # its file must be closed before it is opened again
-                await asyncio.shield(unloading)
-            loop = asyncio.get_running_loop()
-            if self._cluster is not None:
-                room = await self._cluster.open_room(name, lambda s: Room(name, s, loop))
-            else:
-                state = await asyncio.to_thread(self._new_state, name)
-                room = Room(name, state, loop)
-            self.rooms[name] = room
-            self._idle.idle(name)
-            future.set_result(room)
-            return room
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # mark retrieved
-            raise
-        finally:
-            self._opening.pop(name, None)
+        return await self._registry.room(name)
 
-    def _unload_later(self, name: str) -> None:
-        """Unload room ``name`` if it still has no connection (its idle timer fired)."""
-        room = self.rooms.get(name)
-        if room is None or room.sessions or name in self._unloading:
-            return
-        del self.rooms[name]  # a join from now on waits for the unload, then loads it again
-        task = asyncio.create_task(self._unload(name, room))
-        self._unloading[name] = task
-
-    async def _unload(self, name: str, room: Room) -> None:
-        """Flush ``room``, close its file and forget it."""
-        try:
-            room.flush()
-            await asyncio.to_thread(room.close)
-            log.debug(
-                "room %s unloaded after %.0f s without connections", name, self._idle.idle_seconds
-            )
-        except Exception:
-            log.exception("room %s: closing its state failed", name)
-        finally:
-            self._unloading.pop(name, None)
-
-    # -- handshake -------------------------------------------------------------------
-    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
-        name = room_name(request.path)
-        if name is None:
-            return refuse(connection, HTTPStatus.BAD_REQUEST, "bad room name", "bad_room_name")
-        if not room_file_fits(name):
-            return refuse(
-                connection,
-                HTTPStatus.REQUEST_URI_TOO_LONG,
-                "room name too long",
-                "room_name_too_long",
-            )
-        if self._connections >= self.limits.max_connections:
-            return refuse(
-                connection,
-                HTTPStatus.SERVICE_UNAVAILABLE,
-                "too many connections",
-                "too_many_connections",
-            )
-        room = self.rooms.get(name)
-        if room is not None and len(room.sessions) >= self.limits.max_room_connections:
-            return refuse(connection, HTTPStatus.SERVICE_UNAVAILABLE, "room is full", "room_full")
-        grant: Grant | None = None
-        if self.secret is not None:
-            try:
-                grant = verify_token(self.secret, request_token(request), name)
-            except AuthError as exc:
-                log.info("refused %s for room %s: %s", peer_address(connection), name, exc.code)
-                return refuse(connection, HTTPStatus(exc.http_status), exc.reason, exc.code)
-        self._grants[connection.id] = (name, grant)
-        key = connection.id  # a handshake dropped before its handler starts leaks nothing
-        connection.connection_lost_waiter.add_done_callback(lambda _: self._grants.pop(key, None))
-        return None
-
-    def _process_response(
-        self, connection: ServerConnection, request: Request, response: Response
-    ) -> None:
-        """Forget the grant of a handshake that does not open a connection (websockets
-        refused it after :meth:`_process_request`, or the hub is shutting down)."""
-        if response.status_code != HTTPStatus.SWITCHING_PROTOCOLS or not self._serving():
-            self._grants.pop(connection.id, None)
-
+    # -- per connection ----------------------------------------------------------------
     def _serving(self) -> bool:
         return self._server is not None and self._server.is_serving()
 
-    # -- per connection ----------------------------------------------------------------
     async def _handle(self, ws: ServerConnection) -> None:
-        name, grant = self._grants.pop(ws.id, (None, None))
+        name, grant = self._admission.take(ws)
         if name is None:  # the grant was dropped: the hub is stopping, or the handshake failed
             if self._serving():
                 await ws.close(CloseCode.POLICY_VIOLATION, "handshake not authorised")
@@ -361,10 +269,7 @@ class Hub:
         writer: asyncio.Task[None] | None = None
         expiry: asyncio.Task[None] | None = None
         try:
-            room = await self.room(name)
-            while self.rooms.get(name) is not room:  # unloaded before this join: load again
-                room = await self.room(name)
-            self._idle.busy(name)
+            room = await self._registry.joined(name)
             session = Session(
                 grant=grant,
                 remote=peer_address(ws),
@@ -425,8 +330,7 @@ class Hub:
                 )
                 room.leave(session)
                 session.outbox.close()
-                if not room.sessions and self.rooms.get(name) is room:
-                    self._idle.idle(name)
+                self._registry.left(name, room)
             if expiry is not None:
                 expiry.cancel()
             if writer is not None:

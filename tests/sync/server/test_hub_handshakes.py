@@ -51,7 +51,7 @@ async def test_handshakes_websockets_refuses_after_auth_leak_no_grant(secured: H
     for _ in range(200):
         answer = await _raw_handshake(secured.port, no_key)
         assert answer.startswith(b"HTTP/1.1 400")
-    await eventually(lambda: not secured._grants)
+    await eventually(lambda: not secured._admission.grants)
     # a client that drops the connection right after sending its handshake leaks nothing
     ok = (
         f"GET /room?token={token} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
@@ -63,7 +63,7 @@ async def test_handshakes_websockets_refuses_after_auth_leak_no_grant(secured: H
         writer.write(ok)
         writer.close()
     await asyncio.sleep(0.2)
-    await eventually(lambda: not secured._grants)
+    await eventually(lambda: not secured._admission.grants)
 
 
 async def test_a_room_name_too_long_for_a_file_name_is_refused_at_the_handshake(

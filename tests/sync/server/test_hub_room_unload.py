@@ -31,7 +31,7 @@ async def test_an_idle_room_is_unloaded_and_reloads_with_its_content(tmp_path: P
             await a.acommit({"n": 1}, a.token)
             await asyncio.sleep(0.5)  # joined: stays loaded however long
             assert "team/a" in hub.rooms
-        await eventually(lambda: "team/a" not in hub.rooms and not hub._unloading)
+        await eventually(lambda: "team/a" not in hub.rooms and not hub._registry.unloading)
         async with connect(hub.url("team/a"), agent="b") as b:
             await eventually(lambda: b.get("n") == 1)
             await b.acommit({"n": 2}, b.token)
@@ -51,7 +51,7 @@ async def test_two_thousand_rooms_opened_and_left_return_descriptors(tmp_path: P
     async with Hub(port=0, db=tmp_path / "hub.db", limits=limits) as hub:
         async with ws_connect(hub.url("warm-up")):
             await eventually(lambda: "warm-up" in hub.rooms)
-        await eventually(lambda: not hub.rooms and not hub._unloading)
+        await eventually(lambda: not hub.rooms and not hub._registry.unloading)
         gc.collect()
         fds_before, rss_before = open_fds(), rss_mib()
         most_loaded = 0
@@ -63,7 +63,7 @@ async def test_two_thousand_rooms_opened_and_left_return_descriptors(tmp_path: P
         for start in range(0, 2000, 50):
             await asyncio.gather(*(visit(i) for i in range(start, start + 50)))
             most_loaded = max(most_loaded, len(hub.rooms))
-        await eventually(lambda: not hub.rooms and not hub._unloading, timeout=30)
+        await eventually(lambda: not hub.rooms and not hub._registry.unloading, timeout=30)
         gc.collect()
         fds_after, rss_after = open_fds(), rss_mib()
         print(
