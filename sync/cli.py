@@ -144,6 +144,14 @@ def _parser() -> argparse.ArgumentParser:
         default=Limits.max_outbox_bytes,
         help="bytes queued for a slow client before it is dropped with 1013",
     )
+    for flag, help_text in (
+        ("--max-merge-bytes", "largest merge request, in bytes (refused undecoded)"),
+        ("--max-merge-changes", "most changes in one merge request"),
+        ("--max-merge-items", "most list items and dict entries in one merge request"),
+        ("--max-merge-depth", "deepest value nesting in one merge request"),
+    ):
+        attr = flag[2:].replace("-", "_")
+        hub.add_argument(flag, type=_POSITIVE, default=getattr(Limits, attr), help=help_text)
     hub.add_argument(
         "--room-idle-seconds",
         type=_SECONDS,
@@ -220,6 +228,10 @@ async def _run_hub(args: argparse.Namespace) -> None:
         max_room_connections=args.max_room_connections,
         max_awareness=args.max_awareness,
         max_outbox_bytes=args.max_outbox_bytes,
+        max_merge_bytes=args.max_merge_bytes,
+        max_merge_changes=args.max_merge_changes,
+        max_merge_items=args.max_merge_items,
+        max_merge_depth=args.max_merge_depth,
         room_idle_seconds=args.room_idle_seconds,
     )
     hub = Hub(

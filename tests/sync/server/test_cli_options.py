@@ -45,6 +45,8 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
         (["hub", "--insecure", "--max-connections", "0"], "--max-connections: must be at least"),
         (["hub", "--insecure", "--room-idle-seconds", "-3"], "--room-idle-seconds: must be at"),
         (["hub", "--insecure", "--room-idle-seconds", "nan"], "--room-idle-seconds: must be at"),
+        (["hub", "--insecure", "--max-merge-depth", "0"], "--max-merge-depth: must be at least"),
+        (["hub", "--insecure", "--max-merge-bytes", "1k"], "--max-merge-bytes: not int"),
         (["mcp", "--db", "x.db", "--log-level", "loud"], "--log-level: invalid choice"),
     ],
 )
