@@ -37,9 +37,9 @@ from sync.server.cluster.cluster_room import TRY_AGAIN_LATER, ClusterRoom, newes
 from sync.server.cluster.errors import ClusterUnavailable
 from sync.server.cluster.keys import parse_room_key, room_key
 from sync.server.cluster.lease import UNAVAILABLE
+from sync.server.cluster.outbox import Outbox
 from sync.server.cluster.schema import migrate
 from sync.server.cluster.storage import RoomStorage, StreamReplayStorage
-from sync.server.cluster.streamio import append
 from sync.server.cluster.streams import MERGE, UPDATE, InEntry, encode_in
 from sync.wire import protocol as p
 from sync.wire.awareness import removal_update, safe_clients
@@ -94,11 +94,17 @@ class ClusterNode:
         self._storage: RoomStorage | None = None
         self._pubsub: PubSub | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._outbox: Outbox | None = None
 
     @property
     def redis(self) -> Redis:
         assert self._redis is not None, "the cluster node is not started"
         return self._redis
+
+    @property
+    def outbox(self) -> Outbox:
+        assert self._outbox is not None, "the cluster node is not started"
+        return self._outbox
 
     @property
     def pool(self) -> AsyncConnectionPool[AsyncConnection[Any]]:
@@ -118,6 +124,8 @@ class ClusterNode:
             ClusterUnavailable: a server did not answer.
         """
         self._redis = redis_client(self.redis_url)
+        self._outbox = Outbox(self._redis)
+        self._outbox.start()
         if self.postgres_dsn is not None:
             self._pool = await postgres_pool(self.postgres_dsn)
             async with self._pool.connection() as conn:
@@ -147,6 +155,8 @@ class ClusterNode:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self._outbox is not None:
+            await self._outbox.stop()
         if self._pubsub is not None:
             with contextlib.suppress(Exception):
                 await self._pubsub.aclose()  # type: ignore[no-untyped-call]
@@ -190,7 +200,7 @@ class ClusterNode:
     async def _append(self, room: Room, session: Session, kind: str, data: bytes) -> None:
         entry = InEntry(kind, data, self.hub_id, session.id, session.label, session.writer)
         try:
-            await append(self.redis, room_key(room.name, "in"), encode_in(entry))
+            await self.outbox.append(room_key(room.name, "in"), encode_in(entry))
         except ClusterUnavailable as exc:
             log.info("room %r: cannot forward a write (%s), closing its session", room.name, exc)
             self.close_session(session, TRY_AGAIN_LATER, "cluster unavailable")
@@ -258,8 +268,7 @@ class ClusterNode:
     async def publish_awareness(self, room: Room, payload: bytes) -> None:
         """Publish an awareness update for the other hubs (lost if Redis is down)."""
         message = self.hub_id.encode() + b"\x00" + payload
-        with contextlib.suppress(*UNAVAILABLE):
-            await self.redis.publish(room_key(room.name, "awareness"), message)
+        self.outbox.publish(room_key(room.name, "awareness"), message)
 
     def _spawn(self, job: Any) -> None:
         task = asyncio.ensure_future(job)
