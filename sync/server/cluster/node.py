@@ -35,6 +35,7 @@ from sync.server._room import Room, Session
 from sync.server.cluster.clients import postgres_pool, redis_client
 from sync.server.cluster.cluster_room import TRY_AGAIN_LATER, ClusterRoom, newest_out_id
 from sync.server.cluster.errors import ClusterUnavailable
+from sync.server.cluster.follower import Follower
 from sync.server.cluster.keys import parse_room_key, room_key
 from sync.server.cluster.lease import UNAVAILABLE
 from sync.server.cluster.outbox import Outbox
@@ -142,6 +143,7 @@ class ClusterNode:
             asyncio.create_task(self._relay_awareness(), name="cluster awareness"),
             asyncio.create_task(self._watch_answers(), name="cluster answers"),
             asyncio.create_task(self._watch_redis(), name="cluster redis"),
+            asyncio.create_task(self._follow(), name="cluster follower"),
         ]
         log.info("hub %s joined the cluster", self.hub_id)
 
@@ -223,6 +225,18 @@ class ClusterNode:
         clients = safe_clients(payload) if payload is not None else {}
         if clients:
             self._spawn(self.publish_awareness(room, removal_update(clients)))
+
+    async def _follow(self) -> None:
+        """Follow every open room's ``out`` stream (one ``XREAD`` for all); an unexpected
+        error is logged and following starts again, every room reloading its replica."""
+        while True:
+            try:
+                await Follower(self.redis, self.rooms).run()
+            except Exception:
+                log.exception("following the rooms failed, reloading every replica")
+                for cluster_room in self.rooms.values():
+                    cluster_room.stale = True
+                await asyncio.sleep(0.1)
 
     async def _watch_answers(self) -> None:
         step = min(0.25, self.answer_timeout / 4)
