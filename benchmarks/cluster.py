@@ -171,6 +171,7 @@ async def run_load(
     agents: int,
     seconds: float,
     kill: HubProc | None = None,
+    tag: str = "",
 ) -> dict[str, Any]:
     acked: dict[tuple[str, str, int], float] = {}
     latencies: list[float] = []
@@ -183,7 +184,7 @@ async def run_load(
         room = names[i % rooms]
         hub = hubs[i % len(hubs)]
         urls = [hub.url(room)] + [h.url(room) for h in hubs if h is not hub]
-        key = f"a{i}"
+        key = f"{tag}a{i}"  # a run's own keys: a later run's counts restart at 1
         async with connect(urls, agent=f"agent-{i}", timeout=30) as remote:
             n = 0
             while not stop.is_set():
@@ -332,7 +333,7 @@ async def main() -> None:
                     pid = int((token or "x:0:").split("#")[0].split(":")[1])
                     victim = next((h for h in hubs if h.proc.pid == pid), hubs[0])
                     kill = await run_load(
-                        servers, hubs, args.rooms, args.agents, args.seconds * 2, victim
+                        servers, hubs, args.rooms, args.agents, args.seconds * 2, victim, "k"
                     )
                     lost = lost_in_postgres(servers.dsn, {**row["acked"], **kill["acked"]})
                     print(
