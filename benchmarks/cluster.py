@@ -107,11 +107,16 @@ class Servers:
 
 
 class HubProc:
-    def __init__(self, servers: Servers, workdir: Path, name: str) -> None:
+    def __init__(
+        self, servers: Servers, workdir: Path, name: str, profile: Path | None = None
+    ) -> None:
         self.port = free_port()
         self.log = open(workdir / f"hub-{name}.log", "ab")  # noqa: SIM115
+        python = [sys.executable]
+        if profile is not None:  # written when the hub exits (SIGTERM stops it cleanly)
+            python += ["-m", "cProfile", "-o", str(profile / f"hub-{name}.prof")]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sync.cli", "hub", "--port", str(self.port), "--db", "",
+            [*python, "-m", "sync.cli", "hub", "--port", str(self.port), "--db", "",
              "--insecure", "--log-level", "WARNING", "--redis", servers.redis_url,
              "--postgres", servers.dsn],
             stdout=self.log, stderr=self.log,
@@ -140,8 +145,33 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+async def server_counters(servers: Servers) -> tuple[int, int]:
+    """Redis commands served so far, and PostgreSQL transactions committed in the database."""
+    from sync.server.cluster.clients import redis_client
+
+    client = redis_client(servers.redis_url)
+    try:
+        stats: Any = await client.info("commandstats")
+    finally:
+        await client.aclose()
+    calls = sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
+    if os.environ.get("CLUSTER_BENCH_COMMANDS"):  # the breakdown, for profiling
+        print({k[8:]: int(v["calls"]) for k, v in stats.items()}, file=sys.stderr)
+    with psycopg.connect(servers.admin, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (servers.dbname,)
+        ).fetchone()
+    return calls, int(row[0]) if row is not None else 0
+
+
 async def run_load(
-    hubs: list[HubProc], rooms: int, agents: int, seconds: float, kill: HubProc | None = None
+    servers: Servers,
+    hubs: list[HubProc],
+    rooms: int,
+    agents: int,
+    seconds: float,
+    kill: HubProc | None = None,
+    tag: str = "",
 ) -> dict[str, Any]:
     acked: dict[tuple[str, str, int], float] = {}
     latencies: list[float] = []
@@ -154,7 +184,7 @@ async def run_load(
         room = names[i % rooms]
         hub = hubs[i % len(hubs)]
         urls = [hub.url(room)] + [h.url(room) for h in hubs if h is not hub]
-        key = f"a{i}"
+        key = f"{tag}a{i}"  # a run's own keys: a later run's counts restart at 1
         async with connect(urls, agent=f"agent-{i}", timeout=30) as remote:
             n = 0
             while not stop.is_set():
@@ -191,6 +221,7 @@ async def run_load(
             unsubscribe()
 
     cpu0 = sum(cpu_seconds(h.proc.pid) for h in hubs)
+    counters0 = await server_counters(servers)
     tasks = [asyncio.create_task(observer(r)) for r in range(rooms)]
     tasks += [asyncio.create_task(agent(i)) for i in range(agents)]
     killed_at = None
@@ -206,6 +237,9 @@ async def run_load(
     cpu = sum(cpu_seconds(h.proc.pid) for h in hubs if h.proc.poll() is None) - cpu0
     stop.set()
     await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)
+    await asyncio.sleep(1.0)  # PostgreSQL publishes its statistics about once a second
+    counters1 = await server_counters(servers)
+    merges = max(1, len(latencies))
     out: dict[str, Any] = {
         "merges": len(latencies),
         "rate": len(latencies) / elapsed,
@@ -215,6 +249,8 @@ async def run_load(
         "vis99": pct(visible, 0.99) * 1000,
         "cpu_us": cpu / max(1, len(latencies)) * 1e6,
         "acked": acked,
+        "redis_calls": (counters1[0] - counters0[0]) / merges,
+        "pg_commits": (counters1[1] - counters0[1]) / merges,
     }
     if killed_at is not None:
         gaps = []
@@ -254,6 +290,10 @@ async def main() -> None:
     parser.add_argument("--rooms", type=int, default=20)
     parser.add_argument("--agents", type=int, default=200)
     parser.add_argument("--hubs", default="1,2,3")
+    parser.add_argument(
+        "--profile", type=Path, help="run the hubs under cProfile, writing hub-*.prof here"
+    )
+    parser.add_argument("--no-failover", action="store_true", help="skip the SIGKILL runs")
     parser.add_argument("--redis-server", default=shutil.which("redis-server") or "redis-server")
     parser.add_argument(
         "--postgres",
@@ -264,22 +304,26 @@ async def main() -> None:
     conninfo_to_dict(args.postgres)  # fail early on a bad DSN
     print(f"{args.rooms} rooms, {args.agents} agents, {args.seconds} s flat out per row")
     print(
-        "| hubs | merges/s | p50 ms | p99 ms | visible p50 ms | visible p99 ms | hub CPU us/merge |"
+        "| hubs | merges/s | p50 ms | p99 ms | visible p50 ms | visible p99 ms "
+        "| hub CPU us/merge | Redis calls/merge | PG commits/merge |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for count in [int(c) for c in args.hubs.split(",")]:
             servers = Servers(args.redis_server, args.postgres, Path(tmp))
             hubs: list[HubProc] = []
             try:
-                hubs = [HubProc(servers, Path(tmp), f"{count}-{i}") for i in range(count)]
-                row = await run_load(hubs, args.rooms, args.agents, args.seconds)
+                hubs = [
+                    HubProc(servers, Path(tmp), f"{count}-{i}", args.profile) for i in range(count)
+                ]
+                row = await run_load(servers, hubs, args.rooms, args.agents, args.seconds)
                 print(
                     f"| {count} | {row['rate']:.0f} | {row['p50']:.1f} | {row['p99']:.1f} | "
-                    f"{row['vis50']:.1f} | {row['vis99']:.1f} | {row['cpu_us']:.0f} |",
+                    f"{row['vis50']:.1f} | {row['vis99']:.1f} | {row['cpu_us']:.0f} | "
+                    f"{row['redis_calls']:.1f} | {row['pg_commits']:.2f} |",
                     flush=True,
                 )
-                if count >= 2:
+                if count >= 2 and not args.no_failover:
                     from sync.server.cluster.clients import redis_client
                     from sync.server.cluster.lease import lease_holder
 
@@ -288,7 +332,9 @@ async def main() -> None:
                     await client.aclose()
                     pid = int((token or "x:0:").split("#")[0].split(":")[1])
                     victim = next((h for h in hubs if h.proc.pid == pid), hubs[0])
-                    kill = await run_load(hubs, args.rooms, args.agents, args.seconds * 2, victim)
+                    kill = await run_load(
+                        servers, hubs, args.rooms, args.agents, args.seconds * 2, victim, "k"
+                    )
                     lost = lost_in_postgres(servers.dsn, {**row["acked"], **kill["acked"]})
                     print(
                         f"|   owner of a room SIGKILLed ({count} hubs): longest time without an "

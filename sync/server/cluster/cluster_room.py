@@ -1,12 +1,14 @@
 """One room as one hub of the cluster serves it: following ``out``, contending for ownership.
 
-Every hub that has the room open runs two tasks for it:
+Every hub that has the room open follows it and contends for it:
 
-- the **follower**: ``XREAD BLOCK`` on ``crdt:{room}:out`` from where the replica was
-  loaded; each entry's update is applied to the room's replica (the :class:`Room` fans it
-  out to the hub's sessions, as for any change), then the answers addressed to this hub go
-  to their sessions, after that update. When Redis fails (or restarts, losing the
-  streams), the follower loads the replica again from the durable store once Redis
+- **following**: the hub's :class:`~sync.server.cluster.follower.Follower` reads
+  ``crdt:{room}:out`` (with every other room's, in one ``XREAD BLOCK``) from where the
+  replica was loaded and hands each entry to :meth:`ClusterRoom.apply_entry`: its update
+  is applied to the room's replica (the :class:`Room` fans it out to the hub's sessions,
+  as for any change), then the answers addressed to this hub go to their sessions, after
+  that update. When Redis fails (or restarts, losing the
+  streams), the room loads the replica again from the durable store once Redis
   answers, so nothing published while it was away is missed.
 - the **contender**: every ``ttl / 3`` it tries to take the room's lease; once it holds
   it, it loads a judge state and runs :class:`~sync.server.cluster.owner.RoomOwner` until
@@ -34,7 +36,7 @@ from sync.server.cluster.errors import ClusterError, ClusterUnavailable
 from sync.server.cluster.keys import room_key
 from sync.server.cluster.owner import RoomOwner, StepDown, last_published
 from sync.server.cluster.ownership import try_acquire
-from sync.server.cluster.streamio import newest, read_after
+from sync.server.cluster.streamio import newest
 from sync.server.cluster.streams import AnswerKind, OutEntry, StreamEntryError, decode_out
 from sync.wire.errors import CloseCode
 
@@ -71,7 +73,6 @@ class ClusterRoom:
 
     def start(self) -> None:
         self._tasks = [
-            asyncio.create_task(self._forever(self._follow), name=f"follow {self.name}"),
             asyncio.create_task(self._forever(self._contend), name=f"own {self.name}"),
         ]
 
@@ -85,7 +86,7 @@ class ClusterRoom:
 
     async def _forever(self, job: Callable[[], Awaitable[None]]) -> None:
         """Run ``job`` until the room stops; an unexpected error is logged and ``job``
-        starts again (after a resync of the replica: it may have missed entries)."""
+        starts again."""
         while not self._stopping:
             try:
                 await job()
@@ -100,32 +101,17 @@ class ClusterRoom:
             except Exception:
                 log.exception("room %r: %s failed, starting it again", self.name, job.__name__)
                 await asyncio.sleep(0.1)
-                if job == self._follow:
-                    await self._resync()
 
     # -- following out ------------------------------------------------------------------
-    async def _follow(self) -> None:
-        redis = self.node.redis
-        key = room_key(self.name, "out")
-        block_ms = max(1, int(self.node.lease_ttl * 1000 / 3))
-        while not self._stopping:
-            if self.stale:
-                await self._resync()
-                continue
-            try:
-                got = await read_after(redis, key, self.position, count=512, block_ms=block_ms)
-            except ClusterUnavailable as exc:
-                log.info("room %r: redis unavailable while following (%s)", self.name, exc)
-                await self._resync()
-                continue
-            for entry_id, fields in got:
-                self.position = entry_id
-                try:
-                    entry = decode_out(fields)
-                except StreamEntryError as exc:
-                    log.warning("room %r: skipping out-entry: %s", self.name, exc)
-                    continue
-                self._apply(entry)
+    def apply_entry(self, entry_id: str, fields: Mapping[bytes | str, bytes | str]) -> None:
+        """Apply the ``out`` entry ``entry_id`` (read by the hub's follower) to the room."""
+        self.position = entry_id
+        try:
+            entry = decode_out(fields)
+        except StreamEntryError as exc:
+            log.warning("room %r: skipping out-entry: %s", self.name, exc)
+            return
+        self._apply(entry)
 
     def _apply(self, entry: OutEntry) -> None:
         if entry.update:
@@ -149,7 +135,7 @@ class ClusterRoom:
                     session, CloseCode.UNSUPPORTED_DATA, answer.payload.decode(errors="replace")
                 )
 
-    async def _resync(self) -> None:
+    async def resync(self) -> None:
         """Wait until Redis answers, then load the replica again from the durable store."""
         self.stale = False
         while not self._stopping:

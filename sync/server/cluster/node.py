@@ -35,11 +35,12 @@ from sync.server._room import Room, Session
 from sync.server.cluster.clients import postgres_pool, redis_client
 from sync.server.cluster.cluster_room import TRY_AGAIN_LATER, ClusterRoom, newest_out_id
 from sync.server.cluster.errors import ClusterUnavailable
+from sync.server.cluster.follower import Follower
 from sync.server.cluster.keys import parse_room_key, room_key
 from sync.server.cluster.lease import UNAVAILABLE
+from sync.server.cluster.outbox import Outbox
 from sync.server.cluster.schema import migrate
 from sync.server.cluster.storage import RoomStorage, StreamReplayStorage
-from sync.server.cluster.streamio import append
 from sync.server.cluster.streams import MERGE, UPDATE, InEntry, encode_in
 from sync.wire import protocol as p
 from sync.wire.awareness import removal_update, safe_clients
@@ -94,11 +95,17 @@ class ClusterNode:
         self._storage: RoomStorage | None = None
         self._pubsub: PubSub | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._outbox: Outbox | None = None
 
     @property
     def redis(self) -> Redis:
         assert self._redis is not None, "the cluster node is not started"
         return self._redis
+
+    @property
+    def outbox(self) -> Outbox:
+        assert self._outbox is not None, "the cluster node is not started"
+        return self._outbox
 
     @property
     def pool(self) -> AsyncConnectionPool[AsyncConnection[Any]]:
@@ -118,6 +125,8 @@ class ClusterNode:
             ClusterUnavailable: a server did not answer.
         """
         self._redis = redis_client(self.redis_url)
+        self._outbox = Outbox(self._redis)
+        self._outbox.start()
         if self.postgres_dsn is not None:
             self._pool = await postgres_pool(self.postgres_dsn)
             async with self._pool.connection() as conn:
@@ -134,6 +143,7 @@ class ClusterNode:
             asyncio.create_task(self._relay_awareness(), name="cluster awareness"),
             asyncio.create_task(self._watch_answers(), name="cluster answers"),
             asyncio.create_task(self._watch_redis(), name="cluster redis"),
+            asyncio.create_task(self._follow(), name="cluster follower"),
         ]
         log.info("hub %s joined the cluster", self.hub_id)
 
@@ -147,6 +157,8 @@ class ClusterNode:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self._outbox is not None:
+            await self._outbox.stop()
         if self._pubsub is not None:
             with contextlib.suppress(Exception):
                 await self._pubsub.aclose()  # type: ignore[no-untyped-call]
@@ -190,7 +202,7 @@ class ClusterNode:
     async def _append(self, room: Room, session: Session, kind: str, data: bytes) -> None:
         entry = InEntry(kind, data, self.hub_id, session.id, session.label, session.writer)
         try:
-            await append(self.redis, room_key(room.name, "in"), encode_in(entry))
+            await self.outbox.append(room_key(room.name, "in"), encode_in(entry))
         except ClusterUnavailable as exc:
             log.info("room %r: cannot forward a write (%s), closing its session", room.name, exc)
             self.close_session(session, TRY_AGAIN_LATER, "cluster unavailable")
@@ -213,6 +225,18 @@ class ClusterNode:
         clients = safe_clients(payload) if payload is not None else {}
         if clients:
             self._spawn(self.publish_awareness(room, removal_update(clients)))
+
+    async def _follow(self) -> None:
+        """Follow every open room's ``out`` stream (one ``XREAD`` for all); an unexpected
+        error is logged and following starts again, every room reloading its replica."""
+        while True:
+            try:
+                await Follower(self.redis, self.rooms).run()
+            except Exception:
+                log.exception("following the rooms failed, reloading every replica")
+                for cluster_room in self.rooms.values():
+                    cluster_room.stale = True
+                await asyncio.sleep(0.1)
 
     async def _watch_answers(self) -> None:
         step = min(0.25, self.answer_timeout / 4)
@@ -258,8 +282,7 @@ class ClusterNode:
     async def publish_awareness(self, room: Room, payload: bytes) -> None:
         """Publish an awareness update for the other hubs (lost if Redis is down)."""
         message = self.hub_id.encode() + b"\x00" + payload
-        with contextlib.suppress(*UNAVAILABLE):
-            await self.redis.publish(room_key(room.name, "awareness"), message)
+        self.outbox.publish(room_key(room.name, "awareness"), message)
 
     def _spawn(self, job: Any) -> None:
         task = asyncio.ensure_future(job)

@@ -1,0 +1,131 @@
+"""One hub's follower of every open room's ``out`` stream: one ``XREAD`` for all of them.
+
+A hub serving many rooms would otherwise hold one blocking ``XREAD`` (and one pooled Redis
+connection) per room, and pay one round trip per room with news. :class:`Follower` reads
+the ``out`` streams of every room it follows in one ``XREAD BLOCK`` call, from each
+room's own position, and hands each entry to its room
+(:meth:`~sync.server.cluster.cluster_room.ClusterRoom.apply_entry`), in stream order per
+room.
+
+A room that must load its replica again (Redis failed or restarted, or applying an entry
+failed) is left out of the reads until its resync is done; a Redis that does not answer
+sends every room to resync. A room added while a read is blocked is read from the next
+call on: reads block for at most :data:`BLOCK` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any, Final
+
+from redis.asyncio import Redis
+
+from sync.server.cluster.keys import parse_room_key, room_key
+from sync.server.cluster.lease import UNAVAILABLE
+
+if TYPE_CHECKING:
+    from sync.server.cluster.cluster_room import ClusterRoom
+
+__all__ = ["BLOCK", "COUNT", "Follower"]
+
+log = logging.getLogger("crdt_state.cluster")
+
+BLOCK: Final = 0.1
+"""Longest wait of one read (seconds): how late a newly opened room is first read."""
+COUNT: Final = 512
+"""Most entries read per stream and call."""
+
+
+class Follower:
+    """Follows the ``out`` streams of ``rooms`` (see the module doc).
+
+    Args:
+        redis: the cluster's Redis.
+        rooms: the hub's open rooms by name (shared with the node: rooms it adds or
+            removes are followed or dropped from the next read on).
+    """
+
+    def __init__(self, redis: Redis, rooms: dict[str, ClusterRoom]) -> None:
+        self.redis = redis
+        self.rooms = rooms
+        self.reads = 0
+        """``XREAD`` calls made so far (for tests and metrics)."""
+        self._resyncs: dict[str, asyncio.Task[None]] = {}
+
+    async def run(self) -> None:
+        """Follow until cancelled."""
+        try:
+            while True:
+                await self._round()
+        finally:
+            for task in self._resyncs.values():
+                task.cancel()
+
+    async def _round(self) -> None:
+        streams: dict[str, str] = {}
+        for name, room in list(self.rooms.items()):
+            if name in self._resyncs:
+                continue
+            if room.stale:
+                self._resync(room)
+                continue
+            streams[room_key(name, "out")] = room.position
+        if not streams:
+            await asyncio.sleep(BLOCK)
+            return
+        try:
+            self.reads += 1
+            got: Any = await self.redis.xread(
+                streams,  # type: ignore[arg-type]
+                count=COUNT,
+                block=int(BLOCK * 1000),
+            )
+        except UNAVAILABLE as exc:
+            log.info("redis unavailable while following (%s): reloading the replicas", exc)
+            for room in list(self.rooms.values()):
+                self._resync(room)
+            await asyncio.sleep(BLOCK)
+            return
+        for raw_key, entries in got or ():
+            key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
+            try:
+                name, _ = parse_room_key(key)
+            except ValueError:
+                continue
+            target = self.rooms.get(name)
+            if target is None or name in self._resyncs:
+                continue
+            try:
+                for entry_id, fields in entries:
+                    target.apply_entry(_text(entry_id), fields or {})
+            except Exception:
+                log.exception("room %r: following failed, reloading its replica", name)
+                self._resync(target)
+
+    def _resync(self, room: ClusterRoom) -> None:
+        """Load ``room``'s replica again (in a task); it is not read until that is done."""
+        if room.name in self._resyncs:
+            return
+        task = asyncio.create_task(room.resync(), name=f"resync {room.name}")
+        self._resyncs[room.name] = task
+
+        def done(finished: asyncio.Task[None]) -> None:
+            if self._resyncs.get(room.name) is finished:
+                del self._resyncs[room.name]
+            with contextlib.suppress(asyncio.CancelledError):
+                if finished.exception() is not None:  # retried on the next round
+                    room.stale = True
+
+        task.add_done_callback(done)
+
+    def drop(self, name: str) -> None:
+        """Stop following ``name`` (the room closed): cancel its resync, if any."""
+        task = self._resyncs.pop(name, None)
+        if task is not None:
+            task.cancel()
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)

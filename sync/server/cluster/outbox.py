@@ -1,0 +1,129 @@
+"""One hub's writes to Redis, sent in pipelined batches: one round trip for many.
+
+Every session of a hub forwards its writes (``XADD`` to a room's ``in`` stream) and its
+awareness (``PUBLISH``); sent one by one, each costs a Redis round trip and, when many are
+in flight at once, a pooled connection each. :class:`Outbox` queues them instead and one
+task sends whatever is queued as one non-transactional pipeline; while a batch is on its
+way the next one fills up, so the batches grow with the load and the round trips per
+write shrink.
+
+Order: the commands of a batch are sent in the order they were queued, and one batch is
+sent only after the previous one was answered, so one session's writes reach the ``in``
+stream in the order it sent them (an update before the merge that follows it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from typing import Any, Final
+
+from redis.asyncio import Redis
+
+from sync.server.cluster.errors import ClusterUnavailable
+from sync.server.cluster.lease import UNAVAILABLE
+
+__all__ = ["MAX_BATCH", "Outbox"]
+
+MAX_BATCH: Final = 512
+"""Most commands sent in one pipeline."""
+
+_Command = tuple[str, str, Any, "asyncio.Future[None] | None"]
+
+
+class Outbox:
+    """Queues ``XADD`` and ``PUBLISH`` commands and sends them in pipelined batches.
+
+    Args:
+        redis: the cluster's Redis.
+    """
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+        self._queue: list[_Command] = []
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.batches = 0
+        """Pipelines sent so far (for tests and metrics)."""
+
+    def start(self) -> None:
+        """Start the sending task (in the running event loop)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="cluster outbox")
+
+    async def stop(self) -> None:
+        """Stop sending; the writes still queued fail with ``ClusterUnavailable``."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+        self._fail(self._take_all(), ClusterUnavailable("redis", "the hub is stopping"))
+
+    async def append(self, key: str, fields: Mapping[str, bytes | str]) -> None:
+        """``XADD`` ``fields`` to ``key``; returns once Redis stored it.
+
+        Raises:
+            ClusterUnavailable: Redis did not answer (the entry may or may not be stored).
+        """
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.append(("xadd", key, dict(fields), done))
+        self._ready.set()
+        await done
+
+    def publish(self, channel: str, message: bytes) -> None:
+        """``PUBLISH`` ``message`` on ``channel`` with the next batch (lost if Redis is down)."""
+        self._queue.append(("publish", channel, message, None))
+        self._ready.set()
+
+    def _take_all(self) -> list[_Command]:
+        batch, self._queue = self._queue, []
+        return batch
+
+    def _take(self) -> list[_Command]:
+        if len(self._queue) <= MAX_BATCH:
+            return self._take_all()
+        batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+        return batch
+
+    async def _run(self) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            while self._queue:
+                batch = self._take()
+                await self._send(batch)
+
+    async def _send(self, batch: list[_Command]) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        for command, key, value, _ in batch:
+            if command == "xadd":
+                pipe.xadd(key, value)
+            else:
+                pipe.publish(key, value)
+        try:
+            results: list[Any] = await pipe.execute(raise_on_error=False)
+        except UNAVAILABLE as exc:
+            self._fail(batch, ClusterUnavailable("redis", f"redis did not answer: {exc}"))
+            return
+        except Exception as exc:  # a bug or an unexpected reply: fail the batch, go on
+            self._fail(batch, ClusterUnavailable("redis", f"redis refused a batch: {exc}"))
+            return
+        finally:
+            self.batches += 1
+        for (_, _, _, done), result in zip(batch, results, strict=False):
+            if done is None or done.done():
+                continue
+            if isinstance(result, Exception):
+                done.set_exception(ClusterUnavailable("redis", f"redis refused: {result}"))
+            else:
+                done.set_result(None)
+        if len(results) < len(batch):  # cannot happen with redis-py; never leave one hanging
+            self._fail(batch, ClusterUnavailable("redis", "redis answered part of a batch"))
+
+    @staticmethod
+    def _fail(batch: list[_Command], error: ClusterUnavailable) -> None:
+        for _, _, _, done in batch:
+            if done is not None and not done.done():
+                done.set_exception(error)

@@ -1,0 +1,95 @@
+"""A hub's shared Redis round trips: the pipelined outbox and the one-read follower."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Mapping
+
+import pytest
+from redis.asyncio import Redis
+
+from sync.server.cluster import ClusterUnavailable, redis_client, room_key
+from sync.server.cluster.follower import Follower
+from sync.server.cluster.outbox import Outbox
+from sync.server.cluster.streamio import read_all
+
+
+async def test_outbox_keeps_order_and_shares_round_trips(redis: Redis) -> None:
+    key = room_key(f"outbox-{secrets.token_hex(4)}", "in")
+    outbox = Outbox(redis)
+    outbox.start()
+    try:
+        await asyncio.gather(*(outbox.append(key, {"n": str(i)}) for i in range(300)))
+    finally:
+        await outbox.stop()
+    entries = await read_all(redis, key)
+    assert [int(fields[b"n"]) for _, fields in entries] == list(range(300))
+    assert 1 <= outbox.batches < 30  # many appends per round trip, not one each
+
+
+async def test_outbox_fails_its_writes_when_redis_does_not_answer() -> None:
+    client = redis_client("redis://127.0.0.1:1/0", timeout=0.5)  # nothing listens there
+    outbox = Outbox(client)
+    outbox.start()
+    try:
+        with pytest.raises(ClusterUnavailable):
+            await outbox.append(room_key("nowhere", "in"), {"n": "1"})
+        outbox.publish(room_key("nowhere", "awareness"), b"lost")  # dropped, never raises
+        with pytest.raises(ClusterUnavailable):
+            await outbox.append(room_key("nowhere", "in"), {"n": "2"})
+    finally:
+        await outbox.stop()
+        await client.aclose()
+
+
+class FakeRoom:
+    """What the follower needs of a ClusterRoom: a position, a stale flag, the entries."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.position = "0-0"
+        self.stale = False
+        self.seen: list[bytes] = []
+        self.resyncs = 0
+
+    def apply_entry(self, entry_id: str, fields: Mapping[bytes | str, bytes | str]) -> None:
+        self.position = entry_id
+        value = fields[b"u"]
+        assert isinstance(value, bytes)
+        if value == b"boom":
+            raise RuntimeError("cannot apply")
+        self.seen.append(value)
+
+    async def resync(self) -> None:
+        self.stale = False
+        self.resyncs += 1
+
+
+async def test_follower_reads_every_room_in_one_call_and_resyncs_a_failing_one(
+    redis: Redis,
+) -> None:
+    tag = secrets.token_hex(4)
+    names = [f"follow-{tag}-{i}" for i in range(5)]
+    rooms = {name: FakeRoom(name) for name in names}
+    for name in names:
+        for i in range(3):
+            await redis.xadd(room_key(name, "out"), {"u": f"{name}/{i}".encode()})
+    await redis.xadd(room_key(names[0], "out"), {"u": b"boom"})
+    follower = Follower(redis, rooms)  # type: ignore[arg-type]
+    task = asyncio.create_task(follower.run())
+    try:
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            if all(len(r.seen) == 3 for r in rooms.values()) and rooms[names[0]].resyncs:
+                break
+        reads_after_catch_up = follower.reads
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    for name, room in rooms.items():
+        assert room.seen == [f"{name}/{i}".encode() for i in range(3)]
+    assert rooms[names[0]].resyncs >= 1  # applying an entry failed: the room reloads
+    assert all(rooms[n].resyncs == 0 for n in names[1:])
+    assert reads_after_catch_up <= 3  # the five rooms' entries came in one read
