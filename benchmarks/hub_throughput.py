@@ -149,14 +149,24 @@ def _read_line(proc: subprocess.Popen[str], timeout: float) -> str | None:
     return result[0]
 
 
+#: set by ``--profile-hub DIR``: every hub runs under cProfile, one file per run in DIR
+PROFILE_DIR: str | None = None
+
+
 def start_hub(db: str) -> tuple[Server, int]:
     """Our hub in its own process; returns it and its port."""
+    profile: list[str] = []
+    if PROFILE_DIR is not None:
+        out = Path(PROFILE_DIR) / f"hub-{'durable' if db else 'memory'}-{time.time_ns()}.prof"
+        profile = ["-m", "cProfile", "-o", str(out)]
     server = Server(
         [
             sys.executable,
+            *profile,
             "-m",
             "sync.cli",
             "hub",
+            "--insecure",
             "--host",
             HOST,
             "--port",
@@ -648,7 +658,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=8, help="unechoed updates per sender")
     parser.add_argument("--skip-merges", action="store_true")
     parser.add_argument("--skip-relay", action="store_true")
+    parser.add_argument(
+        "--profile-hub",
+        metavar="DIR",
+        help="run every hub under cProfile, writing one .prof file per run into DIR",
+    )
     args = parser.parse_args(argv)
+    global PROFILE_DIR
+    PROFILE_DIR = args.profile_hub
     began = time.perf_counter()
     goals: list[tuple[str, bool, str]] = []
 

@@ -23,6 +23,13 @@ MAX_STRICT_VARUINT: Final = 2**53 - 1
 
 _MAX_STRICT_VARUINT_BYTES: Final = 8  # ceil(53 / 7)
 
+_STRICT_CACHE_SIZE: Final = 1024
+# Recently decoded network state vectors, by their exact bytes. A hub decodes the same
+# token several times per merge (the wire codec validates it, the judge decodes it, a
+# reply's token is encoded and validated again); vectors are immutable, so sharing one is
+# safe. Only successful decodes are kept; the whole table is dropped when full.
+_strict_cache: dict[bytes, VersionVector] = {}
+
 
 def encode_varuint(value: int, out: bytearray) -> None:
     """Append ``value`` to ``out`` as a lib0 variable-length unsigned int."""
@@ -92,7 +99,7 @@ class VersionVector(Mapping[int, int]):
     hash equal however they were built.
     """
 
-    __slots__ = ("_clocks", "_hash")
+    __slots__ = ("_clocks", "_hash", "_state")
 
     def __init__(self, clocks: Mapping[int, int] | None = None) -> None:
         items: dict[int, int] = {}
@@ -103,6 +110,7 @@ class VersionVector(Mapping[int, int]):
                 items[client] = clock
         self._clocks = dict(sorted(items.items()))
         self._hash: int | None = None
+        self._state: bytes | None = None
 
     # -- Mapping -----------------------------------------------------------
     def __getitem__(self, client: int) -> int:
@@ -181,6 +189,7 @@ class VersionVector(Mapping[int, int]):
         vv = object.__new__(cls)
         vv._clocks = dict(sorted(clocks.items())) if len(clocks) > 1 else clocks
         vv._hash = None
+        vv._state = None
         return vv
 
     @classmethod
@@ -239,6 +248,19 @@ class VersionVector(Mapping[int, int]):
 
     @classmethod
     def _strict_from_state(cls, state: bytes) -> VersionVector:
+        if type(state) is bytes:
+            known = _strict_cache.get(state)
+            if known is not None and type(known) is cls:
+                return known
+            vv = cls._strict_decode(state)
+            if len(_strict_cache) >= _STRICT_CACHE_SIZE:
+                _strict_cache.clear()
+            _strict_cache[state] = vv
+            return vv
+        return cls._strict_decode(state)
+
+    @classmethod
+    def _strict_decode(cls, state: bytes) -> VersionVector:
         count, pos = _strict_varuint(state, 0)
         if count * 2 > len(state) - pos:  # each entry takes at least two bytes
             raise InvalidUpdate(
@@ -263,13 +285,25 @@ class VersionVector(Mapping[int, int]):
         return cls._trusted(clocks)
 
     def to_state(self) -> bytes:
-        """Encode as a Yjs state vector, accepted by ``Doc.get_update`` of any Yjs peer."""
+        """Encode as a Yjs state vector, accepted by ``Doc.get_update`` of any Yjs peer.
+
+        The encoding is computed once per vector (vectors are immutable).
+        """
+        if self._state is not None:
+            return self._state
         out = bytearray()
         encode_varuint(len(self._clocks), out)
         for client, clock in self._clocks.items():
             encode_varuint(client, out)
             encode_varuint(clock, out)
-        return bytes(out)
+        state = self._state = bytes(out)
+        if len(_strict_cache) < _STRICT_CACHE_SIZE and all(
+            client <= MAX_STRICT_VARUINT and clock <= MAX_STRICT_VARUINT
+            for client, clock in self._clocks.items()
+        ):
+            # what the strict decoder would make of it (canonical, no duplicates)
+            _strict_cache[state] = self
+        return state
 
     def to_text(self) -> str:
         """A printable, reversible encoding (URL-safe base64 of :meth:`to_state`)."""

@@ -35,6 +35,8 @@ MAX_VAR_UINT: Final = 2**53 - 1
 
 _MAX_VAR_UINT_BYTES: Final = 8  # ceil(53 / 7)
 
+_ONE_BYTE: Final = tuple(bytes((value,)) for value in range(0x80))
+
 
 def encode_var_uint(value: int) -> bytes:
     """Encode ``0 <= value <= MAX_VAR_UINT`` as a canonical lib0 varuint.
@@ -42,6 +44,8 @@ def encode_var_uint(value: int) -> bytes:
     Raises :class:`ProtocolError` (``invalid_value``) for a negative, too large or
     non-``int`` value (``bool`` is refused; ``IntEnum`` members are fine).
     """
+    if type(value) is int and 0 <= value <= 0x7F:  # the common one-byte case
+        return _ONE_BYTE[value]
     if isinstance(value, bool) or not isinstance(value, int):
         raise ProtocolError(ErrorCode.INVALID_VALUE, f"varuint must be an int, got {value!r}")
     value = int(value)  # IntEnum members encode as their value
@@ -98,6 +102,10 @@ class Reader:
     def read_var_uint(self) -> int:
         """Read one canonical varuint no larger than :data:`MAX_VAR_UINT`."""
         data = self._data
+        pos = self._pos
+        if pos < len(data) and data[pos] < 0x80:  # the common one-byte case
+            self._pos = pos + 1
+            return data[pos]
         value = 0
         for index in range(_MAX_VAR_UINT_BYTES):
             if self._pos >= len(data):

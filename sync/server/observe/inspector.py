@@ -36,6 +36,7 @@ from sync.server.auth import AuthError, Grant, verify_token
 from sync.server.observe import routes
 from sync.server.observe.feed import Feed
 from sync.server.observe.metrics import CONTENT_TYPE, HubMetrics
+from sync.wire.protocol import MergeStatus, MergeStep, MessageType
 
 __all__ = ["NO_SUCH_ROOM", "HubView", "Inspector", "ReadinessCheck"]
 
@@ -105,20 +106,29 @@ class Inspector:
 
         now = time.perf_counter()
         self._activity[room.name] = time.time()
-        event = merge_event(frame, agent)
-        if event is None:
-            return
-        policies = [c["policy"] or "unresolved" for c in event["conflicts"]]
-        self.metrics.merge_judged(event["status"], policies, now - started)
-        if event["status"] != "error":
+        feeds = self._feeds.get(room.name)
+        event: dict[str, Any] | None = None
+        if not feeds and _accepted(frame):
+            # the common case, nobody watching: an ok result lists no conflicts, so the
+            # metrics need nothing else from the frame
+            status, policies = "ok", []
+        else:
+            event = merge_event(frame, agent)
+            if event is None:
+                return
+            status = event["status"]
+            policies = [c["policy"] or "unresolved" for c in event["conflicts"]]
+        self.metrics.merge_judged(status, policies, now - started)
+        if status != "error":
             metrics = self.metrics
             room.state.when_durable(
                 lambda error: (
                     None if error else metrics.durable_after(time.perf_counter() - started)
                 )
             )
-        for feed in list(self._feeds.get(room.name, ())):
-            feed.push(event)
+        if event is not None:
+            for feed in list(feeds or ()):
+                feed.push(event)
 
     def process_request(self, inner: ProcessRequest) -> ProcessRequest:
         """The hub's handshake check ``inner`` with the HTTP routes in front of it."""
@@ -325,3 +335,17 @@ def _writable(db: Path) -> str | None:
 
 def _local(stamp: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp)) if stamp else "-"
+
+
+_OK_RESULT_HEAD = bytes((MessageType.MERGE, MergeStep.RESULT))
+
+
+def _accepted(frame: bytes) -> bool:
+    """Whether ``frame`` is a merge result with status ok, read from its header only
+    (``MERGE RESULT varuint(request_id) varuint(status)``; anything unusual: ``False``)."""
+    if not frame.startswith(_OK_RESULT_HEAD):
+        return False
+    pos = 2
+    while pos < len(frame) and frame[pos] & 0x80:  # skip the request id
+        pos += 1
+    return pos + 1 < len(frame) and frame[pos + 1] == MergeStatus.OK

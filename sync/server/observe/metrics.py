@@ -81,6 +81,7 @@ class HubMetrics:
             "crdt_state_received_bytes", "Bytes received on all connections.", registry=r
         )
         self.sent = Counter("crdt_state_sent_bytes", "Bytes sent on all connections.", registry=r)
+        self._merges_by_status: dict[str, Counter] = {}
         self.refused = Counter(
             "crdt_state_refused_connections",
             "Handshakes refused, by reason.",
@@ -91,7 +92,10 @@ class HubMetrics:
     # -- what the hub calls -------------------------------------------------------------
     def merge_judged(self, status: str, policies: list[str], seconds: float) -> None:
         """Count one judged merge (``status``: ok/conflict/error) and its conflicts' policies."""
-        self.merges.labels(status=status).inc()
+        counter = self._merges_by_status.get(status)
+        if counter is None:  # labels() takes a lock and builds a key: once per status
+            counter = self._merges_by_status[status] = self.merges.labels(status=status)
+        counter.inc()
         for policy in policies:
             self.conflicts.labels(policy=policy).inc()
         self.merge_seconds.observe(seconds)
