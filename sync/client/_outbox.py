@@ -147,8 +147,13 @@ class Outbox:
         merges: list[PendingMerge],
         confirmed: list[tuple[VersionVector, PendingMerge]] | None = None,
     ) -> None:
-        """Take up what the local file kept (at start): the queued merges, and the
-        applied ones whose update the replica may not hold yet (``(token, merge)``)."""
+        """Take up, at start, the merges the local file kept.
+
+        Args:
+            merges: the queued merges, live again in their order.
+            confirmed: the applied merges, as ``(token, merge)``, whose update the
+                replica may not hold yet; they stay shown until it does.
+        """
         with self._lock:
             for merge in merges:
                 self._add(merge, self._replica.policies)
@@ -183,15 +188,23 @@ class Outbox:
             return self._shown.overlay
 
     def view_of(self, key: str, base_seq: int, overlay: Overlay) -> Any:
-        """The value of top-level ``key`` at replica position ``base_seq`` with ``overlay``
-        applied (a fresh copy; :data:`MISSING` when absent; see
-        :meth:`ShownMerges.view_of <sync.client._shown.ShownMerges.view_of>`)."""
+        """Return top-level ``key`` at replica position ``base_seq`` with ``overlay`` applied.
+
+        The value is a fresh copy, :data:`MISSING` when absent (see
+        :meth:`ShownMerges.view_of <sync.client._shown.ShownMerges.view_of>`).
+        """
         with self._lock:
             return self._shown.view_of(key, base_seq, overlay)
 
     def on_replica_update(self) -> list[Event]:
-        """The replica took updates from the hub: forget the applied merges it now
-        holds, and judge again the waiting merges that this unblocks."""
+        """React to the replica taking updates from the hub.
+
+        Forgets the applied merges the replica now holds (and drops them from the
+        local file), then judges again the waiting merges that this unblocks.
+
+        Returns:
+            The events of the merges judged again.
+        """
         with self._lock:
             self._shown.prune()
             forget = self._shown.forgotten()
@@ -206,10 +219,15 @@ class Outbox:
             return [x.merge for _, x in sorted(self._live.items()) if not x.blocked]
 
     def named_policies(self, merge: PendingMerge) -> tuple[tuple[int, str], ...]:
-        """The changes of ``merge`` whose policy a hub can apply itself, with the policy's
-        name (see :data:`~crdt_state.resolvers.NAMED_POLICIES`): the hub then settles a
-        conflict there in the same round, so a hot counter never bounces between client
-        and hub. Empty when ``merge`` is not live."""
+        """List the changes of ``merge`` whose policy a hub can apply itself.
+
+        The hub then settles a conflict there in the same round, so a hot counter
+        never bounces between client and hub (see
+        :data:`~crdt_state.resolvers.NAMED_POLICIES`).
+
+        Returns:
+            ``(change index, policy name)`` pairs; empty when ``merge`` is not live.
+        """
         with self._lock:
             order = self._order_of.get(merge.request_id)
             if order is None:
@@ -264,8 +282,14 @@ class Outbox:
             return events + self._unblock()
 
     def fail_request(self, request_id: int, error: CrdtStateError) -> list[Event]:
-        """End the merge that ``request_id`` stands for with ``error`` (nothing when it
-        does not stand for a live merge); later merges built on it fail too."""
+        """End the live merge that ``request_id`` stands for with ``error``.
+
+        Later merges built on it fail too. Nothing happens when ``request_id``
+        stands for no live merge.
+
+        Returns:
+            The events of every merge this ends or unblocks.
+        """
         with self._lock:
             order = self._order_of.get(request_id)
             if order is None:
@@ -273,8 +297,13 @@ class Outbox:
             return self._fail(self._live[order], error) + self._unblock()
 
     def fail_all(self, error: Callable[[PendingMerge], CrdtStateError]) -> list[Event]:
-        """End every live merge, each with ``error(merge)`` (the latest first, so none
-        ends as a broken chain instead); the events come in submission order."""
+        """End every live merge, each with ``error(merge)``.
+
+        The merges are ended latest first, so none ends as a broken chain instead.
+
+        Returns:
+            The events, in submission order.
+        """
         with self._lock:
             events: list[Event] = []
             for _, live in sorted(self._live.items(), reverse=True):

@@ -95,8 +95,10 @@ class Presence:
             self._task = asyncio.create_task(self.run(connection))
 
     async def stop(self) -> None:
-        """Stop sending (and wait for the sender to end); the hub retires the state when
-        the connection closes."""
+        """Stop sending presence and wait for the sender task to end.
+
+        The hub retires this client's presence when the connection closes.
+        """
         task, self._task = self._task, None
         if task is not None:
             task.cancel()

@@ -121,6 +121,10 @@ def _write(path: Path, value: Any) -> Change:
 
 
 def substitute(ops: list[Change], settled: Mapping[Path, Any]) -> list[Change]:
-    """``ops`` with the value ``settled`` gives a path in place of the change there
-    (:data:`MISSING`: a delete)."""
+    """Replace each change in ``ops`` whose path ``settled`` gives a value for.
+
+    Returns:
+        ``ops`` with a write of the settled value (a delete for :data:`MISSING`)
+        in place of the change at each settled path; the others unchanged.
+    """
     return [_write(op.path, settled[op.path]) if op.path in settled else op for op in ops]

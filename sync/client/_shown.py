@@ -81,8 +81,12 @@ class ShownMerges:
         return forget
 
     def holds_back(self, order: int, ops: Sequence[Change]) -> bool:
-        """True while an applied merge before ``order`` that ``ops`` depend on is not in
-        the replica yet."""
+        """Tell whether ``ops`` must wait for an applied merge the replica lacks.
+
+        Returns:
+            True while an applied merge before ``order`` that ``ops`` depend on is
+            not in the replica yet.
+        """
         token = self._replica.token
         return any(
             e.order < order and depends_on(e.ops, ops) and not t <= token
@@ -90,8 +94,9 @@ class ShownMerges:
         )
 
     def view_of(self, key: str, base_seq: int, overlay: Overlay) -> Any:
-        """The value of top-level ``key`` at replica position ``base_seq`` with ``overlay``
-        applied (a fresh copy; :data:`~crdt_state.MISSING` when absent).
+        """Return top-level ``key`` at replica position ``base_seq`` with ``overlay`` applied.
+
+        The value is a fresh copy; :data:`~crdt_state.MISSING` when absent.
 
         The last value computed for each key is kept: a later overlay of the same
         generation and base only applies the entries appended since.

@@ -74,8 +74,10 @@ def with_token(url: str, token: str | None) -> str:
 
 
 class _MaskTokens(logging.Filter):
-    """Masks ``token=`` query values in every record (the websocket library logs the
-    request line of each handshake at DEBUG level)."""
+    """Mask ``token=`` query values in every log record.
+
+    The websocket library logs the request line of each handshake at DEBUG level.
+    """
 
     def filter(self, record: logging.LogRecord) -> bool:
         text = record.getMessage()

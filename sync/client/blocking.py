@@ -230,8 +230,10 @@ class BlockingRemote:
             raise
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the client's loop and wait for it (it always ends: merges
-        come back as pending when the connection drops)."""
+        """Run ``coro`` on the client's loop and wait for its result.
+
+        The wait always ends: merges come back as pending when the connection drops.
+        """
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     # -- what RemoteState shows --------------------------------------------------------
@@ -389,8 +391,9 @@ def connect_blocking(
     reconnect: Retry | None = None,
     schema: type[BaseModel] | None = None,
 ) -> BlockingRemote:
-    """:func:`sync.connect` for threaded code (the same arguments, the same timeout);
-    use it in a ``with`` block.
+    """Connect to a hub from threaded code: :func:`sync.connect` without asyncio.
+
+    It takes the same arguments and the same timeout; use it in a ``with`` block.
 
     Raises:
         InvalidHubURL: a bad URL.

@@ -267,8 +267,11 @@ class RemoteBranch(MergeOnExit):
         return result
 
     def rebase(self) -> None:
-        """Move the fork base to the replica's current version and overlay, replaying own
-        edits. On error (a change that no longer applies) the branch is unchanged."""
+        """Move the fork base to the replica's current version, replaying own edits.
+
+        The new base includes the overlay of merges not yet confirmed. On error (a
+        change that no longer applies) the branch is unchanged.
+        """
         self._writable()
         fresh = self._owner.fork(self.agent)
         for op in self.ops():

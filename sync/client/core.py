@@ -117,8 +117,10 @@ class ClientCore:
         return [*frames, p.encode_sync_step1(self.replica.token.to_state())]
 
     def disconnected(self, close_code: int | None = None, reason: str = "") -> list[Finished]:
-        """The connection dropped (with ``close_code`` and ``reason`` when the hub closed
-        it): nothing is in flight any more. Returns the merges that this ends.
+        """Record that the connection dropped: nothing is in flight any more.
+
+        ``close_code`` and ``reason`` are given when the hub closed the connection.
+        Returns the merges that this ends.
 
         The hub answers every merge it can judge; when it closes the connection instead
         while merges are unanswered, the close code says why:
@@ -211,8 +213,12 @@ class ClientCore:
         return merge
 
     def frame_for(self, merge: PendingMerge) -> bytes | None:
-        """The request frame of ``merge`` to send now (``None``: offline, or already sent
-        on this connection); it counts as in flight from here."""
+        """Build the request frame of ``merge`` to send now; it is in flight from here.
+
+        Returns:
+            The frame, or ``None`` when offline, read-only, or already sent on this
+            connection.
+        """
         if not self._online or self.read_only or merge.request_id in self._in_flight:
             return None
         self._in_flight.add(merge.request_id)
@@ -227,8 +233,11 @@ class ClientCore:
         )
 
     def still_due(self, merge: PendingMerge, connection: int) -> bool:
-        """True when a :class:`Send` delayed since ``connection`` is still to be sent (after
-        a reconnect every live merge was sent again already)."""
+        """Tell whether a :class:`Send` delayed since ``connection`` is still due.
+
+        A send from an earlier connection is not (after a reconnect every live merge
+        was sent again already), nor one for a merge that has ended.
+        """
         return self.connection == connection and self.outbox.is_live(merge)
 
     def _chain(

@@ -210,8 +210,10 @@ class RemoteState(RemoteReads):
 
     @property
     def read_only(self) -> bool:
-        """True once the hub refused a write of this client (its token may only read):
-        from then on merges fail at once with :class:`~sync.wire.errors.WriteDenied`."""
+        """True once the hub refused a write of this client (its token may only read).
+
+        From then on merges fail at once with :class:`~sync.wire.errors.WriteDenied`.
+        """
         return self._core.read_only
 
     def subscribe(self, listener: Callable[[StateUpdate], None]) -> Callable[[], None]:

@@ -98,9 +98,15 @@ class Notifier:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def subscribe(self, session: ServerSession, uri: str) -> None:
+        """Record that ``session`` watches ``uri`` (legacy ``resources/subscribe``).
+
+        Subscribing twice is the same as once; the session is told about every
+        later merge that touches the resource until it unsubscribes.
+        """
         self._legacy.setdefault(uri, set()).add(session)
 
     def unsubscribe(self, session: ServerSession, uri: str) -> None:
+        """Stop telling ``session`` about ``uri``; a no-op if it never subscribed."""
         self._legacy.get(uri, set()).discard(session)
 
     async def listen(

@@ -224,6 +224,19 @@ class StateTools:
 
     # -- reading --------------------------------------------------------------------------
     def read_state(self, args: ReadArgs) -> dict[str, Any]:
+        """Read the whole state, or the given paths, from one consistent snapshot.
+
+        Args:
+            args: the paths to read (``None`` reads the whole state).
+
+        Returns:
+            ``values`` (the snapshot, or path text to value), ``token`` (the
+            version the values were read at, to pass back as a commit's base)
+            and ``missing`` (the requested paths that hold no value).
+
+        Raises:
+            InvalidPath: a requested path is malformed.
+        """
         snapshot, token = self.state.read()
         if args.paths is None:
             return {"values": snapshot, "token": token.to_text(), "missing": []}
@@ -245,6 +258,26 @@ class StateTools:
 
     # -- writing --------------------------------------------------------------------------
     async def commit_changes(self, args: CommitArgs) -> dict[str, Any]:
+        """Commit writes and deletes made against the version ``args.base``.
+
+        A conflict is not an error: it comes back as a result the agent can act
+        on. ``on_change`` is called (and awaited) after a merge on an embedded
+        state that applied at least one path.
+
+        Args:
+            args: the base token, the agent, the path-to-value writes and the
+                paths to delete.
+
+        Returns:
+            ``status`` (``merged``, ``conflict``, or ``retry`` when the commit
+            may succeed unchanged later), ``applied`` and ``conflicts`` (path
+            texts and conflict reports), and ``token`` (the version after the
+            merge, or the current one when nothing merged).
+
+        Raises:
+            CrdtStateError: a path is both written and deleted, or a path or
+                the base token is malformed.
+        """
         base = parse_token(args.base)
         changes: dict[tuple[str, ...], Any] = {parse_path(p): v for p, v in args.changes.items()}
         for text in args.delete:
@@ -286,21 +319,53 @@ class StateTools:
         )
 
     def history(self, args: HistoryArgs) -> dict[str, Any]:
+        """List the recorded changes, oldest first, optionally touching one path.
+
+        Returns:
+            ``changes``: at most ``args.limit`` history entries.
+
+        Raises:
+            NotAvailable: the state is not stored in a file.
+        """
         path = parse_path(args.path) if args.path is not None else None
         entries = self._durable("history", lambda s: s.history(path=path, limit=args.limit))
         return {"changes": [_history(e) for e in entries]}
 
     def blame(self, args: BlameArgs) -> dict[str, Any]:
+        """Tell which change last wrote ``args.path``, an ancestor or a descendant.
+
+        Returns:
+            ``blame``: that change (agent, time, token), or ``None`` if none is
+            recorded.
+
+        Raises:
+            NotAvailable: the state is not stored in a file.
+        """
         path = parse_path(args.path)
         found = self._durable("blame", lambda s: s.blame(path))
         return {"blame": _blame(found) if found is not None else None}
 
     def conflicts(self, args: ConflictsArgs) -> dict[str, Any]:
+        """List the recorded merge conflicts, oldest first, optionally at or below one path.
+
+        Returns:
+            ``conflicts``: each conflict with the merge's applied paths, token and time.
+
+        Raises:
+            NotAvailable: the state is not stored in a file.
+        """
         path = parse_path(args.path) if args.path is not None else None
         records = self._durable("conflicts", lambda s: s.conflicts(path))
         return {"conflicts": [_record(r) for r in records]}
 
     def state_schema(self, args: SchemaArgs) -> dict[str, Any]:
+        """Return the JSON Schema the state validates commits against.
+
+        Works on an embedded state and on a remote one (through its replica).
+
+        Returns:
+            ``schema``: the JSON Schema, or ``None`` when the state has no schema.
+        """
         state = self.state if self.local else self.state.replica
         if state.schema is None:
             return {"schema": None}

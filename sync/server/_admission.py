@@ -1,5 +1,6 @@
-"""Admitting a websocket handshake: the room, the limits, the token, and the grant kept
-until the connection's handler takes it.
+"""Admitting a websocket handshake: the room, the limits, the token and the grant.
+
+The grant is kept until the connection's handler takes it.
 
 :meth:`Admission.check` runs as the server's ``process_request``: it answers a refusal
 (an HTTP response naming the reason in the ``X-Crdt-State-Error`` header) or records the
@@ -91,8 +92,10 @@ class Admission:
         return None
 
     def responded(self, connection: ServerConnection, request: Request, response: Response) -> None:
-        """The server's ``process_response``: forget the grant of a handshake that does not
-        open a connection (websockets refused it after :meth:`check`, or the hub is stopping).
+        """Forget the grant of a handshake that does not open a connection.
+
+        This is the server's ``process_response``: websockets may refuse a handshake
+        after :meth:`check` passed it, or the hub may be stopping.
         """
         if response.status_code != HTTPStatus.SWITCHING_PROTOCOLS or not self._serving():
             self.grants.pop(connection.id, None)

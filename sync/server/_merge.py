@@ -110,17 +110,32 @@ def _report_to_client(conflict: Conflict) -> NoReturn:
 
 
 def unsettled_default(state: SharedState) -> object | None:
-    """The default policy for a merge: every overlap the room's rules do not settle goes
-    back to the client, equal values included (``None``: the room has a default of its own)."""
+    """Choose the default policy for a merge judged in a room.
+
+    Returns:
+        A policy that sends every overlap the room's rules do not settle back to the
+        client, equal values included; ``None`` when the room has a default of its own.
+    """
     return _report_to_client if state.policies.default is resolvers.raise_conflict else None
 
 
 def client_policies(
     state: SharedState, ops: Sequence[Change], named: Sequence[tuple[int, str]]
 ) -> dict[Pattern, object] | None:
-    """The policies the client named for its changes, where the room leaves the conflict
-    to the client: no rule of the room governs the path and the room has no default of
-    its own. Unknown names are ignored (the conflict then goes back to the client)."""
+    """Map the policies the client named for its changes to the paths they govern.
+
+    A named policy is used only where the room leaves the conflict to the client: no
+    rule of the room governs the path and the room has no default of its own. Unknown
+    names are ignored (the conflict then goes back to the client).
+
+    Args:
+        state: the room's state (its policy table decides what the room governs).
+        ops: the merge's changes.
+        named: ``(change index, policy name)`` pairs sent with the merge.
+
+    Returns:
+        The policies by path pattern, or ``None`` when none applies.
+    """
     table = state.policies
     if not named or table.default is not resolvers.raise_conflict:
         return None

@@ -97,8 +97,9 @@ def merge_refusal(
 
 
 def merge_request_id(data: bytes) -> int | None:
-    """The request id of ``data`` when it is a merge request, read from its first bytes
-    only (the changes are not decoded); ``None`` for any other or malformed message.
+    """Read the request id of a merge request from its first bytes only.
+
+    The changes are not decoded. Returns ``None`` for any other or malformed message.
 
     So a request over ``Limits.max_merge_bytes`` is answered (``merge_too_large``)
     without the cost of decoding it.
@@ -125,9 +126,15 @@ def limits_refusal(request: p.MergeRequest, limits: Limits) -> tuple[str, str] |
 
 
 def too_large_reply(data: bytes | str, state: SharedState, max_bytes: int) -> bytes | None:
-    """The error result (``merge_too_large``) answering ``data`` when it is a merge request
-    over ``max_bytes`` bytes, read from its first bytes only; ``None`` otherwise (then the
-    message is decoded as usual)."""
+    """Answer a merge request over ``max_bytes`` bytes without decoding it.
+
+    Only the first bytes of ``data`` are read (see :func:`merge_request_id`).
+
+    Returns:
+        The error result frame (code ``merge_too_large``) when ``data`` is a merge
+        request over ``max_bytes``; ``None`` otherwise (then the message is decoded
+        as usual).
+    """
     if len(data) <= max_bytes or not isinstance(data, bytes):
         return None
     request_id = merge_request_id(data)

@@ -222,8 +222,9 @@ class Room:
         self._schedule()
 
     def send_durable(self, session: Session, frame: bytes) -> None:
-        """Queue ``frame`` for ``session`` once every change made so far is durable, after
-        the frames queued before it (loop thread only).
+        """Queue ``frame`` for ``session`` once every change made so far is durable.
+
+        It goes after the frames queued before it. Call from the loop thread only.
 
         For frames carrying the room's content, e.g. a sync step 2 built from
         ``state.get_update()`` just before this call. Dropped, like the

@@ -21,8 +21,10 @@ _closing: set[asyncio.Task[None]] = set()
 
 
 def close_later(ws: ServerConnection, code: int, reason: str, grace: float = 1.0) -> None:
-    """Close ``ws`` from synchronous code (the close handshake runs as a task); a client
-    that does not answer within ``grace`` seconds (it does not read) is cut off."""
+    """Close ``ws`` from synchronous code; the close handshake runs as a task.
+
+    A client that does not answer within ``grace`` seconds (it does not read) is cut off.
+    """
     task = asyncio.ensure_future(_close_within(ws, code, reason, grace))
     _closing.add(task)
     task.add_done_callback(_closing.discard)

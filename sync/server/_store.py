@@ -38,8 +38,11 @@ def room_file(db: Path, name: str) -> Path:
 
 
 def room_file_fits(name: str) -> bool:
-    """True when every file of room ``name`` (and SQLite's companions) has a name the file
-    system takes: at most :data:`MAX_FILE_NAME` bytes."""
+    """Tell whether every file of room ``name`` has a name the file system takes.
+
+    That is the room's database and SQLite's companion files, each name at most
+    :data:`MAX_FILE_NAME` bytes.
+    """
     return len(quote(name, safe="").encode()) + len(_LONGEST_SUFFIX) <= MAX_FILE_NAME
 
 

@@ -37,6 +37,7 @@ class Grant:
 
     @property
     def can_write(self) -> bool:
+        """True when the token allows merges and updates, not only reads."""
         return self.role == "write"
 
 

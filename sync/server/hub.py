@@ -225,8 +225,10 @@ class Hub:
 
     # -- rooms -----------------------------------------------------------------------
     def _policies_for(self, name: str) -> dict[Any, object]:
-        """The path policies of room ``name``: every matching room glob's, the most
-        specific (most literal characters) last, so its rules win."""
+        """Collect the path policies of room ``name`` from every matching room glob.
+
+        The most specific glob (most literal characters) is applied last, so its rules win.
+        """
         merged: dict[Any, object] = {}
         matching = [glob for glob in self._room_policies if fnmatchcase(name, glob)]
         for glob in sorted(matching, key=lambda g: len(g.replace("*", "").replace("?", ""))):

@@ -70,8 +70,11 @@ class MergeRequested:
 
 @dataclass(frozen=True, slots=True)
 class MergeDenied:
-    """A merge request from a read-only connection: the hub answers it with an error
-    result (code ``read_only``) and keeps the connection open for reads."""
+    """A merge request from a read-only connection.
+
+    The hub answers it with an error result (code ``read_only``) and keeps the
+    connection open for reads.
+    """
 
     request: p.MergeRequest
 
@@ -105,8 +108,10 @@ class PeerRefused(SyncError):
 
     @property
     def permission_denied(self) -> bool:
-        """True when the peer should first get a y-protocols permission-denied message
-        (stock clients log its reason)."""
+        """True when the peer should first get a y-protocols permission-denied message.
+
+        Stock clients log its reason.
+        """
         return self.close_code == CloseCode.POLICY_VIOLATION
 
 

@@ -192,9 +192,12 @@ def encode_merge_request(
 
 
 def _encode_runs(ids: Sequence[int]) -> bytes:
-    """Strictly increasing ids as runs: ``varuint n``, then per run ``varuint gap,
-    varuint length``; a run starts ``gap`` after the end of the one before (after
-    0 for the first) and holds ``length`` (at least 1) consecutive ids."""
+    """Encode strictly increasing ids as runs of consecutive ids.
+
+    The layout is ``varuint n``, then per run ``varuint gap, varuint length``; a
+    run starts ``gap`` after the end of the one before (after 0 for the first)
+    and holds ``length`` (at least 1) consecutive ids.
+    """
     runs = to_runs(ids)
     out = [encode_var_uint(len(runs))]
     end = 0

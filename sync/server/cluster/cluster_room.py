@@ -72,11 +72,17 @@ class ClusterRoom:
         """Set when Redis lost its data (restarted): the replica is loaded again."""
 
     def start(self) -> None:
+        """Start contending for the room's ownership, in a task that runs until :meth:`stop`.
+
+        The hub that wins the lease judges the room's merges; a contender that loses
+        it, or never gets it, keeps trying.
+        """
         self._tasks = [
             asyncio.create_task(self._forever(self._contend), name=f"own {self.name}"),
         ]
 
     async def stop(self) -> None:
+        """Stop the room's tasks and wait until they ended; their errors are not raised."""
         self._stopping = True
         for task in self._tasks:
             task.cancel()
@@ -85,8 +91,11 @@ class ClusterRoom:
                 await task
 
     async def _forever(self, job: Callable[[], Awaitable[None]]) -> None:
-        """Run ``job`` until the room stops; an unexpected error is logged and ``job``
-        starts again."""
+        """Run ``job`` until the room stops, starting it again when it ends.
+
+        An unexpected error, or a cancellation that is not the room's, is logged and
+        ``job`` starts again.
+        """
         while not self._stopping:
             try:
                 await job()
@@ -207,9 +216,14 @@ class ClusterRoom:
 
     # -- forwarded merges ----------------------------------------------------------------
     def remember(self, session: Session, request_id: int) -> None:
+        """Note a merge forwarded for ``session``; it is due within ``answer_timeout``.
+
+        Its answer on ``out`` removes it; :meth:`overdue` reports it when none came.
+        """
         self.pending[(session.id, request_id)] = time.monotonic() + self.node.answer_timeout
 
     def forget_session(self, session: Session) -> None:
+        """Drop every forwarded merge of ``session`` (it is leaving; no answer is awaited)."""
         for key in [k for k in self.pending if k[0] == session.id]:
             del self.pending[key]
 

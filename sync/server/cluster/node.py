@@ -99,21 +99,25 @@ class ClusterNode:
 
     @property
     def redis(self) -> Redis:
+        """The node's Redis client; only valid between :meth:`start` and :meth:`stop`."""
         assert self._redis is not None, "the cluster node is not started"
         return self._redis
 
     @property
     def outbox(self) -> Outbox:
+        """The node's pipelined ``XADD``/``PUBLISH`` queue; only valid once started."""
         assert self._outbox is not None, "the cluster node is not started"
         return self._outbox
 
     @property
     def pool(self) -> AsyncConnectionPool[AsyncConnection[Any]]:
+        """The node's PostgreSQL connection pool; only valid once started."""
         assert self._pool is not None, "the cluster node is not started"
         return self._pool
 
     @property
     def storage(self) -> RoomStorage:
+        """Where rooms load their replica and judge states from; only valid once started."""
         assert self._storage is not None, "the cluster node is not started"
         return self._storage
 
@@ -193,8 +197,11 @@ class ClusterNode:
         await self._append(room, session, UPDATE, update)
 
     async def forward_merge(self, room: Room, session: Session, request: p.MergeRequest) -> None:
-        """Append a session's merge request to the room's ``in`` stream; its answer will
-        come on ``out`` (or the session is closed with 1013 after ``answer_timeout``)."""
+        """Append a session's merge request to the room's ``in`` stream.
+
+        Its answer comes on ``out``; when none comes within ``answer_timeout`` the
+        session is closed with 1013.
+        """
         cluster_room = self.rooms[room.name]
         cluster_room.remember(session, request.request_id)
         await self._append(room, session, MERGE, p.encode_message(request))
@@ -227,8 +234,11 @@ class ClusterNode:
             self._spawn(self.publish_awareness(room, removal_update(clients)))
 
     async def _follow(self) -> None:
-        """Follow every open room's ``out`` stream (one ``XREAD`` for all); an unexpected
-        error is logged and following starts again, every room reloading its replica."""
+        """Follow every open room's ``out`` stream, with one ``XREAD`` for all.
+
+        An unexpected error is logged and following starts again, every room
+        reloading its replica.
+        """
         while True:
             try:
                 await Follower(self.redis, self.rooms).run()
@@ -249,8 +259,10 @@ class ClusterNode:
                     self.close_session(session, TRY_AGAIN_LATER, "merge not answered in time")
 
     async def _watch_redis(self) -> None:
-        """Notice a Redis restart (its ``run_id`` changes): the streams and subscriptions
-        are gone, so every room reloads its replica and awareness is subscribed again.
+        """Notice a Redis restart (its ``run_id`` changes) and recover from it.
+
+        The streams and subscriptions are gone, so every room reloads its replica and
+        awareness is subscribed again.
 
         (A follower's blocking read may reconnect to the new server without an error, and
         would then miss what was published on the old one and not read yet.)

@@ -189,6 +189,7 @@ class RoomOwner:
 
     @property
     def fence(self) -> int:
+        """The fence this owner judges under (the room's while it holds the lease)."""
         return self.ownership.fence.value
 
     async def _trim(self) -> None:

@@ -55,6 +55,7 @@ class Ownership:
 
     @property
     def room(self) -> str:
+        """The name of the held room."""
         return self.fence.room
 
     @property

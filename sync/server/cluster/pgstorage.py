@@ -48,8 +48,10 @@ RETURNING fence
 def fenced_position(
     conn: psycopg.Connection[Any], room: str, fence: int, position: str | None
 ) -> None:
-    """Inside a write transaction: check ``fence`` (locking the room's row until commit)
-    and record ``position`` (``None`` keeps the stored one).
+    """Check ``fence`` and record ``position``, inside a write transaction.
+
+    The check locks the room's row until commit; a ``position`` of ``None`` keeps the
+    stored one.
 
     Raises:
         Fenced: ``fence`` is no longer the room's (another hub claimed it).
@@ -67,8 +69,11 @@ def judge_name(room: str, fence: int | None = None) -> str:
 
 
 def judge_dsn(dsn: str, room: str, fence: int, lease_ttl: float) -> str:
-    """``dsn`` for a judge's connection: named after its room and fence (see
-    :func:`depose`), and ending any transaction left idle for half a lease."""
+    """Build the connection string of a judge's PostgreSQL session from ``dsn``.
+
+    The session is named after its room and fence (see :func:`depose`), and ends any
+    transaction left idle for half a lease.
+    """
     parts = conninfo_to_dict(dsn)
     timeout = max(100, int(lease_ttl * 500))
     options = f"{parts.get('options') or ''} -c idle_in_transaction_session_timeout={timeout}"
@@ -105,9 +110,18 @@ class PositionHook:
         self.position: str | None = None
 
     def committed(self, position: str) -> None:
+        """Note that a batch ending at ``in`` id ``position`` is durable.
+
+        The next transaction records it with the room's state.
+        """
         self.position = position
 
     def __call__(self, conn: psycopg.Connection[Any], last_ticket: int) -> None:
+        """Check the fence and record the committed position, before a commit.
+
+        Raises:
+            Fenced: another hub claimed the room; the transaction must not commit.
+        """
         fenced_position(conn, self.room, self.fence, self.position)
 
 
@@ -123,6 +137,7 @@ class PostgresRoomStorage:
         self._hooks: dict[int, PositionHook] = {}
 
     async def open_replica(self, room: str) -> SharedState:
+        """Load the room's stored snapshot and changes into a follower replica."""
         stored = await asyncio.to_thread(load_stored, self.dsn, room)
         replica = SharedState(follower=True)
         if stored is not None:
@@ -135,6 +150,14 @@ class PostgresRoomStorage:
     async def open_judge(
         self, room: str, ownership: Ownership, resolvers: Mapping[Any, object]
     ) -> SharedState:
+        """Open the room's PostgreSQL store as the judge under ``ownership``'s fence.
+
+        The sessions of earlier judges of the room are ended first (when PostgreSQL
+        allows it), and every commit of the returned state checks the fence.
+
+        Raises:
+            Fenced: on a later commit, once another hub claimed the room.
+        """
         fence = ownership.fence.value
         hook = PositionHook(room, fence)
         try:

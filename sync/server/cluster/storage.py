@@ -44,8 +44,11 @@ class RoomStorage(Protocol):
     async def open_judge(
         self, room: str, ownership: Ownership, resolvers: Mapping[Any, object]
     ) -> SharedState:
-        """The room's state for judging under ``ownership``: loaded now (after the claim),
-        every write of it committed only while ``ownership.fence`` is the room's."""
+        """Load the room's state for judging under ``ownership``, after the claim.
+
+        Every write of the returned state commits only while ``ownership.fence`` is
+        the room's.
+        """
         ...
 
     def committed(self, judge: SharedState, position: str) -> None:
@@ -77,18 +80,21 @@ class StreamReplayStorage:
         return state
 
     async def open_replica(self, room: str) -> SharedState:
+        """An empty follower replica: it takes the room from ``out``'s first entry."""
         return SharedState(follower=True)
 
     async def open_judge(
         self, room: str, ownership: Ownership, resolvers: Mapping[Any, object]
     ) -> SharedState:
+        """A judge holding every update published on the room's ``out`` stream."""
         return await self._replay(room, SharedState(resolvers=resolvers))
 
     def committed(self, judge: SharedState, position: str) -> None:
-        pass
+        """Nothing to record: positions are not stored."""
 
     def forget(self, judge: SharedState) -> None:
-        pass
+        """Nothing to release."""
 
     async def stored_position(self, room: str) -> str | None:
+        """Always ``None``: nothing is stored."""
         return None

@@ -98,8 +98,10 @@ async def append_if_holder(
     *,
     maxlen: int,
 ) -> str | None:
-    """``XADD`` ``fields`` to ``key`` only while ``lease_key`` holds ``token`` (one script,
-    atomic); the new id, or ``None`` when the lease is not ``token``'s.
+    """``XADD`` ``fields`` to ``key`` only while ``lease_key`` holds ``token``.
+
+    One script does both, atomically. Returns the new id, or ``None`` when the lease is
+    not ``token``'s.
 
     Both keys must share a hash tag (the room's). This is what keeps a deposed owner, or
     one whose lease vanished with a Redis restart, from publishing on the room's ``out``

@@ -83,6 +83,8 @@ class InEntry:
 
 
 class AnswerKind(IntEnum):
+    """What an :class:`Answer` asks the session's hub to do with its ``payload``."""
+
     REPLY = 0
     """``payload`` is a merge result frame for the session."""
     CLOSE = 1

@@ -65,8 +65,12 @@ def _path(path: Any) -> list[Any]:
 
 
 def conflict_event(conflict: Conflict | ConflictRecord | WireConflict) -> dict[str, Any]:
-    """One conflict: ``path``, ``base``/``current``/``incoming``, both agents, the policy
-    and the resolution (the value it settled on, or ``{"$unresolved": true}``)."""
+    """Describe one conflict as a JSON event.
+
+    Returns:
+        ``path``, ``base``/``current``/``incoming``, both agents, the policy and the
+        resolution (the value it settled on, or ``{"$unresolved": true}``).
+    """
     if isinstance(conflict, WireConflict):
         settled = conflict.resolution != UNRESOLVED_NAME
         policy: str | None = conflict.resolution if settled else None
@@ -149,8 +153,12 @@ def merge_event(frame: bytes, agent: str | None) -> dict[str, Any] | None:
 
 
 def awareness_states(payload: bytes) -> dict[int, Any]:
-    """``{client_id: state}`` of an awareness update (``None`` for a retired client);
-    ``{}`` when the payload does not parse. A state that is not JSON is kept as text."""
+    """Decode the client states an awareness update carries.
+
+    Returns:
+        ``{client_id: state}`` (``None`` for a retired client; a state that is not
+        JSON is kept as text); ``{}`` when the payload does not parse.
+    """
     states: dict[int, Any] = {}
     try:
         reader = Reader(payload)

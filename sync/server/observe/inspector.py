@@ -66,7 +66,9 @@ class HubView(Protocol):
     secret: str | None
     db: Path | None
 
-    async def room(self, name: str) -> Room: ...
+    async def room(self, name: str) -> Room:
+        """The room called ``name``, loaded (or created) on first use."""
+        ...
 
 
 class Inspector:
@@ -100,8 +102,14 @@ class Inspector:
 
     # -- hooks the hub calls --------------------------------------------------------------
     def merge_judged(self, room: Room, agent: str, frame: bytes, started: float) -> None:
-        """Record one merge the hub judged (``frame``: its result frame; ``started``: the
-        ``time.perf_counter()`` when judging began) and tell the room's feeds."""
+        """Record one merge the hub judged and tell the room's feeds.
+
+        Args:
+            room: the room the merge was judged in.
+            agent: the agent that sent it.
+            frame: its result frame.
+            started: the ``time.perf_counter()`` when judging began.
+        """
         from sync.server.observe.events import merge_event
 
         now = time.perf_counter()

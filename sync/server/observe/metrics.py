@@ -113,8 +113,11 @@ class HubMetrics:
         return generate_latest(self.registry)
 
     def connection_class(self) -> type[ServerConnection]:
-        """A :class:`ServerConnection` subclass that counts the bytes it receives and sends
-        (give it to ``websockets.serve(create_connection=...)``)."""
+        """Make a :class:`ServerConnection` subclass that counts the bytes it moves.
+
+        It counts what it receives and sends; give it to
+        ``websockets.serve(create_connection=...)``.
+        """
         metrics = self
 
         class MeteredConnection(ServerConnection):
