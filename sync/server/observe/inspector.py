@@ -349,8 +349,11 @@ _OK_RESULT_HEAD = bytes((MessageType.MERGE, MergeStep.RESULT))
 
 
 def _accepted(frame: bytes) -> bool:
-    """Whether ``frame`` is a merge result with status ok, read from its header only
-    (``MERGE RESULT varuint(request_id) varuint(status)``; anything unusual: ``False``)."""
+    """Whether ``frame`` is a merge result with status ok, read from its header only.
+
+    The header is ``MERGE RESULT varuint(request_id) varuint(status)``; anything unusual
+    gives ``False``.
+    """
     if not frame.startswith(_OK_RESULT_HEAD):
         return False
     pos = 2
