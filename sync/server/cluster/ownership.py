@@ -122,6 +122,7 @@ async def try_acquire(
     ttl: float,
     on_lost: Callable[[LeaseLost], object] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    on_busy: Callable[[float], object] | None = None,
 ) -> Ownership | None:
     """Take ``room`` if its lease is free: lease, then a new fence, then a running keeper.
 
@@ -129,10 +130,15 @@ async def try_acquire(
     the fresh lease already ran out; it is then released). ``owner`` names this hub (the
     token adds randomness); ``ttl`` is the lease's lifetime in seconds. Raises
     ``ClusterUnavailable`` when Redis or PostgreSQL does not answer (nothing is then held).
+    ``on_busy`` is told, when another holder has the lease, the seconds its lease has
+    left (from the same round trip): a contender sleeps that long, no longer.
     """
     lease = RedisLease(redis, room, new_token(owner), ttl)
     started = clock()
-    if not await lease.acquire():
+    left = await lease.take()
+    if left is not None:
+        if on_busy is not None:
+            on_busy(left)
         return None
     try:
         async with pool.connection() as conn:
