@@ -169,7 +169,8 @@ class ClusterRoom:
             # now: a holder that renews pushes its expiry on), so a dead owner's room is
             # taken within a few milliseconds of its lease running out
             nonlocal wait
-            wait = min(node.lease_ttl / 3, left + EXPIRY_SLACK)
+            if left > 0:  # 0: a key without expiry, not ours to hurry
+                wait = min(node.lease_ttl / 3, left + EXPIRY_SLACK)
 
         while not self._stopping:
             wait = node.lease_ttl / 3

@@ -174,14 +174,16 @@ async def acquire(
     Bound the wait with ``asyncio.timeout``.
     """
     step = poll if poll is not None else min(ttl / 10, 0.1)
-    probe = RedisLease(redis, room, "probe", ttl)
+    left: list[float] = []  # what the last attempt learnt of the holder's lease
     while True:
+        left.clear()
         try:
-            got = await try_acquire(redis, pool, room, owner=owner, ttl=ttl, on_lost=on_lost)
+            got = await try_acquire(
+                redis, pool, room, owner=owner, ttl=ttl, on_lost=on_lost, on_busy=left.append
+            )
             if got is not None:
                 return got
-            left = await probe.remaining()
         except ClusterUnavailable as exc:
             log.info("room %r: cannot contend yet (%s)", room, exc)
-            left = None
-        await asyncio.sleep(step if left is None else max(0.001, min(step, left)))
+        # a lease without expiry (0 s left) is no reason to poll faster than ``step``
+        await asyncio.sleep(max(0.001, min(step, left[0])) if left and left[0] > 0 else step)
