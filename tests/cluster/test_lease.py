@@ -201,3 +201,19 @@ async def test_failed_renewals_are_retried_until_the_deadline() -> None:
 def test_a_lease_needs_a_usable_ttl(ttl: float) -> None:
     with pytest.raises(ValueError):
         RedisLease(Redis(), "r", "t", ttl)
+
+
+async def test_take_says_how_long_the_holders_lease_has_left(redis: Redis) -> None:
+    room = new_room()
+    mine = RedisLease(redis, room, new_token("a"), ttl=5)
+    theirs = RedisLease(redis, room, new_token("b"), ttl=5)
+    assert await mine.take() is None
+    assert await mine.take() is None  # already its own: still held, not refused
+    left = await theirs.take()
+    assert left is not None and 4 < left <= 5
+    assert await lease_holder(redis, room) == mine.token
+    await redis.persist(room_key(room, "owner"))  # a key without expiry: busy, 0 s left
+    assert await theirs.take() == 0
+    assert await mine.release()
+    assert await theirs.take() is None
+    assert await lease_holder(redis, room) == theirs.token

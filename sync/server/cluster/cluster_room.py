@@ -10,7 +10,8 @@ Every hub that has the room open follows it and contends for it:
   that update. When Redis fails (or restarts, losing the
   streams), the room loads the replica again from the durable store once Redis
   answers, so nothing published while it was away is missed.
-- the **contender**: every ``ttl / 3`` it tries to take the room's lease; once it holds
+- the **contender**: tries to take the room's lease, again just after the holder's
+  lease would run out (Redis tells it how long that is; at most ``ttl / 3``); once it holds
   it, it loads a judge state and runs :class:`~sync.server.cluster.owner.RoomOwner` until
   the lease is lost or the store is fenced, then steps down and contends again.
 
@@ -45,6 +46,8 @@ __all__ = ["ClusterRoom", "newest_out_id"]
 log = logging.getLogger("crdt_state.cluster")
 
 TRY_AGAIN_LATER = 1013
+EXPIRY_SLACK = 0.005
+"""Seconds a contender waits past the moment Redis said the holder's lease runs out."""
 
 
 async def newest_out_id(node: NodeContext, room: str) -> str:
@@ -168,16 +171,32 @@ class ClusterRoom:
     # -- ownership ---------------------------------------------------------------------------
     async def _contend(self) -> None:
         node = self.node
+        wait = node.lease_ttl / 3
+
+        def busy(left: float) -> None:
+            # try again just after the holder's lease would expire (at most ttl/3 from
+            # now: a holder that renews pushes its expiry on), so a dead owner's room is
+            # taken within a few milliseconds of its lease running out
+            nonlocal wait
+            if left > 0:  # 0: a key without expiry, not ours to hurry
+                wait = min(node.lease_ttl / 3, left + EXPIRY_SLACK)
+
         while not self._stopping:
+            wait = node.lease_ttl / 3
             try:
                 ownership = await try_acquire(
-                    node.redis, node.pool, self.name, owner=node.hub_id, ttl=node.lease_ttl
+                    node.redis,
+                    node.pool,
+                    self.name,
+                    owner=node.hub_id,
+                    ttl=node.lease_ttl,
+                    on_busy=busy,
                 )
             except ClusterError as exc:
                 log.info("room %r: cannot contend (%s)", self.name, exc)
                 ownership = None
             if ownership is None:
-                await asyncio.sleep(node.lease_ttl / 3)
+                await asyncio.sleep(wait)
                 continue
             try:
                 await self._serve(ownership)

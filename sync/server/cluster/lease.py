@@ -35,6 +35,24 @@ end
 return 0
 """
 
+# KEYS[1] = lease key, ARGV[1] = token, ARGV[2] = ttl in ms. -1 if the token holds the
+# lease now (taken, or already its own), else the milliseconds the current lease has left.
+_TAKE: Final = """
+local holder = redis.call('get', KEYS[1])
+if not holder then
+  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return -1
+end
+if holder == ARGV[1] then
+  return -1
+end
+local left = redis.call('pttl', KEYS[1])
+if left < 0 then
+  return 0
+end
+return left
+"""
+
 # KEYS[1] = lease key, ARGV[1] = token. 1 if deleted, 0 if not ours (or gone).
 _RELEASE: Final = """
 if redis.call('get', KEYS[1]) == ARGV[1] then
@@ -72,6 +90,7 @@ class RedisLease:
         self.ttl: Final = float(ttl)
         self.ttl_ms: Final = max(1, round(ttl * 1000))
         self.key: Final = room_key(room, OWNER)
+        self._take = redis.register_script(_TAKE)
         self._renew = redis.register_script(_RENEW)
         self._release = redis.register_script(_RELEASE)
 
@@ -81,8 +100,18 @@ class RedisLease:
         Also True when the key already holds this token (a ``SET`` that Redis applied but
         whose answer was lost and retried): the lease then runs from the first attempt.
         """
-        done = await _call(self.redis.set(self.key, self.token, nx=True, px=self.ttl_ms))
-        return bool(done) or await self.holder() == self.token
+        return await self.take() is None
+
+    async def take(self) -> float | None:
+        """Take the lease if nobody holds it, in one round trip; ``None`` once it is taken.
+
+        Returns:
+            ``None`` when this token holds the lease now (just taken, or an earlier
+            attempt's ``SET`` took it), else the seconds the current holder's lease has
+            left (0 when Redis reports no expiry): when to try again.
+        """
+        left = int(await _call(self._take(keys=[self.key], args=[self.token, self.ttl_ms])))
+        return None if left == -1 else left / 1000
 
     async def renew(self) -> bool:
         """Extend the lease by ``ttl`` from now if it is still this token's; False if not.

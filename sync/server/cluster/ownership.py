@@ -123,6 +123,7 @@ async def try_acquire(
     ttl: float,
     on_lost: Callable[[LeaseLost], object] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    on_busy: Callable[[float], object] | None = None,
 ) -> Ownership | None:
     """Take ``room`` if its lease is free: lease, then a new fence, then a running keeper.
 
@@ -130,10 +131,15 @@ async def try_acquire(
     the fresh lease already ran out; it is then released). ``owner`` names this hub (the
     token adds randomness); ``ttl`` is the lease's lifetime in seconds. Raises
     ``ClusterUnavailable`` when Redis or PostgreSQL does not answer (nothing is then held).
+    ``on_busy`` is told, when another holder has the lease, the seconds its lease has
+    left (from the same round trip): a contender sleeps that long, no longer.
     """
     lease = RedisLease(redis, room, new_token(owner), ttl)
     started = clock()
-    if not await lease.acquire():
+    left = await lease.take()
+    if left is not None:
+        if on_busy is not None:
+            on_busy(left)
         return None
     try:
         async with pool.connection() as conn:
@@ -169,14 +175,16 @@ async def acquire(
     Bound the wait with ``asyncio.timeout``.
     """
     step = poll if poll is not None else min(ttl / 10, 0.1)
-    probe = RedisLease(redis, room, "probe", ttl)
+    left: list[float] = []  # what the last attempt learnt of the holder's lease
     while True:
+        left.clear()
         try:
-            got = await try_acquire(redis, pool, room, owner=owner, ttl=ttl, on_lost=on_lost)
+            got = await try_acquire(
+                redis, pool, room, owner=owner, ttl=ttl, on_lost=on_lost, on_busy=left.append
+            )
             if got is not None:
                 return got
-            left = await probe.remaining()
         except ClusterUnavailable as exc:
             log.info("room %r: cannot contend yet (%s)", room, exc)
-            left = None
-        await asyncio.sleep(step if left is None else max(0.001, min(step, left)))
+        # a lease without expiry (0 s left) is no reason to poll faster than ``step``
+        await asyncio.sleep(max(0.001, min(step, left[0])) if left and left[0] > 0 else step)
