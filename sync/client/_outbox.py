@@ -21,9 +21,11 @@ How a refused merge goes on:
 - ``conflict``/``retry``: the client's policies settle the conflicts
   (:func:`~sync.client._settle.settle_refusal`) and the merge is sent again with the
   resolved values, in the same place; or it fails with :class:`ConflictError`.
-- ``broken_chain``: the merge waits until every earlier merge of the agent
-  that it depends on has ended, then is judged by the client against what the
-  agent saw (:func:`~sync.client._settle.rejudge`) and sent again without a chain.
+- ``broken_chain`` or ``stale_base`` (its base is older than the hub's retained
+  history: queued across a hub restart or failover): the merge waits until every
+  earlier merge of the agent that it depends on has ended, then is judged by the
+  client against what the agent saw (:func:`~sync.client._settle.rejudge`) and sent
+  again without a chain, on the replica's token.
 - anything else: it fails with :class:`~sync.wire.errors.RemoteError`.
 
 When a merge fails, every later live merge whose chain names it fails too,
@@ -67,6 +69,10 @@ MAX_ROUNDS = 64
 """How many times one merge is sent before it fails (settled conflicts keep coming back)."""
 _ROUND_BACKOFF = Retry(attempts=MAX_ROUNDS, base_delay=0.002, max_delay=0.2)
 _KEEP_FAILED = 100_000
+_REJUDGED = frozenset({"broken_chain", "stale_base"})
+"""Refusals judged again by the client against what the agent saw (a chain the hub could
+not take; a base older than the hub's retained history, e.g. a merge queued across a hub
+restart or a cluster failover, whose new judge starts its history at its snapshot)."""
 
 
 def _names(chain: tuple[int, ...], request_id: int) -> bool:
@@ -248,7 +254,7 @@ class Outbox:
                     rounds=live.rounds,
                 )
                 events = self._finish(live, result)
-            elif reply.error is not None and reply.error.code == "broken_chain":
+            elif reply.error is not None and reply.error.code in _REJUDGED:
                 live.blocked = True
                 events = []
             else:
