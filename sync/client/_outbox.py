@@ -337,15 +337,22 @@ class Outbox:
             self._store.remove_pending(merge.request_id)
         return merge
 
-    def _resend(self, live: _Live, ops: list[Change], base: VersionVector) -> list[Event]:
-        """Send the merge again, in its place, with ``ops`` judged against ``base``."""
+    def _resend(
+        self,
+        live: _Live,
+        ops: list[Change],
+        base: VersionVector,
+        seen: dict[tuple[str, ...], Any] | None = None,
+    ) -> list[Event]:
+        """Send the merge again, in its place, with ``ops`` judged against ``base``
+        (``seen``: the values there, when known: it can then be judged again)."""
         if live.rounds >= MAX_ROUNDS:
             return self._fail(
                 live,
                 ConflictError("conflicts kept coming back from the hub", conflicts=live.conflicts),
             )
         old = live.merge
-        new = PendingMerge(self.new_id(), old.order, old.agent, base, ops)
+        new = PendingMerge(self.new_id(), old.order, old.agent, base, ops, seen=seen)
         self._order_of.pop(old.request_id, None)
         self._order_of[new.request_id] = new.order
         live.merge, live.blocked = new, False
@@ -381,7 +388,12 @@ class Outbox:
         merge = live.merge
         if merge.seen is None:  # no record of what the agent saw: it cannot be judged again
             return self._fail(
-                live, BrokenChain("the hub refused this merge's chain", details={"chain": []})
+                live,
+                BrokenChain(
+                    "the hub refused this merge's chain or stale base, and what the agent "
+                    "saw is not known",
+                    details={"chain": list(merge.chain)},
+                ),
             )
         replica = self._replica
         try:
@@ -403,4 +415,8 @@ class Outbox:
                 agent=merge.agent,
             )
             return self._finish(live, result)
-        return self._resend(live, ops, replica.token)
+        # judged on the replica's values: a hub whose history starts later (it restarted
+        # again, or the replica was behind) refuses it as stale again, and it is judged
+        # again on what the replica holds then
+        seen = {op.path: replica.get(op.path, MISSING) for op in ops if op.kind != "append"}
+        return self._resend(live, ops, replica.token, seen)

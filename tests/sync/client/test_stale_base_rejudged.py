@@ -135,3 +135,32 @@ async def test_merges_queued_across_many_restarts_all_land(tmp_path: Path) -> No
         for a in agents:
             await a.close()
         await hub.stop()
+
+
+async def test_a_queued_merge_and_a_replica_both_older_than_the_history(tmp_path: Path) -> None:
+    """The agent's local file keeps a queued merge and a replica from before the churn: the
+    first judgement again is on that old replica, is refused as stale again, and is judged
+    again until the replica caught up; the merge lands, once."""
+    hub = RestartableHub(tmp_path / "hub.db")
+    local = tmp_path / "a.sqlite"
+    await hub.start()
+    agent = await _remote(hub, "a", local=local)
+    await hub.stop()
+    await eventually(lambda: not agent.connected)
+    branch = agent.fork()
+    branch.set("mine", 1)
+    assert (await branch.amerge()).pending
+    await agent.close()  # the merge waits in the local file
+    await hub.start()
+    await _churn(hub, "b")
+    await hub.stop()
+    await hub.start()  # its history starts after the churn
+    agent = await _remote(hub, "a", local=local)
+    try:
+        await agent.wait_idle()
+        assert agent.failed == []
+        assert (await hub.state(ROOM)) == {"b": CHURN - 1, "mine": 1}
+        await eventually(lambda: agent.get("mine") == 1 and agent.get("b") == CHURN - 1)
+    finally:
+        await agent.close()
+        await hub.stop()
