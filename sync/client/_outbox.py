@@ -21,9 +21,11 @@ How a refused merge goes on:
 - ``conflict``/``retry``: the client's policies settle the conflicts
   (:func:`~sync.client._settle.settle_refusal`) and the merge is sent again with the
   resolved values, in the same place; or it fails with :class:`ConflictError`.
-- ``broken_chain``: the merge waits until every earlier merge of the agent
-  that it depends on has ended, then is judged by the client against what the
-  agent saw (:func:`~sync.client._settle.rejudge`) and sent again without a chain.
+- ``broken_chain`` or ``stale_base`` (its base is older than the hub's retained
+  history: queued across a hub restart or failover): the merge waits until every
+  earlier merge of the agent that it depends on has ended, then is judged by the
+  client against what the agent saw (:func:`~sync.client._settle.rejudge`) and sent
+  again without a chain, on the replica's token.
 - anything else: it fails with :class:`~sync.wire.errors.RemoteError`.
 
 When a merge fails, every later live merge whose chain names it fails too,
@@ -67,6 +69,10 @@ MAX_ROUNDS = 64
 """How many times one merge is sent before it fails (settled conflicts keep coming back)."""
 _ROUND_BACKOFF = Retry(attempts=MAX_ROUNDS, base_delay=0.002, max_delay=0.2)
 _KEEP_FAILED = 100_000
+_REJUDGED = frozenset({"broken_chain", "stale_base"})
+"""Refusals judged again by the client against what the agent saw (a chain the hub could
+not take; a base older than the hub's retained history, e.g. a merge queued across a hub
+restart or a cluster failover, whose new judge starts its history at its snapshot)."""
 
 
 def _names(chain: tuple[int, ...], request_id: int) -> bool:
@@ -266,7 +272,7 @@ class Outbox:
                     rounds=live.rounds,
                 )
                 events = self._finish(live, result)
-            elif reply.error is not None and reply.error.code == "broken_chain":
+            elif reply.error is not None and reply.error.code in _REJUDGED:
                 live.blocked = True
                 events = []
             else:
@@ -360,15 +366,22 @@ class Outbox:
             self._store.remove_pending(merge.request_id)
         return merge
 
-    def _resend(self, live: _Live, ops: list[Change], base: VersionVector) -> list[Event]:
-        """Send the merge again, in its place, with ``ops`` judged against ``base``."""
+    def _resend(
+        self,
+        live: _Live,
+        ops: list[Change],
+        base: VersionVector,
+        seen: dict[tuple[str, ...], Any] | None = None,
+    ) -> list[Event]:
+        """Send the merge again, in its place, with ``ops`` judged against ``base``
+        (``seen``: the values there, when known: it can then be judged again)."""
         if live.rounds >= MAX_ROUNDS:
             return self._fail(
                 live,
                 ConflictError("conflicts kept coming back from the hub", conflicts=live.conflicts),
             )
         old = live.merge
-        new = PendingMerge(self.new_id(), old.order, old.agent, base, ops)
+        new = PendingMerge(self.new_id(), old.order, old.agent, base, ops, seen=seen)
         self._order_of.pop(old.request_id, None)
         self._order_of[new.request_id] = new.order
         live.merge, live.blocked = new, False
@@ -404,7 +417,12 @@ class Outbox:
         merge = live.merge
         if merge.seen is None:  # no record of what the agent saw: it cannot be judged again
             return self._fail(
-                live, BrokenChain("the hub refused this merge's chain", details={"chain": []})
+                live,
+                BrokenChain(
+                    "the hub refused this merge's chain or stale base, and what the agent "
+                    "saw is not known",
+                    details={"chain": list(merge.chain)},
+                ),
             )
         replica = self._replica
         try:
@@ -426,4 +444,8 @@ class Outbox:
                 agent=merge.agent,
             )
             return self._finish(live, result)
-        return self._resend(live, ops, replica.token)
+        # judged on the replica's values: a hub whose history starts later (it restarted
+        # again, or the replica was behind) refuses it as stale again, and it is judged
+        # again on what the replica holds then
+        seen = {op.path: replica.get(op.path, MISSING) for op in ops if op.kind != "append"}
+        return self._resend(live, ops, replica.token, seen)

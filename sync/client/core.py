@@ -246,14 +246,14 @@ class ClientCore:
         """The ids of the unconfirmed merges ``ops`` build on, and what the agent saw.
 
         ``seen`` holds the value the agent's view had, before its own changes, at each
-        path ``ops`` set or delete (``None`` without a chain).
+        path ``ops`` set or delete (``None`` for a base that is not a
+        :class:`RemoteToken`): with it, a merge the hub refuses for its chain or its
+        stale base is judged again by the client.
         """
-        if not isinstance(base, RemoteToken) or not base.overlay.entries:
+        if not isinstance(base, RemoteToken):
             return (), None
         overlay, seq = base.overlay, base.seq
-        chained = chain_of(overlay.entries, ops)
-        if not chained:
-            return (), None
+        chained = chain_of(overlay.entries, ops) if overlay.entries else []
         gone = sorted(e.request_id for e in chained if self.outbox.is_failed(e.request_id))
         if gone:  # computed on top of a change that will never be applied
             raise BrokenChain(
@@ -270,6 +270,8 @@ class ClientCore:
                 views[key] = self.outbox.view_of(key, seq, overlay)
             value = views[key]
             seen[op.path] = MISSING if value is MISSING else tree_get({key: value}, op.path)
+        if not chained:  # ``seen`` still lets the client judge it again (stale base)
+            return (), seen
         # the chain names every merge the view held (a superset of those it builds on,
         # mostly one run of consecutive ids); only those it depends on can fail it
         ids = sorted(
