@@ -373,8 +373,10 @@ class Outbox:
         base: VersionVector,
         seen: dict[tuple[str, ...], Any] | None = None,
     ) -> list[Event]:
-        """Send the merge again, in its place, with ``ops`` judged against ``base``
-        (``seen``: the values there, when known: it can then be judged again)."""
+        """Send the merge again, in its place, with ``ops`` judged against ``base``.
+
+        ``seen`` holds the values there, when known: the merge can then be judged again.
+        """
         if live.rounds >= MAX_ROUNDS:
             return self._fail(
                 live,
