@@ -45,7 +45,8 @@ from ._pg_connect import (
     safe_dsn,
 )
 from ._pg_reads import PgReads, StoredHistory, compact
-from ._pg_writer import Audit, Item, Request, write_batch
+from ._pg_writer import write_batch
+from ._queued_items import Audit, Item, RememberedRequest
 from .conflicts import Conflict, StateUpdate
 from .errors import StorageError
 from .journal import (
@@ -255,7 +256,7 @@ class PostgresStore(StoredHistory):
 
     def remember_request(self, key: RequestKey, token: VersionVector, seq: int, clean: bool) -> int:
         """Queue an applied request that wrote nothing (``seq``: the head then); a ticket."""
-        return self._enqueue(Request(key, token, seq, clean))
+        return self._enqueue(RememberedRequest(key, token, seq, clean))
 
     def _enqueue(self, item: Item) -> int:
         self._writable()
@@ -292,11 +293,16 @@ class PostgresStore(StoredHistory):
             run_hook(self._refused, self._conn, 0, self.where)
         with self._conn.transaction():
             written = write_batch(
-                self._conn, self.key, batch, self._last_seq, self._log_rows, self.where
+                self._conn,
+                self.key,
+                [item for _, item in batch],
+                self._last_seq,
+                self._log_rows,
+                self.where,
             )
             self._hook(batch[-1][0])
         self._last_seq = written.last_seq
-        self._log_rows += written.added
+        self._log_rows = written.log_rows
         self.epochs += written.epochs
         self._stored_ticket = batch[-1][0]
 

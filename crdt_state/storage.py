@@ -25,8 +25,9 @@ from typing import Any, Final
 from . import _sqlite_file as sqlfile
 from . import _sqlite_log as sqllog
 from ._group_commit import GroupCommit
+from ._queued_items import Audit, Item, RememberedRequest
 from ._sqlite_reads import SqliteReads, compact
-from ._sqlite_writes import Audit, Item, RememberedRequest, write_batch
+from ._sqlite_writes import write_batch
 from .conflicts import Conflict, StateUpdate
 from .errors import StorageError
 from .journal import (
