@@ -26,7 +26,7 @@ from .version import VersionVector
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["PgReads", "StoredHistory", "compact"]
+__all__ = ["PgReads", "compact"]
 
 
 class PgReads:
@@ -97,55 +97,6 @@ class PgReads:
         """Audited conflicts, oldest first, at or below ``path``, from time ``since``."""
         with self._read():
             return pglog.conflict_rows(self._conn, self._key, path, since)
-
-
-class StoredHistory:
-    """The history queries of :class:`~crdt_state.postgres.PostgresStore`.
-
-    Each flushes the store's queued writes, then asks :class:`PgReads`.
-    """
-
-    _reads: PgReads
-
-    def flush(self) -> None:
-        raise NotImplementedError
-
-    def history(
-        self,
-        *,
-        agent: str | None = None,
-        path: Any = None,
-        since: float | None = None,
-        until: float | None = None,
-        limit: int | None = None,
-    ) -> list[HistoryEntry]:
-        """Retained changes, oldest first (filters as :meth:`SqliteStore.history`)."""
-        self.flush()
-        return self._reads.history(agent=agent, path=path, since=since, until=until, limit=limit)
-
-    def at(self, token: VersionVector) -> dict[str, Any]:
-        """The content when the state had exactly ``token``.
-
-        Raises:
-            StaleBase: a version compacted away.
-            UnknownBase: a token this state never had.
-        """
-        if not isinstance(token, VersionVector):
-            raise TypeError("at() takes a VersionVector")
-        self.flush()
-        return self._reads.at(token)
-
-    def blame(self, path: Path) -> BlameEntry | None:
-        """The newest change that wrote ``path``, an ancestor or a descendant; None if none."""
-        self.flush()
-        return self._reads.blame(path)
-
-    def conflicts(
-        self, path: Path | None = None, since: float | None = None
-    ) -> list[ConflictRecord]:
-        """Audited conflicts, oldest first, at or below ``path``, from time ``since``."""
-        self.flush()
-        return self._reads.conflicts(path, since)
 
 
 def compact(
