@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 from . import _pg_log as pglog
 from . import _sqlite_reads as common
 from ._document import doc_read, doc_snapshot
+from ._history_query import HistoryQuery, missing_version
 from ._pg_connect import failures
-from .errors import StaleBase, StorageError, UnknownBase
+from .errors import StorageError
 from .journal import BlameEntry, ConflictRecord, HistoryEntry, StoredState
-from .paths import Path, parse_path, related
+from .paths import Path
 from .values import MISSING
 from .version import VersionVector
 
@@ -47,27 +48,11 @@ class PgReads:
         with self._db, failing, self._conn.transaction():
             yield
 
-    def history(
-        self,
-        *,
-        agent: str | None,
-        path: Any,
-        since: float | None,
-        until: float | None,
-        limit: int | None,
-    ) -> list[HistoryEntry]:
-        """Retained changes, oldest first (see :meth:`PostgresStore.history`)."""
-        wanted = parse_path(path) if path is not None else None
+    def history(self, query: HistoryQuery) -> list[HistoryEntry]:
+        """Retained changes, oldest first, that ``query`` wants."""
         with self._read():
-            rows = pglog.history_rows(self._conn, self._key, agent, since, until)
-        out = [
-            HistoryEntry(
-                seq=r.seq, token=r.token, agent=r.agent, paths=r.paths, time=r.time, origin=r.origin
-            )
-            for r in rows
-            if wanted is None or any(related(p, wanted) for p in r.paths)
-        ]
-        return out[-limit:] if limit is not None else out
+            rows = pglog.history_rows(self._conn, self._key, query.agent, query.since, query.until)
+        return query.pick(rows)
 
     def at(self, token: VersionVector) -> dict[str, Any]:
         """The content when the state had exactly ``token`` (see :meth:`PostgresStore.at`)."""
@@ -78,14 +63,7 @@ class PgReads:
             else:
                 stored = pglog.load(self._conn, self._key, upto=seq)
         if seq is None:
-            if token <= oldest:
-                raise StaleBase(
-                    "this version is older than the retained history (compacted away)",
-                    details={"token": str(token), "oldest": str(oldest)},
-                )
-            raise UnknownBase(
-                "this state never had exactly this version", details={"token": str(token)}
-            )
+            raise missing_version(token, oldest)
         return doc_snapshot(common.replay(stored))
 
     def blame(self, path: Path) -> BlameEntry | None:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ._group_commit import GroupCommit
+from ._history_query import HistoryQuery
 from ._queued_items import Audit, Item, RememberedRequest
 from .conflicts import Conflict, StateUpdate
 from .errors import StorageError
@@ -34,16 +35,8 @@ __all__ = ["QueuedStore", "StoreReads"]
 class StoreReads(Protocol):
     """An engine's history queries (the caller has flushed the store's writes)."""
 
-    def history(
-        self,
-        *,
-        agent: str | None,
-        path: Any,
-        since: float | None,
-        until: float | None,
-        limit: int | None,
-    ) -> list[HistoryEntry]:
-        """Retained changes, oldest first, filtered."""
+    def history(self, query: HistoryQuery) -> list[HistoryEntry]:
+        """Retained changes, oldest first, that ``query`` wants."""
         ...
 
     def at(self, token: VersionVector) -> dict[str, Any]:
@@ -239,7 +232,7 @@ class QueuedStore:
             limit: only the newest ``limit`` matches.
         """
         self.flush()
-        return self._reads.history(agent=agent, path=path, since=since, until=until, limit=limit)
+        return self._reads.history(HistoryQuery.of(agent, path, since, until, limit))
 
     def at(self, token: VersionVector) -> dict[str, Any]:
         """The content when the state had exactly ``token``.
