@@ -9,14 +9,22 @@ transaction. Knows SQL, not pycrdt or threads.
 
 from __future__ import annotations
 
-import json
 import time
 import zlib
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from . import _stored_rows as rows
-from ._sqlite_file import descendants_range, encode_value, path_key
+from ._sql_params import (
+    CONFLICT_COLUMNS,
+    LOG_COLUMNS,
+    conflict_filters,
+    conflict_params,
+    history_filters,
+    log_params,
+    paths_json,
+)
+from ._sqlite_file import descendants_range, path_key
 from .conflicts import Conflict, StateUpdate
 from .errors import StorageError
 from .journal import BlameEntry, ConflictRecord, StoredChange, StoredRequest, StoredState
@@ -47,15 +55,10 @@ __all__ = [
 ]
 
 _NOUN: Final = "stored state"
-_LOG_COLUMNS: Final = "seq, token, doc_update, agent, origin, time, paths"
 
 
 def _log_row(row: Sequence[Any]) -> StoredChange:
     return rows.stored_change(row, _NOUN)
-
-
-def _paths_json(paths: Sequence[Path]) -> str:
-    return json.dumps([list(p) for p in paths])
 
 
 def exists(conn: Conn, key: str) -> bool:
@@ -84,17 +87,12 @@ def load(conn: Conn, key: str, upto: int | None = None) -> StoredState:
     changes = [
         _log_row(r)
         for r in conn.execute(
-            f"SELECT {_LOG_COLUMNS} FROM crdt_store_log WHERE key = %s AND seq > %s"
+            f"SELECT {LOG_COLUMNS} FROM crdt_store_log WHERE key = %s AND seq > %s"
             " AND (%s < 0 OR seq <= %s) ORDER BY seq",
             (key, snap[0], limit, limit),
         )
     ]
-    for expected, row in enumerate(changes, start=int(snap[0]) + 1):
-        if row.seq != expected:
-            raise StorageError(
-                "the stored state is damaged: the change log has a gap",
-                details={"expected_seq": expected, "found_seq": row.seq},
-            )
+    rows.check_gapless(changes, int(snap[0]), _NOUN)
     snapshot = rows.decompressed(snap[2], _NOUN, "snapshot", "doc", snap[0])
     return StoredState(
         snapshot_seq=int(snap[0]),
@@ -150,20 +148,10 @@ def history_rows(
     conn: Conn, key: str, agent: str | None, since: float | None, until: float | None
 ) -> list[StoredChange]:
     """Stored changes, oldest first, filtered by agent and time."""
-    clauses = ["key = %s"]
-    params: list[Any] = [key]
-    if agent is not None:
-        clauses.append("agent = %s")
-        params.append(agent)
-    if since is not None:
-        clauses.append("time >= %s")
-        params.append(since)
-    if until is not None:
-        clauses.append("time <= %s")
-        params.append(until)
-    where = " AND ".join(clauses)
+    clauses, params = history_filters(agent, since, until, "%s")
+    where = " AND ".join(["key = %s", *clauses])
     cursor = conn.execute(
-        f"SELECT {_LOG_COLUMNS} FROM crdt_store_log WHERE {where} ORDER BY seq", params
+        f"SELECT {LOG_COLUMNS} FROM crdt_store_log WHERE {where} ORDER BY seq", [key, *params]
     )
     return [_log_row(r) for r in cursor]
 
@@ -186,20 +174,11 @@ def conflict_rows(
     conn: Conn, key: str, path: Path | None, since: float | None
 ) -> list[ConflictRecord]:
     """Audit-log rows, oldest first, at or below ``path``, from time ``since``."""
-    clauses = ["key = %s"]
-    params: list[Any] = [key]
-    if path is not None:
-        low, high = descendants_range(path)
-        clauses.append("(path = %s OR (path >= %s AND path < %s))")
-        params.extend([path_key(path), low, high])
-    if since is not None:
-        clauses.append("time >= %s")
-        params.append(since)
+    clauses, params = conflict_filters(path, since, "%s")
+    where = " AND ".join(["key = %s", *clauses])
     cursor = conn.execute(
-        "SELECT path, base, current, incoming, current_agent, incoming_agent, policy,"
-        " resolution, applied, token, time FROM crdt_store_conflicts"
-        f" WHERE {' AND '.join(clauses)} ORDER BY id",
-        params,
+        f"SELECT {CONFLICT_COLUMNS} FROM crdt_store_conflicts WHERE {where} ORDER BY id",
+        [key, *params],
     )
     return [rows.conflict_record(row, _NOUN) for row in cursor]
 
@@ -235,11 +214,8 @@ def append_changes(conn: Conn, key: str, changes: Sequence[StateUpdate]) -> None
     tokens = [c.token.to_state() for c in changes]
     pairs = list(zip(changes, tokens, strict=True))
     conn.cursor().executemany(
-        f"INSERT INTO crdt_store_log (key, {_LOG_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-        [
-            (key, c.seq, t, c.update, c.agent, c.origin, c.time, _paths_json(c.paths))
-            for c, t in pairs
-        ],
+        f"INSERT INTO crdt_store_log (key, {LOG_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+        [(key, *row) for row in log_params(changes, tokens)],
     )
     newest: dict[str, tuple[str, str, int, str | None, float, bytes]] = {}
     for c, t in pairs:  # one row per path: the newest write (an upsert may not repeat a key)
@@ -251,7 +227,7 @@ def append_changes(conn: Conn, key: str, changes: Sequence[StateUpdate]) -> None
         if change.conflicts:
             append_conflicts(conn, key, change.conflicts, token, change.time, True)
     requests = [
-        (key, c.writer or "", c.request_id, c.seq, t, _paths_json(c.paths), not c.conflicts)
+        (key, c.writer or "", c.request_id, c.seq, t, paths_json(c.paths), not c.conflicts)
         for c, t in pairs
         if c.request_id is not None
     ]
@@ -275,23 +251,7 @@ def append_conflicts(
     applied: bool,
 ) -> None:
     """Add conflicts (and their resolutions) to the audit log."""
-    rows = [
-        (
-            key,
-            when,
-            path_key(c.path),
-            encode_value(c.base),
-            encode_value(c.current),
-            encode_value(c.incoming),
-            c.current_agent,
-            c.incoming_agent,
-            c.policy,
-            encode_value(c.resolution),
-            applied,
-            token,
-        )
-        for c in conflicts
-    ]
+    rows = [(key, *row, applied, token) for row in conflict_params(conflicts, when)]
     if rows:
         conn.cursor().executemany(
             "INSERT INTO crdt_store_conflicts (key, time, path, base, current, incoming,"

@@ -16,17 +16,18 @@ from typing import TYPE_CHECKING, Any
 from . import _pg_log as pglog
 from . import _sqlite_reads as common
 from ._document import doc_read, doc_snapshot
+from ._history_query import HistoryQuery, missing_version
 from ._pg_connect import failures
-from .errors import StaleBase, StorageError, UnknownBase
+from .errors import StorageError
 from .journal import BlameEntry, ConflictRecord, HistoryEntry, StoredState
-from .paths import Path, parse_path, related
+from .paths import Path
 from .values import MISSING
 from .version import VersionVector
 
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["PgReads", "StoredHistory", "compact"]
+__all__ = ["PgReads", "compact"]
 
 
 class PgReads:
@@ -47,27 +48,11 @@ class PgReads:
         with self._db, failing, self._conn.transaction():
             yield
 
-    def history(
-        self,
-        *,
-        agent: str | None,
-        path: Any,
-        since: float | None,
-        until: float | None,
-        limit: int | None,
-    ) -> list[HistoryEntry]:
-        """Retained changes, oldest first (see :meth:`PostgresStore.history`)."""
-        wanted = parse_path(path) if path is not None else None
+    def history(self, query: HistoryQuery) -> list[HistoryEntry]:
+        """Retained changes, oldest first, that ``query`` wants."""
         with self._read():
-            rows = pglog.history_rows(self._conn, self._key, agent, since, until)
-        out = [
-            HistoryEntry(
-                seq=r.seq, token=r.token, agent=r.agent, paths=r.paths, time=r.time, origin=r.origin
-            )
-            for r in rows
-            if wanted is None or any(related(p, wanted) for p in r.paths)
-        ]
-        return out[-limit:] if limit is not None else out
+            rows = pglog.history_rows(self._conn, self._key, query.agent, query.since, query.until)
+        return query.pick(rows)
 
     def at(self, token: VersionVector) -> dict[str, Any]:
         """The content when the state had exactly ``token`` (see :meth:`PostgresStore.at`)."""
@@ -78,14 +63,7 @@ class PgReads:
             else:
                 stored = pglog.load(self._conn, self._key, upto=seq)
         if seq is None:
-            if token <= oldest:
-                raise StaleBase(
-                    "this version is older than the retained history (compacted away)",
-                    details={"token": str(token), "oldest": str(oldest)},
-                )
-            raise UnknownBase(
-                "this state never had exactly this version", details={"token": str(token)}
-            )
+            raise missing_version(token, oldest)
         return doc_snapshot(common.replay(stored))
 
     def blame(self, path: Path) -> BlameEntry | None:
@@ -97,55 +75,6 @@ class PgReads:
         """Audited conflicts, oldest first, at or below ``path``, from time ``since``."""
         with self._read():
             return pglog.conflict_rows(self._conn, self._key, path, since)
-
-
-class StoredHistory:
-    """The history queries of :class:`~crdt_state.postgres.PostgresStore`.
-
-    Each flushes the store's queued writes, then asks :class:`PgReads`.
-    """
-
-    _reads: PgReads
-
-    def flush(self) -> None:
-        raise NotImplementedError
-
-    def history(
-        self,
-        *,
-        agent: str | None = None,
-        path: Any = None,
-        since: float | None = None,
-        until: float | None = None,
-        limit: int | None = None,
-    ) -> list[HistoryEntry]:
-        """Retained changes, oldest first (filters as :meth:`SqliteStore.history`)."""
-        self.flush()
-        return self._reads.history(agent=agent, path=path, since=since, until=until, limit=limit)
-
-    def at(self, token: VersionVector) -> dict[str, Any]:
-        """The content when the state had exactly ``token``.
-
-        Raises:
-            StaleBase: a version compacted away.
-            UnknownBase: a token this state never had.
-        """
-        if not isinstance(token, VersionVector):
-            raise TypeError("at() takes a VersionVector")
-        self.flush()
-        return self._reads.at(token)
-
-    def blame(self, path: Path) -> BlameEntry | None:
-        """The newest change that wrote ``path``, an ancestor or a descendant; None if none."""
-        self.flush()
-        return self._reads.blame(path)
-
-    def conflicts(
-        self, path: Path | None = None, since: float | None = None
-    ) -> list[ConflictRecord]:
-        """Audited conflicts, oldest first, at or below ``path``, from time ``since``."""
-        self.flush()
-        return self._reads.conflicts(path, since)
 
 
 def compact(

@@ -7,17 +7,24 @@ Rows come back as the named records of the storage interface
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 import zlib
 from collections.abc import Iterable, Sequence
-from typing import Any, Final
+from typing import Any
 
 from . import _stored_rows as rows
+from ._sql_params import (
+    CONFLICT_COLUMNS,
+    LOG_COLUMNS,
+    conflict_filters,
+    conflict_params,
+    history_filters,
+    log_params,
+    paths_json,
+)
 from ._sqlite_file import (
     descendants_range,
-    encode_value,
     path_key,
     transaction,
 )
@@ -50,9 +57,6 @@ def _log_row(row: Sequence[Any]) -> StoredChange:
     return rows.stored_change(row)
 
 
-_LOG_COLUMNS: Final = "seq, token, doc_update, agent, origin, time, paths"
-
-
 def load(conn: sqlite3.Connection, upto: int | None = None) -> StoredState:
     """The snapshot and the log rows after it (up to seq ``upto`` when given), in order.
 
@@ -65,16 +69,11 @@ def load(conn: sqlite3.Connection, upto: int | None = None) -> StoredState:
     changes = [
         _log_row(r)
         for r in conn.execute(
-            f"SELECT {_LOG_COLUMNS} FROM log WHERE seq > ? AND (? < 0 OR seq <= ?) ORDER BY seq",
+            f"SELECT {LOG_COLUMNS} FROM log WHERE seq > ? AND (? < 0 OR seq <= ?) ORDER BY seq",
             (snap[0], limit, limit),
         )
     ]
-    for expected, row in enumerate(changes, start=snap[0] + 1):
-        if row.seq != expected:
-            raise StorageError(
-                "the state file is damaged: the change log has a gap",
-                details={"expected_seq": expected, "found_seq": row.seq},
-            )
+    rows.check_gapless(changes, snap[0], rows.SQLITE)
     snapshot = rows.decompressed(snap[2], rows.SQLITE, "snapshot", "doc", snap[0])
     return StoredState(
         snapshot_seq=snap[0],
@@ -98,19 +97,9 @@ def history_rows(
     conn: sqlite3.Connection, agent: str | None, since: float | None, until: float | None
 ) -> list[StoredChange]:
     """Stored changes, oldest first, filtered by agent and time."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    if agent is not None:
-        clauses.append("agent = ?")
-        params.append(agent)
-    if since is not None:
-        clauses.append("time >= ?")
-        params.append(since)
-    if until is not None:
-        clauses.append("time <= ?")
-        params.append(until)
+    clauses, params = history_filters(agent, since, until, "?")
     where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-    cursor = conn.execute(f"SELECT {_LOG_COLUMNS} FROM log{where} ORDER BY seq", params)
+    cursor = conn.execute(f"SELECT {LOG_COLUMNS} FROM log{where} ORDER BY seq", params)
     return [_log_row(r) for r in cursor]
 
 
@@ -133,21 +122,9 @@ def conflict_rows(
     conn: sqlite3.Connection, path: Path | None, since: float | None
 ) -> list[ConflictRecord]:
     """Audit-log rows, oldest first, at or below ``path``, from time ``since``."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    if path is not None:
-        low, high = descendants_range(path)
-        clauses.append("(path = ? OR (path >= ? AND path < ?))")
-        params.extend([path_key(path), low, high])
-    if since is not None:
-        clauses.append("time >= ?")
-        params.append(since)
+    clauses, params = conflict_filters(path, since, "?")
     where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-    cursor = conn.execute(
-        "SELECT path, base, current, incoming, current_agent, incoming_agent, policy,"
-        f" resolution, applied, token, time FROM conflicts{where} ORDER BY id",
-        params,
-    )
+    cursor = conn.execute(f"SELECT {CONFLICT_COLUMNS} FROM conflicts{where} ORDER BY id", params)
     return [rows.conflict_record(row) for row in cursor]
 
 
@@ -165,11 +142,8 @@ def append_changes(conn: sqlite3.Connection, changes: Sequence[StateUpdate]) -> 
         return
     tokens = [c.token.to_state() for c in changes]
     conn.executemany(
-        f"INSERT INTO log ({_LOG_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [
-            (c.seq, t, c.update, c.agent, c.origin, c.time, _paths_json(c.paths))
-            for c, t in zip(changes, tokens, strict=True)
-        ],
+        f"INSERT INTO log ({LOG_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        log_params(changes, tokens),
     )
     conn.executemany(
         "INSERT OR REPLACE INTO blame (path, seq, agent, time, token) VALUES (?, ?, ?, ?, ?)",
@@ -188,7 +162,7 @@ def append_changes(conn: sqlite3.Connection, changes: Sequence[StateUpdate]) -> 
             "INSERT OR REPLACE INTO writer_requests (writer, id, seq, token, paths, clean)"
             " VALUES (?, ?, ?, ?, ?, ?)",
             [
-                (c.writer or "", c.request_id, c.seq, t, _paths_json(c.paths), int(not c.conflicts))
+                (c.writer or "", c.request_id, c.seq, t, paths_json(c.paths), int(not c.conflicts))
                 for c, t in requests
             ],
         )
@@ -203,10 +177,6 @@ def remember_request(
         " VALUES (?, ?, ?, ?, '[]', ?)",
         (writer, request_id, seq, token, int(clean)),
     )
-
-
-def _paths_json(paths: Sequence[Path]) -> str:
-    return json.dumps([list(p) for p in paths])
 
 
 def recent_requests(conn: sqlite3.Connection) -> list[StoredRequest]:
@@ -240,22 +210,7 @@ def append_conflicts(
         "INSERT INTO conflicts (time, path, base, current, incoming, current_agent,"
         " incoming_agent, policy, resolution, applied, token)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            (
-                when,
-                path_key(c.path),
-                encode_value(c.base),
-                encode_value(c.current),
-                encode_value(c.incoming),
-                c.current_agent,
-                c.incoming_agent,
-                c.policy,
-                encode_value(c.resolution),
-                int(applied),
-                token,
-            )
-            for c in conflicts
-        ],
+        [(*row, int(applied), token) for row in conflict_params(conflicts, when)],
     )
 
 

@@ -16,9 +16,10 @@ from pycrdt import Doc
 
 from . import _sqlite_log as sqllog
 from ._document import doc_from_content, doc_read, doc_snapshot
-from .errors import StaleBase, StorageError, UnknownBase, translate_failures
+from ._history_query import HistoryQuery, missing_version
+from .errors import StorageError, translate_failures
 from .journal import BlameEntry, ConflictRecord, HistoryEntry, StoredState
-from .paths import Path, parse_path, related
+from .paths import Path
 from .values import MISSING
 from .version import VersionVector
 
@@ -51,27 +52,11 @@ class SqliteReads:
                     details={"file": self._file, "sqlite": str(exc)},
                 ) from exc
 
-    def history(
-        self,
-        *,
-        agent: str | None,
-        path: Any,
-        since: float | None,
-        until: float | None,
-        limit: int | None,
-    ) -> list[HistoryEntry]:
-        """Retained changes, oldest first (see :meth:`SqliteStore.history`)."""
-        wanted = parse_path(path) if path is not None else None
+    def history(self, query: HistoryQuery) -> list[HistoryEntry]:
+        """Retained changes, oldest first, that ``query`` wants."""
         with self._reading():
-            rows = sqllog.history_rows(self._conn, agent, since, until)
-        out = [
-            HistoryEntry(
-                seq=r.seq, token=r.token, agent=r.agent, paths=r.paths, time=r.time, origin=r.origin
-            )
-            for r in rows
-            if wanted is None or any(related(p, wanted) for p in r.paths)
-        ]
-        return out[-limit:] if limit is not None else out
+            rows = sqllog.history_rows(self._conn, query.agent, query.since, query.until)
+        return query.pick(rows)
 
     def at(self, token: VersionVector) -> dict[str, Any]:
         """The content when the state had exactly ``token`` (see :meth:`SqliteStore.at`)."""
@@ -82,14 +67,7 @@ class SqliteReads:
             else:
                 stored = sqllog.load(self._conn, upto=seq)
         if seq is None:
-            if token <= oldest:
-                raise StaleBase(
-                    "this version is older than the retained history (compacted away)",
-                    details={"token": str(token), "oldest": str(oldest)},
-                )
-            raise UnknownBase(
-                "this state never had exactly this version", details={"token": str(token)}
-            )
+            raise missing_version(token, oldest)
         with self._reading(locked=False):
             return doc_snapshot(replay(stored))
 

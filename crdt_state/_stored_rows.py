@@ -29,6 +29,7 @@ from .version import VersionVector
 __all__ = [
     "SQLITE",
     "blame_entry",
+    "check_gapless",
     "conflict_record",
     "damaged",
     "decompressed",
@@ -222,3 +223,17 @@ def stored_request(row: Sequence[Any], noun: str = SQLITE) -> StoredRequest:
         paths=col(_paths, paths, "paths"),
         clean=bool(col(_int, int(clean) if type(clean) is bool else clean, "clean")),
     )
+
+
+def check_gapless(changes: Sequence[StoredChange], snapshot_seq: int, noun: str) -> None:
+    """Check that the log rows read after the snapshot at ``snapshot_seq`` follow it without gap.
+
+    Raises:
+        StorageError: a seq is missing (``details``: the expected and the found seq).
+    """
+    for expected, row in enumerate(changes, start=snapshot_seq + 1):
+        if row.seq != expected:
+            raise StorageError(
+                f"the {noun} is damaged: the change log has a gap",
+                details={"expected_seq": expected, "found_seq": row.seq},
+            )

@@ -17,10 +17,7 @@ cluster checks its fencing number inside every write transaction).
 
 from __future__ import annotations
 
-import atexit
 import threading
-import time
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -33,7 +30,6 @@ except ImportError as exc:  # pragma: no cover - the optional dependency is inst
 
 from . import _pg_log as pglog
 from . import _pg_schema as pgschema
-from ._group_commit import GroupCommit
 from ._pg_connect import (
     Durability,
     check_options,
@@ -44,19 +40,16 @@ from ._pg_connect import (
     run_hook,
     safe_dsn,
 )
-from ._pg_reads import PgReads, StoredHistory, compact
-from ._pg_writer import Audit, Item, Request, write_batch
-from .conflicts import Conflict, StateUpdate
+from ._pg_reads import PgReads, compact
+from ._pg_writer import write_batch
+from ._queued_items import Item
+from ._queued_store import QueuedStore
 from .errors import StorageError
 from .journal import (
     BlameEntry,
-    DurableCallback,
-    EpochStart,
     StoredState,
 )
-from .requests import RequestKey
 from .state import SharedState
-from .version import VersionVector
 
 __all__ = ["PG_STORE_OPTIONS", "BeforeCommit", "PostgresStore", "load_stored", "open_postgres"]
 
@@ -80,16 +73,7 @@ PG_STORE_OPTIONS: Final = (
 """The keyword options of :meth:`PostgresStore.open` (:func:`open_postgres` passes them on)."""
 
 
-_open_stores: weakref.WeakSet[PostgresStore] = weakref.WeakSet()
-
-
-@atexit.register
-def _close_open_stores() -> None:  # store what "off"/"normal" states still queue
-    for store in list(_open_stores):
-        store.close()
-
-
-class PostgresStore(StoredHistory):
+class PostgresStore(QueuedStore):
     """The journal and history of one durable state: one ``key`` in a PostgreSQL database.
 
     Items are queued under the state's lock, in order, each with a ticket; the
@@ -121,25 +105,17 @@ class PostgresStore(StoredHistory):
         self._db = threading.Lock()  # guards the connection
         self._reads = PgReads(conn, key, self._db, where)
         self.durability = durability
-        self.keep_history = keep_history
-        self.keep_conflicts = keep_conflicts
-        self.compact_document = compact_document
         self.before_commit = before_commit
         self.read_only = read_only
-        self.epochs = 0
-        self.compactions = 0
-        self.last_compaction_error: StorageError | None = None
         self._refused: BeforeCommit | None = None  # raises what the hook raised on compaction
-        self._epoch_handler: Callable[[], Callable[[], bool] | None] | None = None
-        self._ready = False
-        self._last_seq = 0
-        self._log_rows = 0
         self._stored_ticket = 0  # the newest ticket committed (what compactions pass the hook)
-        self._margin = max(64, keep_history // 4)
-        self._commits = GroupCommit[Item](
-            self.name, self._write, self._after_write, off=durability == "off"
+        super().__init__(
+            where,
+            durability=durability,
+            keep_history=keep_history,
+            keep_conflicts=keep_conflicts,
+            compact_document=compact_document,
         )
-        _open_stores.add(self)
 
     @classmethod
     def open(
@@ -233,53 +209,12 @@ class PostgresStore(StoredHistory):
         self._last_seq = initial.snapshot_seq
         self._ready = True
 
-    def on_epoch_due(self, handler: Callable[[], bool]) -> None:
-        """Call ``handler`` when compaction finds the document dominated by tombstones."""
-        try:
-            self._epoch_handler = weakref.WeakMethod(handler)
-        except TypeError:  # not a bound method
-            self._epoch_handler = lambda: handler
-
-    # -- queueing and waiting ----------------------------------------------------------
-    def record(self, change: StateUpdate) -> int:
-        """Queue ``change`` for the next group commit; return its ticket."""
-        return self._enqueue(change)
-
-    def record_epoch(self, epoch: EpochStart) -> int:
-        """Queue a rebuilt document that replaces the stored history; a ticket."""
-        return self._enqueue(epoch)
-
-    def audit(self, conflicts: Sequence[Conflict], token: VersionVector) -> int:
-        """Queue conflicts of a merge that wrote nothing (refused, or kept the current value)."""
-        return self._enqueue(Audit(tuple(conflicts), token, time.time()))
-
-    def remember_request(self, key: RequestKey, token: VersionVector, seq: int, clean: bool) -> int:
-        """Queue an applied request that wrote nothing (``seq``: the head then); a ticket."""
-        return self._enqueue(Request(key, token, seq, clean))
-
-    def _enqueue(self, item: Item) -> int:
-        self._writable()
-        return self._commits.enqueue(item)
-
-    def wait(self, ticket: int) -> None:
-        """Return once ``ticket`` is committed (at once with ``durability="off"``)."""
-        self._commits.wait(ticket)
-
-    def on_durable(self, ticket: int, done: DurableCallback) -> None:
-        """Call ``done(None)`` once ``ticket`` is committed, ``done(error)`` if it never will be."""
-        self._commits.on_durable(ticket, done)
-
-    def last_ticket(self) -> int:
-        """The ticket of the newest item queued so far (0 when none)."""
-        return self._commits.last_ticket()
-
-    def flush(self) -> None:
-        """Wait until everything recorded so far is committed and any compaction it started ran.
-
-        Raises:
-            StorageError: the store is closed or failed.
-        """
-        self._commits.flush()
+    def _writable(self) -> None:
+        if self.read_only:
+            raise StorageError(
+                "this store was opened read_only: it stores nothing",
+                details={"database": self.where, "reason": "read_only"},
+            )
 
     # -- the writer thread ---------------------------------------------------------------
     def _write(self, batch: list[tuple[int, Item]]) -> None:
@@ -292,11 +227,16 @@ class PostgresStore(StoredHistory):
             run_hook(self._refused, self._conn, 0, self.where)
         with self._conn.transaction():
             written = write_batch(
-                self._conn, self.key, batch, self._last_seq, self._log_rows, self.where
+                self._conn,
+                self.key,
+                [item for _, item in batch],
+                self._last_seq,
+                self._log_rows,
+                self.where,
             )
             self._hook(batch[-1][0])
         self._last_seq = written.last_seq
-        self._log_rows += written.added
+        self._log_rows = written.log_rows
         self.epochs += written.epochs
         self._stored_ticket = batch[-1][0]
 
@@ -304,68 +244,33 @@ class PostgresStore(StoredHistory):
         if self.before_commit is not None:
             run_hook(self.before_commit, self._conn, ticket, self.where)
 
-    def _after_write(self) -> None:
-        if self._log_rows > self.keep_history + self._margin:
-            self._compact()
-
-    def _compact(self) -> None:
-        """Fold all but the newest ``keep_history`` log rows into a new snapshot."""
-        try:
-            with self._db, self._failures("compaction failed"):
-                fold = self._last_seq - self.keep_history
-                stored = self._stored_ticket
-                epoch_due = compact(
-                    self._conn,
-                    self.key,
-                    fold,
-                    self.keep_conflicts,
-                    lambda conn: self._hook(stored),
-                    measure=self.compact_document,
-                )
-                if epoch_due is None:
-                    return
+    def _fold(self, fold: int) -> bool | None:
+        with self._db, self._failures("compaction failed"):
+            stored = self._stored_ticket
+            epoch_due = compact(
+                self._conn,
+                self.key,
+                fold,
+                self.keep_conflicts,
+                lambda conn: self._hook(stored),
+                measure=self.compact_document,
+            )
+            if epoch_due is not None:
                 self._log_rows = pglog.count_log(self._conn, self.key)
-            self.compactions += 1
-            if self.compact_document and epoch_due:
-                handler = self._epoch_handler() if self._epoch_handler is not None else None
-                if handler is not None:
-                    handler()
-        except Exception as exc:  # nothing changed: keep going without compacting
-            error = (
-                exc if isinstance(exc, StorageError) else StorageError(f"compaction failed: {exc}")
-            )
-            self.last_compaction_error = error
-            cause = error.__cause__
-            if error.details.get("reason") == "refused" and isinstance(cause, Exception):
-                self._refused = _raiser(cause)  # a stale owner: its next write fails too
-            self._margin *= 2  # do not retry on every commit
+        return epoch_due
 
-    def _writable(self) -> None:
-        if self.read_only:
-            raise StorageError(
-                "this store was opened read_only: it stores nothing",
-                details={"database": self.where, "reason": "read_only"},
-            )
+    def _compaction_failed(self, error: StorageError) -> None:
+        cause = error.__cause__
+        if error.details.get("reason") == "refused" and isinstance(cause, Exception):
+            self._refused = _raiser(cause)  # a stale owner: its next write fails too
 
     def _failures(self, what: str) -> failures:
         return failures(what, self.where)
 
-    # -- closing -----------------------------------------------------------------------------
-    def close(self) -> None:
-        """Store everything queued, then close the connection (releasing the lock). Idempotent."""
-        if not self._commits.close():
-            return
-        _open_stores.discard(self)
-        ready = self._ready and self._commits.failed is None and not self.read_only
-        if ready and self._log_rows > self.keep_history + self._margin:
-            self._compact()
+    def _release(self, ready: bool) -> None:
+        """Close the connection (releasing the lock)."""
         with self._db:
             release(self._conn, locked=not self.read_only)
-
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` was called."""
-        return self._commits.closed
 
 
 def _raiser(error: Exception) -> BeforeCommit:

@@ -13,33 +13,24 @@ file format. The store's write path (one batch in one transaction) is
 
 from __future__ import annotations
 
-import atexit
 import os
 import sqlite3
 import threading
-import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Final
 
 from . import _sqlite_file as sqlfile
 from . import _sqlite_log as sqllog
-from ._group_commit import GroupCommit
+from ._queued_items import Item
+from ._queued_store import QueuedStore
 from ._sqlite_reads import SqliteReads, compact
-from ._sqlite_writes import Audit, Item, RememberedRequest, write_batch
-from .conflicts import Conflict, StateUpdate
+from ._sqlite_writes import write_batch
 from .errors import StorageError
 from .journal import (
     BlameEntry,
-    ConflictRecord,
-    DurableCallback,
-    EpochStart,
-    HistoryEntry,
     StoredState,
 )
-from .paths import Path
-from .requests import RequestKey
-from .version import VersionVector
 
 __all__ = ["STORE_OPTIONS", "SqliteStore", "Store"]
 
@@ -49,7 +40,6 @@ STORE_OPTIONS: Final = ("durability", "keep_history", "keep_conflicts", "compact
 """The keyword options of :meth:`SqliteStore.open` (``SharedState.open`` passes them on)."""
 
 
-_open_stores: weakref.WeakSet[SqliteStore] = weakref.WeakSet()
 _open_files: dict[tuple[int, int], weakref.ref[SqliteStore]] = {}
 """The open stores by file identity (device, inode): a second opening is refused."""
 
@@ -79,19 +69,14 @@ def _held_here(file: str) -> bool:
     return store is not None and not store.closed
 
 
-@atexit.register
-def _close_open_stores() -> None:  # flush what "off"/"normal" states still queue
-    for store in list(_open_stores):
-        store.close()
-
-
-class SqliteStore:
+class SqliteStore(QueuedStore):
     """The journal and history of one durable state (one open SQLite file).
 
     Items are queued under the state's lock, in order, each with a ticket;
-    the writer thread commits everything queued in one transaction. After a
-    write failure every later call raises :class:`StorageError`: changes made
-    in memory since are not stored.
+    the writer thread commits everything queued in one transaction
+    (:class:`~crdt_state._queued_store.QueuedStore`). After a write failure
+    every later call raises :class:`StorageError`: changes made in memory
+    since are not stored.
     """
 
     def __init__(
@@ -111,22 +96,14 @@ class SqliteStore:
         self._db = threading.Lock()  # guards the connection
         self._reads = SqliteReads(conn, self._db, file)
         self._is_new = is_new
-        self.compact_document = compact_document
-        self.epochs = 0
         self.durability = durability
-        self.keep_history = keep_history
-        self.keep_conflicts = keep_conflicts
-        self.compactions = 0
-        self.last_compaction_error: StorageError | None = None
-        self._epoch_handler: Callable[[], Callable[[], bool] | None] | None = None
-        self._ready = False  # loaded or created: closing may write to the file
-        self._last_seq = 0
-        self._log_rows = 0
-        self._margin = max(64, keep_history // 4)
-        self._commits = GroupCommit[Item](
-            file, self._write, self._after_write, off=durability == "off"
+        super().__init__(
+            file,
+            durability=durability,
+            keep_history=keep_history,
+            keep_conflicts=keep_conflicts,
+            compact_document=compact_document,
         )
-        _open_stores.add(self)
 
     @classmethod
     def open(
@@ -219,69 +196,10 @@ class SqliteStore:
         self._last_seq = initial.snapshot_seq
         self._ready = True
 
-    def on_epoch_due(self, handler: Callable[[], bool]) -> None:
-        """Call ``handler`` when compaction finds the document dominated by tombstones."""
-        try:
-            self._epoch_handler = weakref.WeakMethod(handler)
-        except TypeError:  # not a bound method
-            self._epoch_handler = lambda: handler
-
-    # -- queueing --------------------------------------------------------------------
-    def record(self, change: StateUpdate) -> int:
-        """Queue ``change`` for the next group commit; return its ticket."""
-        return self._enqueue(change)
-
-    def record_epoch(self, epoch: EpochStart) -> int:
-        """Queue a rebuilt document that replaces the stored history; a ticket."""
-        return self._enqueue(epoch)
-
-    def audit(self, conflicts: Sequence[Conflict], token: VersionVector) -> int:
-        """Queue conflicts of a merge that wrote nothing (refused, or kept the current value)."""
-        return self._enqueue(Audit(tuple(conflicts), token, time.time()))
-
-    def remember_request(self, key: RequestKey, token: VersionVector, seq: int, clean: bool) -> int:
-        """Queue an applied request that wrote nothing (``seq``: the head then); a ticket."""
-        return self._enqueue(RememberedRequest(key, token, seq, clean))
-
-    def _enqueue(self, item: Item) -> int:
-        return self._commits.enqueue(item)
-
-    # -- waiting ---------------------------------------------------------------------
-    def wait(self, ticket: int) -> None:
-        """Return once ``ticket`` is committed (at once with ``durability="off"``)."""
-        self._commits.wait(ticket)
-
-    def on_durable(self, ticket: int, done: DurableCallback) -> None:
-        """Call ``done(None)`` once ``ticket`` is committed, ``done(error)`` if it never will be.
-
-        ``done`` runs on the writer thread (or at once, on the caller's). With
-        ``durability="off"`` it is called at once.
-        """
-        self._commits.on_durable(ticket, done)
-
-    def last_ticket(self) -> int:
-        """The ticket of the newest item queued so far (0 when none)."""
-        return self._commits.last_ticket()
-
-    def flush(self) -> None:
-        """Wait until everything recorded so far is committed and settled.
-
-        Whatever the durability; settled: any compaction those commits started
-        has finished (queries read a settled file).
-
-        Raises:
-            StorageError: the store is closed.
-        """
-        self._commits.flush()
-
     # -- the writer thread (see crdt_state._group_commit) ------------------------------
     def _write(self, batch: list[tuple[int, Item]]) -> None:
         with self._db:
             self._commit(batch)  # looked up per call: tests slow it down
-
-    def _after_write(self) -> None:
-        if self._log_rows > self.keep_history + self._margin:
-            self._compact()
 
     def _commit(self, batch: list[tuple[int, Item]]) -> None:
         """Write one group of queued items in one transaction, in their order."""
@@ -291,89 +209,22 @@ class SqliteStore:
         self._last_seq, self._log_rows = written.last_seq, written.log_rows
         self.epochs += written.epochs
 
-    def _compact(self) -> None:
-        """Fold all but the newest ``keep_history`` log rows into a new snapshot."""
-        try:
-            with self._db:
-                fold = self._last_seq - self.keep_history
-                epoch_due = compact(
-                    self._conn, fold, self.keep_conflicts, measure=self.compact_document
-                )
-                if epoch_due is None:  # nothing to fold
-                    return
+    def _fold(self, fold: int) -> bool | None:
+        with self._db:
+            measure = self.compact_document
+            epoch_due = compact(self._conn, fold, self.keep_conflicts, measure=measure)
+            if epoch_due is not None:
                 self._log_rows = sqllog.count_log(self._conn)
-            self.compactions += 1
-            if self.compact_document and epoch_due:
-                handler = self._epoch_handler() if self._epoch_handler is not None else None
-                if handler is not None:
-                    handler()
-        except Exception as exc:  # the file is unchanged: keep going without compacting
-            self.last_compaction_error = (
-                exc if isinstance(exc, StorageError) else StorageError(f"compaction failed: {exc}")
-            )
-            self._margin *= 2  # do not retry on every commit
-
-    # -- history -----------------------------------------------------------------------
-    def history(
-        self,
-        *,
-        agent: str | None = None,
-        path: Any = None,
-        since: float | None = None,
-        until: float | None = None,
-        limit: int | None = None,
-    ) -> list[HistoryEntry]:
-        """Retained changes, oldest first.
-
-        Args:
-            agent: only changes by this agent.
-            path: only changes that wrote it, an ancestor or a descendant.
-            since: only changes at or after this time.
-            until: only changes at or before this time.
-            limit: only the newest ``limit`` matches.
-        """
-        self.flush()
-        return self._reads.history(agent=agent, path=path, since=since, until=until, limit=limit)
-
-    def at(self, token: VersionVector) -> dict[str, Any]:
-        """The content when the state had exactly ``token``.
-
-        Exact for the oldest retained version (the snapshot) and every token of
-        the retained history.
-
-        Raises:
-            StaleBase: a version compacted away.
-            UnknownBase: a token this state never had.
-        """
-        if not isinstance(token, VersionVector):
-            raise TypeError("at() takes a VersionVector")
-        self.flush()
-        return self._reads.at(token)
-
-    def blame(self, path: Path) -> BlameEntry | None:
-        """The newest change that wrote ``path``, an ancestor or a descendant; None if none."""
-        self.flush()
-        return self._reads.blame(path)
-
-    def conflicts(
-        self, path: Path | None = None, since: float | None = None
-    ) -> list[ConflictRecord]:
-        """Audited conflicts, oldest first, at or below ``path``, from time ``since``."""
-        self.flush()
-        return self._reads.conflicts(path, since)
+        return epoch_due
 
     # -- closing -------------------------------------------------------------------------
-    def close(self) -> None:
-        """Commit everything queued, checkpoint the WAL and release the file. Idempotent."""
-        if not self._commits.close():
-            return
-        _open_stores.discard(self)
+    def _forget(self) -> None:
         ref = _open_files.get(self._identity or (-1, -1))
         if ref is not None and ref() in (self, None):
             del _open_files[self._identity or (-1, -1)]
-        ready = self._ready and self._commits.failed is None
-        if ready and self._log_rows > self.keep_history + self._margin:
-            self._compact()  # the writer is gone: leave a compact file behind
+
+    def _release(self, ready: bool) -> None:
+        """Checkpoint the WAL (when ``ready``) and close the file."""
         with self._db:
             try:
                 if ready:
@@ -382,11 +233,6 @@ class SqliteStore:
                 pass  # the WAL stays; the next opening recovers it
             finally:
                 self._conn.close()
-
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` was called."""
-        return self._commits.closed
 
 
 Store = SqliteStore
