@@ -42,7 +42,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from crdt_state import (
-    MISSING,
     BrokenChain,
     Change,
     Conflict,
@@ -53,11 +52,11 @@ from crdt_state import (
     SharedState,
     VersionVector,
 )
-from crdt_state.resolvers import PolicyTable, named_policy
+from crdt_state.resolvers import PolicyTable
 from sync.client._events import Event, Finished, Send
 from sync.client._offline import OfflineStore, PendingMerge
 from sync.client._overlay import Overlay, OverlayEntry, depends_on
-from sync.client._settle import rejudge, settle_refusal, substitute
+from sync.client._settle import named_changes, rejudge_merge, settle_refusal, substitute
 from sync.client._shown import ShownMerges, entry_of
 from sync.wire import protocol as p
 from sync.wire.convert import conflict_from_record
@@ -239,12 +238,7 @@ class Outbox:
             if order is None:
                 return ()
             table = self._live[order].table
-        named: list[tuple[int, str]] = []
-        for index, op in enumerate(merge.ops):
-            name = named_policy(table.policy_for(op.path))
-            if name is not None:
-                named.append((index, name))
-        return tuple(named)
+        return named_changes(merge.ops, table)
 
     def is_live(self, merge: PendingMerge) -> bool:
         """True while ``merge`` is the request standing for a live merge."""
@@ -416,26 +410,10 @@ class Outbox:
         return not self._shown.holds_back(order, ops)
 
     def _rejudge(self, live: _Live) -> list[Event]:
-        merge = live.merge
-        if merge.seen is None:  # no record of what the agent saw: it cannot be judged again
-            return self._fail(
-                live,
-                BrokenChain(
-                    "the hub refused this merge's chain or stale base, and what the agent "
-                    "saw is not known",
-                    details={"chain": list(merge.chain)},
-                ),
-            )
         replica = self._replica
         try:
-            ops, conflicts = rejudge(
-                merge.ops,
-                merge.seen,
-                lambda path: replica.get(path, MISSING),
-                live.table,
-                merge.agent,
-            )
-        except ConflictError as exc:
+            ops, conflicts, seen = rejudge_merge(live.merge, live.table, replica)
+        except (BrokenChain, ConflictError) as exc:
             return self._fail(live, exc)
         live.conflicts.extend(conflicts)
         if not ops:  # every change settled to the value already there: nothing to send
@@ -443,11 +421,10 @@ class Outbox:
                 token=replica.token,
                 conflicts=tuple(live.conflicts),
                 fast_forward=False,
-                agent=merge.agent,
+                agent=live.merge.agent,
             )
             return self._finish(live, result)
         # judged on the replica's values: a hub whose history starts later (it restarted
         # again, or the replica was behind) refuses it as stale again, and it is judged
         # again on what the replica holds then
-        seen = {op.path: replica.get(op.path, MISSING) for op in ops if op.kind != "append"}
         return self._resend(live, ops, replica.token, seen)

@@ -13,6 +13,10 @@ Two cases reach the client:
   agent saw (``seen``) with the hub's confirmed value now; where they differ,
   that is a conflict for the client's policies. The merge is then sent again
   without a chain, judged against the client's replica token.
+  :func:`rejudge_merge` does this for a pending merge against the replica (also
+  for ``stale_base``: a base older than the hub's retained history).
+
+:func:`named_changes` lists the changes whose policy a hub can apply itself.
 """
 
 from __future__ import annotations
@@ -20,15 +24,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from crdt_state import MISSING, Change, Conflict
+from crdt_state import MISSING, BrokenChain, Change, Conflict, SharedState
 from crdt_state.planner import MergePlan
-from crdt_state.resolvers import Escalation, PolicyTable
+from crdt_state.resolvers import Escalation, PolicyTable, named_policy
 from crdt_state.values import same
+from sync.client._offline import PendingMerge
 from sync.wire import protocol as p
 from sync.wire.convert import conflict_from_record
 from sync.wire.errors import RemoteError
 
-__all__ = ["rejudge", "settle_refusal", "substitute"]
+__all__ = ["named_changes", "rejudge", "rejudge_merge", "settle_refusal", "substitute"]
 
 Path = tuple[str, ...]
 
@@ -128,3 +133,44 @@ def substitute(ops: list[Change], settled: Mapping[Path, Any]) -> list[Change]:
         in place of the change at each settled path; the others unchanged.
     """
     return [_write(op.path, settled[op.path]) if op.path in settled else op for op in ops]
+
+
+def rejudge_merge(
+    merge: PendingMerge, table: PolicyTable, replica: SharedState
+) -> tuple[list[Change], list[Conflict], dict[Path, Any]]:
+    """Judge a refused ``merge`` again, against what ``replica`` holds now.
+
+    Returns:
+        The changes to send again (empty when every change settled to the value already
+        there), the conflicts met, and the values the changes are judged on (the new
+        ``seen``: if the hub refuses it as stale again, it can be judged again).
+
+    Raises:
+        BrokenChain: what the agent saw is not known, so it cannot be judged again.
+        ConflictError: a conflict the client's policies did not settle.
+    """
+    if merge.seen is None:
+        raise BrokenChain(
+            "the hub refused this merge's chain or stale base, and what the agent saw is not known",
+            details={"chain": list(merge.chain)},
+        )
+    ops, conflicts = rejudge(
+        merge.ops, merge.seen, lambda path: replica.get(path, MISSING), table, merge.agent
+    )
+    seen = {op.path: replica.get(op.path, MISSING) for op in ops if op.kind != "append"}
+    return ops, conflicts, seen
+
+
+def named_changes(ops: list[Change], table: PolicyTable) -> tuple[tuple[int, str], ...]:
+    """List the changes of ``ops`` whose policy in ``table`` a hub can apply itself.
+
+    Returns:
+        ``(change index, policy name)`` pairs, names from
+        :data:`~crdt_state.resolvers.NAMED_POLICIES`.
+    """
+    named: list[tuple[int, str]] = []
+    for index, op in enumerate(ops):
+        name = named_policy(table.policy_for(op.path))
+        if name is not None:
+            named.append((index, name))
+    return tuple(named)
