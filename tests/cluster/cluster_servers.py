@@ -57,17 +57,60 @@ def redis_pings(port: int, timeout: float = 0.5) -> bool:
         return False
 
 
-class RedisServer:
+class ServerProcess:
+    """A server subprocess the tests start, pause, kill and stop (``proc`` while started)."""
+
+    stop_timeout = 5.0
+    """Seconds :meth:`stop` waits after SIGTERM before SIGKILL."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL (after SIGCONT, in case it is paused) and wait."""
+        if self.alive:
+            assert self.proc is not None
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGCONT)
+                self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        """SIGTERM, wait up to :attr:`stop_timeout`, then SIGKILL."""
+        if self.alive:
+            assert self.proc is not None
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGCONT)
+                self.proc.terminate()
+            try:
+                self.proc.wait(timeout=self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def pause(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
+
+class RedisServer(ServerProcess):
     """A private ``redis-server`` on a free loopback port, keeping nothing on disk."""
 
     def __init__(self, workdir: Path) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed (scripts/test.sh installs it)")
+        super().__init__()
         self.binary = binary
         self.workdir = workdir
         self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -98,34 +141,7 @@ class RedisServer:
                 raise RuntimeError(f"redis-server on port {self.port} did not start: {log}")
             time.sleep(0.02)
 
-    def kill(self) -> None:
-        """SIGKILL (after SIGCONT, in case it is paused) and wait."""
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGCONT)
-                self.proc.kill()
-            self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        """SIGTERM, wait up to 5 s, then SIGKILL."""
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGCONT)
-                self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
     def restart(self) -> None:
         """Kill it (losing every key: nothing is on disk) and start it on the same port."""
         self.kill()
         self.start()
-
-    def pause(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGCONT)

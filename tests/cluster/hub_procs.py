@@ -18,7 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from cluster_servers import free_port
+from cluster_servers import ServerProcess, free_port
 
 _LAUNCH = (
     "import faulthandler, signal, sys\n"
@@ -37,16 +37,18 @@ def port_open(port: int) -> bool:
         return False
 
 
-class HubProcess:
+class HubProcess(ServerProcess):
     """One hub process of the cluster; ``start`` returns once it accepts connections."""
 
+    stop_timeout = 10.0
+
     def __init__(self, redis: str, postgres: str, logdir: Path, *, name: str) -> None:
+        super().__init__()
         self.redis = redis
         self.postgres = postgres
         self.name = name
         self.port = free_port()
         self.log = logdir / f"hub-{name}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def base(self) -> str:
@@ -90,44 +92,11 @@ class HubProcess:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         return ""
 
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill(self) -> None:
-        """SIGKILL (after SIGCONT, in case it is paused) and wait."""
-        if self.alive:
-            assert self.proc is not None
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGCONT)
-                self.proc.kill()
-            self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        """SIGTERM, wait up to 10 s, then SIGKILL."""
-        if self.alive:
-            assert self.proc is not None
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGCONT)
-                self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
     def dump_stacks(self) -> None:
         """Ask the hub to write every thread's stack to its log."""
         if self.alive:
             assert self.proc is not None
             self.proc.send_signal(signal.SIGUSR1)
-
-    def pause(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGCONT)
 
 
 class HubCluster:
