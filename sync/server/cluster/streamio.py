@@ -18,7 +18,6 @@ from sync.server.cluster.lease import UNAVAILABLE
 
 __all__ = [
     "Entry",
-    "append",
     "append_if_holder",
     "newest",
     "read_after",
@@ -76,17 +75,6 @@ async def newest(redis: Redis, key: str) -> Entry | None:
         raise ClusterUnavailable("redis", f"redis did not answer: {exc}") from exc
     entries = _entries(got)
     return entries[0] if entries else None
-
-
-async def append(
-    redis: Redis, key: str, fields: Mapping[str, bytes | str], *, maxlen: int | None = None
-) -> str:
-    """``XADD`` ``fields`` to ``key`` (keeping about ``maxlen`` entries); the new id."""
-    try:
-        done: Any = await redis.xadd(key, dict(fields), maxlen=maxlen, approximate=True)  # type: ignore[arg-type]
-    except UNAVAILABLE as exc:
-        raise ClusterUnavailable("redis", f"redis did not answer: {exc}") from exc
-    return _id(done)
 
 
 async def append_if_holder(
