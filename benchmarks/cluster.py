@@ -17,7 +17,16 @@ longest time without an acknowledgement in that room, and ``lost`` counts acknow
 merges missing from PostgreSQL afterwards (must be 0).
 
     PYTHONPATH=. python benchmarks/cluster.py [--seconds 5] [--rooms 20] [--agents 200]
-        [--hubs 1,2,3] [--redis-server redis-server] [--postgres DSN]
+        [--hubs 1,2,3] [--kind replica|wire] [--rate 0] [--redis-server redis-server]
+        [--postgres DSN]
+
+``--kind wire`` runs protocol-level agents instead of ``sync.connect`` replicas: each
+speaks the codec (merge requests out, replies in; the fork base is its last reply's
+token) and drops the room's update frames unread, so the one client process costs a
+fraction of a replica agent and the hubs, not the client, set the pace. ``--rate N``
+paces the agents to N merges/s in all (each agent one merge every ``agents / N`` s from
+a random phase; latency counts from the scheduled start, so falling behind shows);
+0 runs them flat out. The observers are ``sync.connect`` replicas either way.
 
 A private ``redis-server`` runs on a free loopback port (nothing on disk); a throwaway
 database is created on the PostgreSQL server of ``--postgres`` and dropped at the end.
@@ -32,6 +41,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -46,10 +56,27 @@ from typing import Any
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from websockets.asyncio.client import connect as ws_connect
 
-from sync import connect
+from sync import ChangeKind, WireChange, connect
+from sync.wire import protocol
 
 TICK = os.sysconf("SC_CLK_TCK")
+PROFILED = """
+import cProfile, runpy, sys, time
+out = sys.argv.pop(1)
+sys.argv[0] = "sync.cli"
+profile = cProfile.Profile(time.thread_time)  # the loop thread's CPU, not the wall clock
+try:
+    profile.runcall(runpy.run_module, "sync.cli", run_name="__main__", alter_sys=True)
+except SystemExit:
+    pass
+finally:
+    profile.dump_stats(out)
+"""
+"""Runs ``python -m sync.cli`` under cProfile counting the main thread's CPU time only:
+time spent waiting for the CPU (other processes) or in the store's writer threads is left
+out, so the figures add up to the event loop's own work."""
 
 
 def free_port() -> int:
@@ -114,9 +141,11 @@ class HubProc:
         self.log = open(workdir / f"hub-{name}.log", "ab")  # noqa: SIM115
         python = [sys.executable]
         if profile is not None:  # written when the hub exits (SIGTERM stops it cleanly)
-            python += ["-m", "cProfile", "-o", str(profile / f"hub-{name}.prof")]
+            python += ["-c", PROFILED, str(profile / f"hub-{name}.prof")]
+        else:
+            python += ["-m", "sync.cli"]
         self.proc = subprocess.Popen(
-            [*python, "-m", "sync.cli", "hub", "--port", str(self.port), "--db", "",
+            [*python, "hub", "--port", str(self.port), "--db", "",
              "--insecure", "--log-level", "WARNING", "--redis", servers.redis_url,
              "--postgres", servers.dsn],
             stdout=self.log, stderr=self.log,
@@ -164,6 +193,49 @@ async def server_counters(servers: Servers) -> tuple[int, int]:
     return calls, int(row[0]) if row is not None else 0
 
 
+async def wire_agent(url: str, agent: str, stack: contextlib.AsyncExitStack) -> Any:
+    """A protocol-level agent on ``url``: ``merge(key, n)`` sets ``key`` to ``n``; True if ok."""
+    ws = await stack.enter_async_context(ws_connect(url, compression=None, max_queue=None))
+    first = protocol.decode_message(await ws.recv())
+    assert isinstance(first, protocol.SyncStep1)
+    base = [first.state_vector]
+    waiters: dict[int, asyncio.Future[protocol.MergeReply]] = {}
+    ids = itertools.count(1)
+
+    async def read() -> None:
+        with contextlib.suppress(Exception):
+            async for data in ws:
+                if data[0] == protocol.MERGE_MESSAGE_TYPE:
+                    reply = protocol.decode_message(data)
+                    assert isinstance(reply, protocol.MergeReply)
+                    waiter = waiters.pop(reply.request_id, None)
+                    if waiter is not None and not waiter.done():
+                        waiter.set_result(reply)
+
+    reader = asyncio.create_task(read())
+
+    async def cancel() -> None:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+
+    stack.push_async_callback(cancel)
+
+    async def merge(key: str, n: int) -> bool:
+        rid = next(ids)
+        waiter: asyncio.Future[protocol.MergeReply] = asyncio.get_running_loop().create_future()
+        waiters[rid] = waiter
+        change = WireChange(ChangeKind.SET, (key,), n)
+        await ws.send(protocol.encode_merge_request(rid, agent, base[0], [change]))
+        reply = await asyncio.wait_for(waiter, 30)
+        if reply.status is not protocol.MergeStatus.OK:
+            return False
+        base[0] = reply.token
+        return True
+
+    return merge
+
+
 async def run_load(
     servers: Servers,
     hubs: list[HubProc],
@@ -172,6 +244,8 @@ async def run_load(
     seconds: float,
     kill: HubProc | None = None,
     tag: str = "",
+    kind: str = "replica",
+    rate: float = 0.0,
 ) -> dict[str, Any]:
     acked: dict[tuple[str, str, int], float] = {}
     latencies: list[float] = []
@@ -179,23 +253,53 @@ async def run_load(
     ack_times: dict[str, list[float]] = {}
     stop = asyncio.Event()
     names = [f"bench/r{r}" for r in range(rooms)]
+    interval = agents / rate if rate else 0.0
+    ready = asyncio.Event()
+    joined = [0]
+    refused = [0]
 
     async def agent(i: int) -> None:
         room = names[i % rooms]
         hub = hubs[i % len(hubs)]
         urls = [hub.url(room)] + [h.url(room) for h in hubs if h is not hub]
         key = f"{tag}a{i}"  # a run's own keys: a later run's counts restart at 1
-        async with connect(urls, agent=f"agent-{i}", timeout=30) as remote:
+        async with contextlib.AsyncExitStack() as stack:
+            if kind == "wire":
+                merge = await wire_agent(hub.url(room), f"agent-{i}", stack)
+            else:
+                remote = await stack.enter_async_context(
+                    connect(urls, agent=f"agent-{i}", timeout=30)
+                )
+
+                async def merge(key: str, n: int) -> bool:
+                    branch = remote.fork()
+                    branch.set(key, n)
+                    result = await branch.amerge()
+                    if result.pending:  # between hubs: queued, sent on reconnection
+                        await asyncio.sleep(0.05)
+                        return False
+                    return True
+
+            joined[0] += 1
+            if joined[0] == agents:
+                ready.set()
+            await ready.wait()
             n = 0
+            scheduled = time.monotonic() + random.random() * interval
             while not stop.is_set():
                 n += 1
-                start = time.monotonic()
-                branch = remote.fork()
-                branch.set(key, n)
-                result = await branch.amerge()
-                if result.pending:  # between hubs: queued, sent on reconnection
-                    await asyncio.sleep(0.05)
+                if interval:
+                    await asyncio.sleep(max(0.0, scheduled - time.monotonic()))
+                    start, scheduled = scheduled, scheduled + interval
+                else:
+                    start = time.monotonic()
+                if stop.is_set():
+                    break
+                if not await merge(key, n):
+                    refused[0] += 1
                     continue
+                if stop.is_set():  # after the measured window
+                    break
                 now = time.monotonic()
                 latencies.append(now - start)
                 acked[(room, key, n)] = now
@@ -220,10 +324,13 @@ async def run_load(
             await stop.wait()
             unsubscribe()
 
-    cpu0 = sum(cpu_seconds(h.proc.pid) for h in hubs)
-    counters0 = await server_counters(servers)
     tasks = [asyncio.create_task(observer(r)) for r in range(rooms)]
     tasks += [asyncio.create_task(agent(i)) for i in range(agents)]
+    await asyncio.wait_for(ready.wait(), 60)
+    latencies.clear()
+    visible.clear()
+    cpu0 = sum(cpu_seconds(h.proc.pid) for h in hubs)
+    counters0 = await server_counters(servers)
     killed_at = None
     started = time.monotonic()
     if kill is not None:
@@ -251,6 +358,7 @@ async def run_load(
         "acked": acked,
         "redis_calls": (counters1[0] - counters0[0]) / merges,
         "pg_commits": (counters1[1] - counters0[1]) / merges,
+        "refused": refused[0],
     }
     if killed_at is not None:
         gaps = []
@@ -291,6 +399,10 @@ async def main() -> None:
     parser.add_argument("--agents", type=int, default=200)
     parser.add_argument("--hubs", default="1,2,3")
     parser.add_argument(
+        "--kind", choices=("replica", "wire"), default="replica", help="agent kind (see above)"
+    )
+    parser.add_argument("--rate", type=float, default=0.0, help="paced merges/s in all (0: flat)")
+    parser.add_argument(
         "--profile", type=Path, help="run the hubs under cProfile, writing hub-*.prof here"
     )
     parser.add_argument("--no-failover", action="store_true", help="skip the SIGKILL runs")
@@ -302,7 +414,8 @@ async def main() -> None:
     )
     args = parser.parse_args()
     conninfo_to_dict(args.postgres)  # fail early on a bad DSN
-    print(f"{args.rooms} rooms, {args.agents} agents, {args.seconds} s flat out per row")
+    pace = f"paced at {args.rate:.0f} merges/s" if args.rate else "flat out"
+    print(f"{args.rooms} rooms, {args.agents} {args.kind} agents, {args.seconds} s {pace} per row")
     print(
         "| hubs | merges/s | p50 ms | p99 ms | visible p50 ms | visible p99 ms "
         "| hub CPU us/merge | Redis calls/merge | PG commits/merge |"
@@ -316,14 +429,23 @@ async def main() -> None:
                 hubs = [
                     HubProc(servers, Path(tmp), f"{count}-{i}", args.profile) for i in range(count)
                 ]
-                row = await run_load(servers, hubs, args.rooms, args.agents, args.seconds)
+                row = await run_load(
+                    servers,
+                    hubs,
+                    args.rooms,
+                    args.agents,
+                    args.seconds,
+                    kind=args.kind,
+                    rate=args.rate,
+                )
                 print(
                     f"| {count} | {row['rate']:.0f} | {row['p50']:.1f} | {row['p99']:.1f} | "
                     f"{row['vis50']:.1f} | {row['vis99']:.1f} | {row['cpu_us']:.0f} | "
-                    f"{row['redis_calls']:.1f} | {row['pg_commits']:.2f} |",
+                    f"{row['redis_calls']:.1f} | {row['pg_commits']:.2f} |"
+                    + (f" refused {row['refused']}" if row["refused"] else ""),
                     flush=True,
                 )
-                if count >= 2 and not args.no_failover:
+                if count >= 2 and not args.no_failover and args.kind == "replica":
                     from sync.server.cluster.clients import redis_client
                     from sync.server.cluster.lease import lease_holder
 

@@ -394,7 +394,7 @@ class Hub:
                 room.reply(session, refused_reply(event.request, state, *refusal))
                 return
             if self._cluster is not None:  # the room's owner judges it
-                await self._cluster.forward_merge(room, session, event.request)
+                await self._cluster.forward_merge(room, session, event.request, event.frame)
                 return
             max_document = self.limits.max_document
             started = time.perf_counter()

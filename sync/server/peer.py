@@ -63,9 +63,14 @@ class AwarenessQueried:
 
 @dataclass(frozen=True, slots=True)
 class MergeRequested:
-    """A branch merge (the extension message) from a writer."""
+    """A branch merge (the extension message) from a writer.
+
+    ``frame`` is the message as received (a cluster hub forwards it unchanged instead of
+    encoding ``request`` again).
+    """
 
     request: p.MergeRequest
+    frame: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,5 +182,5 @@ class HubPeer:
         if isinstance(message, p.MergeRequest):
             if not self.can_write:
                 return MergeDenied(message)
-            return MergeRequested(message)
+            return MergeRequested(message, bytes(data))
         return None  # results, permission-denied and unknown types from clients

@@ -102,6 +102,7 @@ __all__ = [
     "encode_sync_step1",
     "encode_sync_step2",
     "encode_update",
+    "reply_head",
 ]
 
 
@@ -278,6 +279,26 @@ def encode_message(message: Message) -> bytes:
 
 
 # ----------------------------------------------------------------------------- decoding
+
+
+def reply_head(frame: bytes) -> tuple[int, MergeStatus] | None:
+    """The request id and status of a merge result frame, read from its header only.
+
+    The header is ``MERGE RESULT varuint(request_id) varuint(status)``; the token and
+    the JSON body after it are not read (a few hundred nanoseconds instead of a full
+    :func:`decode_message`). ``None`` for anything that is not a merge result.
+    """
+    reader = Reader(frame)
+    try:
+        if reader.read_var_uint() != MessageType.MERGE:
+            return None
+        if reader.read_var_uint() != MergeStep.RESULT:
+            return None
+        request_id = reader.read_var_uint()
+        return request_id, MergeStatus(reader.read_var_uint())
+    except (ProtocolError, ValueError):
+        return None
+
 
 _KNOWN_TYPES: Final = frozenset(int(t) for t in MessageType)
 

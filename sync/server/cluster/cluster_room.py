@@ -40,6 +40,7 @@ from sync.server.cluster.ownership import try_acquire
 from sync.server.cluster.streamio import newest
 from sync.server.cluster.streams import AnswerKind, OutEntry, StreamEntryError, decode_out
 from sync.wire.errors import CloseCode
+from sync.wire.protocol import reply_head
 
 __all__ = ["ClusterRoom", "newest_out_id"]
 
@@ -257,13 +258,8 @@ class ClusterRoom:
 
 
 def _request_id(frame: bytes) -> int:
-    from sync.wire import protocol as p
-
-    try:
-        reply = p.decode_message(frame)
-    except Exception:
-        return -1
-    return reply.request_id if isinstance(reply, p.MergeReply) else -1
+    head = reply_head(frame)
+    return -1 if head is None else head[0]
 
 
 PoliciesFor = Callable[[str], Mapping[Any, object]]

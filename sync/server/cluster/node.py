@@ -196,15 +196,18 @@ class ClusterNode:
         """
         await self._append(room, session, UPDATE, update)
 
-    async def forward_merge(self, room: Room, session: Session, request: p.MergeRequest) -> None:
+    async def forward_merge(
+        self, room: Room, session: Session, request: p.MergeRequest, frame: bytes = b""
+    ) -> None:
         """Append a session's merge request to the room's ``in`` stream.
 
-        Its answer comes on ``out``; when none comes within ``answer_timeout`` the
-        session is closed with 1013.
+        ``frame`` is the request as received (encoded again from ``request`` when
+        empty). Its answer comes on ``out``; when none comes within ``answer_timeout``
+        the session is closed with 1013.
         """
         cluster_room = self.rooms[room.name]
         cluster_room.remember(session, request.request_id)
-        await self._append(room, session, MERGE, p.encode_message(request))
+        await self._append(room, session, MERGE, frame or p.encode_message(request))
 
     async def _append(self, room: Room, session: Session, kind: str, data: bytes) -> None:
         entry = InEntry(kind, data, self.hub_id, session.id, session.label, session.writer)

@@ -253,8 +253,10 @@ class RoomOwner:
             scope=entry.scope,
             too_large=self._too_large,
         )
-        reply = p.decode_message(frame)
-        error = reply.error if isinstance(reply, p.MergeReply) else None
-        if error is not None and error.code in STORAGE_CODES:
-            raise StepDown(f"room {self.room!r}: storage failed: {error.message}")
+        head = p.reply_head(frame)
+        if head is None or head[1] is p.MergeStatus.ERROR:  # rare: read the error's code
+            reply = p.decode_message(frame)
+            error = reply.error if isinstance(reply, p.MergeReply) else None
+            if error is not None and error.code in STORAGE_CODES:
+                raise StepDown(f"room {self.room!r}: storage failed: {error.message}")
         return Answer(entry.hub, entry.session, AnswerKind.REPLY, frame)

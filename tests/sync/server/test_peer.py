@@ -36,6 +36,7 @@ def test_writer_events() -> None:
     assert peer.receive(p.encode_query_awareness()) == AwarenessQueried()
     event = peer.receive(MERGE)
     assert isinstance(event, MergeRequested) and event.request.agent == "a"
+    assert event.frame == MERGE  # as received: a cluster hub forwards it unchanged
     assert peer.receive(p.encode_permission_denied("no")) is None  # ignored from clients
 
 
