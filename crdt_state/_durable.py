@@ -57,6 +57,7 @@ def open_store(make: Callable[..., S], store: StateStore, options: dict[str, Any
         raise
     core = state._core
     with core.lock:
+        core.read_only = bool(getattr(store, "read_only", False))
         core.observe_updates()  # the store needs each change's update bytes
         core.store = store
     return state

@@ -30,17 +30,40 @@ _TOMBSTONE_SLACK: Final = 64 * 1024
 
 
 class SqliteReads:
-    """The history queries of one state file (the store flushes before each)."""
+    """The history queries of one state file (the store flushes before each).
 
-    def __init__(self, conn: sqlite3.Connection, db: threading.Lock, file: str = "") -> None:
+    With ``snapshots`` (a read-only store, while another process may write the file)
+    each query runs in one read transaction: it sees one committed version.
+    """
+
+    def __init__(
+        self, conn: sqlite3.Connection, db: threading.Lock, file: str = "", snapshots: bool = False
+    ) -> None:
         self._conn = conn
         self._db = db
         self._file = file
+        self._snapshots = snapshots
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """One read transaction around the block (with ``snapshots``; else nothing)."""
+        if not self._snapshots:
+            yield
+            return
+        self._conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self._conn.execute("COMMIT")  # a read transaction: nothing to commit
 
     @contextlib.contextmanager
     def _reading(self, locked: bool = True) -> Iterator[None]:
         """Hold the connection's lock; damage becomes a :class:`StorageError` naming the file."""
-        with self._db if locked else contextlib.nullcontext():
+        held = contextlib.ExitStack()
+        if locked:
+            held.enter_context(self._db)
+            held.enter_context(self.snapshot())
+        with held:
             try:
                 yield
             except StorageError as exc:

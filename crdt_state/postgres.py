@@ -44,7 +44,7 @@ from ._pg_reads import PgReads, compact
 from ._pg_writer import write_batch
 from ._queued_items import Item
 from ._queued_store import QueuedStore
-from .errors import StorageError
+from .errors import ReadOnlyStore, StorageError
 from .journal import (
     BlameEntry,
     StoredState,
@@ -211,7 +211,7 @@ class PostgresStore(QueuedStore):
 
     def _writable(self) -> None:
         if self.read_only:
-            raise StorageError(
+            raise ReadOnlyStore(
                 "this store was opened read_only: it stores nothing",
                 details={"database": self.where, "reason": "read_only"},
             )
