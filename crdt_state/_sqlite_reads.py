@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 from pycrdt import Doc
@@ -109,8 +109,10 @@ def _version(doc: Doc[Any]) -> VersionVector:
     return VersionVector.from_state(doc.get_state())
 
 
-def replay(stored: StoredState) -> Doc[Any]:
+def replay(stored: StoredState, on_change: Callable[[], None] | None = None) -> Doc[Any]:
     """A fresh document holding the snapshot plus the changes, each change's token checked.
+
+    ``on_change()`` runs after each change applied (progress).
 
     Raises:
         StorageError: an update does not decode or does not give its token.
@@ -131,11 +133,18 @@ def replay(stored: StoredState) -> Doc[Any]:
                     "the state file is damaged: a change does not match its token",
                     details={"seq": change.seq},
                 )
+            if on_change is not None:
+                on_change()
     return doc
 
 
 def compact(
-    conn: sqlite3.Connection, fold: int, keep_conflicts: int | None, *, measure: bool = True
+    conn: sqlite3.Connection,
+    fold: int,
+    keep_conflicts: int | None,
+    *,
+    measure: bool = True,
+    on_change: Callable[[], None] | None = None,
 ) -> bool | None:
     """Fold the log rows up to seq ``fold`` into a new snapshot (one transaction).
 
@@ -155,7 +164,7 @@ def compact(
     stored = sqllog.load(conn, upto=fold)
     if not stored.changes:
         return None
-    doc = replay(stored)
+    doc = replay(stored, on_change)
     content = doc_snapshot(doc)
     token = stored.changes[-1].token
     encoded = bytes(doc.get_update())

@@ -31,6 +31,7 @@ from .journal import (
     BlameEntry,
     StoredState,
 )
+from .progress import ProgressLog
 
 __all__ = ["STORE_OPTIONS", "SqliteStore", "Store"]
 
@@ -248,10 +249,12 @@ class SqliteStore(QueuedStore):
         self._last_seq, self._log_rows = written.last_seq, written.log_rows
         self.epochs += written.epochs
 
-    def _fold(self, fold: int) -> bool | None:
+    def _fold(self, fold: int, progress: ProgressLog) -> bool | None:
         with self._db:
-            measure = self.compact_document
-            epoch_due = compact(self._conn, fold, self.keep_conflicts, measure=measure)
+            measure, on_change = self.compact_document, progress.advance
+            epoch_due = compact(
+                self._conn, fold, self.keep_conflicts, measure=measure, on_change=on_change
+            )
             if epoch_due is not None:
                 self._log_rows = sqllog.count_log(self._conn)
         return epoch_due
