@@ -301,8 +301,9 @@ def _connect_once(file: str, durability: Durability) -> Writer:
     try:
         conn = sqlite3.connect(file, isolation_level=None, check_same_thread=False, timeout=0)
     except sqlite3.Error as exc:
+        error = _failure("cannot open the state file", file, exc)  # while the lock holds its fd
         os.close(lock)
-        raise _failure("cannot open the state file", file, exc) from exc
+        raise error from exc
     try:
         is_new = _prepare(conn, file)
         conn.execute(f"PRAGMA synchronous={_SYNCHRONOUS[durability]}")
