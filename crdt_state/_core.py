@@ -22,7 +22,7 @@ from ._changelog import ChangeLog, Entry
 from ._entry_reads import read_at
 from ._events import join_updates
 from .conflicts import Change, Conflict, StateUpdate, WriteKind
-from .errors import StateClosed
+from .errors import ReadOnlyStore, StateClosed
 from .journal import StateStore
 from .paths import Path
 from .requests import RequestKey, RequestMemory
@@ -71,6 +71,7 @@ class StateCore:
         self.shared = False
         self.requests = RequestMemory()
         self.closed = False
+        self.read_only = False  # opened on a read-only store: every write is refused
         # at least as deep as any value in the state (see values.MAX_DEPTH): bounds the
         # depth of values received from other replicas without reading the document
         self.depth_mark = 0
@@ -85,6 +86,19 @@ class StateCore:
             raise StateClosed(
                 "the durable state is closed; nothing was changed (reopen the file)",
                 details={"file": self.store.name if self.store is not None else None},
+            )
+
+    def check_writable(self) -> None:
+        """Raise :class:`StateClosed` or :class:`ReadOnlyStore` unless writes may proceed.
+
+        Called before anything changes.
+        """
+        self.check_open()
+        if self.read_only:
+            store = self.store
+            raise ReadOnlyStore(
+                "the state was opened read_only; nothing was changed",
+                details={"file": store.name if store is not None else None, "reason": "read_only"},
             )
 
     # -- reading at a log position -----------------------------------------------------

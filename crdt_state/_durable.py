@@ -4,10 +4,15 @@ The store (:class:`~crdt_state.journal.StateStore`) never sees the state: the
 state reads what the store holds and replays it here (:func:`restore`),
 describes a new state for the store to create (:func:`initial`), and rebuilds
 its document when the store asks for a new epoch (:func:`start_epoch`).
+
+Replaying logs ``replay_start``, ``replay_progress`` and ``replay_done`` (``done`` of
+``total`` stored changes, ``store``: the store's name) on ``crdt_state.storage``; at DEBUG
+unless it takes half a second or more (:mod:`crdt_state.progress`).
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -22,6 +27,7 @@ from .conflicts import WriteKind
 from .errors import StorageError, translate_failures
 from .journal import BlameEntry, EpochStart, StateStore, StoredState
 from .paths import Path
+from .progress import ProgressLog
 from .requests import RequestKey
 from .values import nesting
 from .version import VersionVector
@@ -29,6 +35,7 @@ from .version import VersionVector
 __all__ = ["client_id_for", "initial", "open_store", "restore", "start_epoch"]
 
 S = TypeVar("S", bound=StateReads)
+log = logging.getLogger("crdt_state.storage")
 
 
 def open_store(make: Callable[..., S], store: StateStore, options: dict[str, Any]) -> S:
@@ -57,6 +64,7 @@ def open_store(make: Callable[..., S], store: StateStore, options: dict[str, Any
         raise
     core = state._core
     with core.lock:
+        core.read_only = bool(getattr(store, "read_only", False))
         core.observe_updates()  # the store needs each change's update bytes
         core.store = store
     return state
@@ -125,8 +133,14 @@ def restore(core: StateCore, stored: StoredState, where: str) -> None:
             details={"file": where, "update": stage[0]},
         )
 
-    with translate_failures(damaged):
-        tokens = _replay(core, stored, stage)
+    progress = ProgressLog(log, "replay", f"replaying {where}", len(stored.changes),
+                           unit="changes", quiet=True, store=where)  # fmt: skip
+    progress.start()
+    try:
+        with translate_failures(damaged):
+            tokens = _replay(core, stored, stage, progress.advance)
+    finally:
+        progress.finish()
     expected = [change.token for change in stored.changes]
     if tokens != expected or core.log.head_token != stored.head:
         raise StorageError(
@@ -143,10 +157,13 @@ def restore(core: StateCore, stored: StoredState, where: str) -> None:
         entry.request = made_by.get(entry.seq)
 
 
-def _replay(core: StateCore, stored: StoredState, stage: list[str]) -> list[VersionVector]:
+def _replay(
+    core: StateCore, stored: StoredState, stage: list[str], advance: Callable[[], None]
+) -> list[VersionVector]:
     """Apply the snapshot and every stored change; the token after each change.
 
-    ``stage[0]`` names the update being applied (for the error if one fails).
+    ``stage[0]`` names the update being applied (for the error if one fails);
+    ``advance()`` runs after each change.
     """
     with core.lock:
         if core.log.head_seq != 0 or core.store is not None:
@@ -173,6 +190,7 @@ def _replay(core: StateCore, stored: StoredState, stage: list[str]) -> list[Vers
             entry = core.log.append(change.agent, token, writes, undo, origin=change.origin)
             entry.time = change.time
             tokens.append(token)
+            advance()
         core.depth_mark = nesting(core.mirror)
         return tokens
 

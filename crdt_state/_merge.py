@@ -127,8 +127,8 @@ def merge(
         StateClosed: the state is closed.
     """
     with core.lock:
-        if core.closed:
-            core.check_open()
+        if core.closed or core.read_only:
+            core.check_writable()
         plan = _judge(core, ops, base_seq, agent, table, entries, fast_forward)
         conflicts = tuple(plan.conflicts)
         if plan.refused:  # the conflict audit log keeps refusals too

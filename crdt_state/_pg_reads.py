@@ -85,6 +85,7 @@ def compact(
     before_commit: Callable[[psycopg.Connection[Any]], None],
     *,
     measure: bool = True,
+    on_change: Callable[[], None] | None = None,
 ) -> bool | None:
     """Fold the log rows of ``key`` up to seq ``fold`` into a new snapshot (one transaction).
 
@@ -104,7 +105,7 @@ def compact(
         stored = pglog.load(conn, key, upto=fold)
         if not stored.changes:
             return None
-        doc = common.replay(stored)
+        doc = common.replay(stored, on_change)
         content = doc_snapshot(doc)
         token = stored.changes[-1].token
         encoded = bytes(doc.get_update())

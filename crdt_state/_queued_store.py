@@ -9,11 +9,17 @@ history queries by flushing and then asking the engine's reader. The engine
 supplies the hooks (here they raise :class:`NotImplementedError`): ``_write``
 (one batch on the writer thread), ``_fold`` (one compaction), ``_release``
 (closing the connection) and ``_reads``.
+
+A compaction logs ``compaction_start``, ``compaction_progress`` (rows replayed so far)
+and ``compaction_done`` (``done`` rows folded of ``total``, ``error``) on the
+``crdt_state.storage`` logger, with ``store`` (the store's name); at DEBUG unless it
+takes half a second or more (:mod:`crdt_state.progress`).
 """
 
 from __future__ import annotations
 
 import atexit
+import logging
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -26,6 +32,7 @@ from .conflicts import Conflict, StateUpdate
 from .errors import StorageError
 from .journal import BlameEntry, ConflictRecord, DurableCallback, EpochStart, HistoryEntry
 from .paths import Path
+from .progress import ProgressLog
 from .requests import RequestKey
 from .version import VersionVector
 
@@ -53,6 +60,7 @@ class StoreReads(Protocol):
 
 
 _open_stores: weakref.WeakSet[QueuedStore] = weakref.WeakSet()
+log = logging.getLogger("crdt_state.storage")
 
 
 @atexit.register
@@ -90,6 +98,7 @@ class QueuedStore:
         keep_conflicts: int | None,
         compact_document: bool,
     ) -> None:
+        self._name = name
         self.keep_history = keep_history
         self.keep_conflicts = keep_conflicts
         self.compact_document = compact_document
@@ -111,8 +120,10 @@ class QueuedStore:
         """Store one batch of ``(ticket, item)`` in one transaction (on the writer thread)."""
         raise NotImplementedError
 
-    def _fold(self, fold: int) -> bool | None:
+    def _fold(self, fold: int, progress: ProgressLog) -> bool | None:
         """Fold the log up to seq ``fold`` into a new snapshot and recount ``_log_rows``.
+
+        ``progress.advance()`` after each log row replayed.
 
         Returns:
             ``None`` when there was nothing to fold; else whether a new epoch is due.
@@ -195,8 +206,14 @@ class QueuedStore:
 
     def _compact(self) -> None:
         """Fold all but the newest ``keep_history`` log rows into a new snapshot."""
+        rows = max(0, self._log_rows - self.keep_history)
+        what = f"compacting {self._name}"
+        progress = ProgressLog(log, "compaction", what, rows, unit="rows", quiet=True,
+                               store=self._name)  # fmt: skip
+        progress.start()
         try:
-            epoch_due = self._fold(self._last_seq - self.keep_history)
+            epoch_due = self._fold(self._last_seq - self.keep_history, progress)
+            progress.finish(error=None)
             if epoch_due is None:  # nothing to fold
                 return
             self.compactions += 1
@@ -209,6 +226,7 @@ class QueuedStore:
                 exc if isinstance(exc, StorageError) else StorageError(f"compaction failed: {exc}")
             )
             self.last_compaction_error = error
+            progress.finish(error=error.message)  # nothing changed
             self._compaction_failed(error)
             self._margin *= 2  # do not retry on every commit
 

@@ -60,7 +60,7 @@ def apply_update(
         raise InvalidUpdate("an update is bytes", details={"type": type(update).__name__})
     data = bytes(update)
     with core.lock:
-        core.check_open()
+        core.check_writable()
         core.shared = True
         before = core.log.head_token
         changed: dict[Path, WriteKind] = {}

@@ -34,26 +34,30 @@ descendants of a path are one key range. Values in the audit log are JSON
 wrapped so that "absent" and "unresolved" stay distinct from any data.
 
 This module opens, checks, migrates and creates the file;
-:mod:`crdt_state._sqlite_log` reads and writes its rows. Neither knows pycrdt or threads. A
-connection returned by :func:`connect` holds the file's lock
-(``locking_mode=EXCLUSIVE``) until it is closed: a second connection, from
-this process or another, is refused with :class:`StorageError`. Two processes
-opening one file at the same moment can each see the other's brief lock:
-:func:`connect` retries for up to :data:`OPEN_WAIT` seconds (with backoff)
-before it says the file is open in another process (naming its pid when the
-system tells, from ``/proc/locks`` on Linux).
+:mod:`crdt_state._sqlite_log` reads and writes its rows. Neither knows pycrdt or threads.
+The writer returned by :func:`connect` holds the file's writer lock (an ``flock`` on
+the database file, taken before SQLite opens it) until :func:`release`: a second
+writer, from this process or another, is refused with :class:`StorageError`. Two
+processes opening one file at the same moment can each see the other's brief lock:
+:func:`connect` retries for up to :data:`OPEN_WAIT` seconds (with backoff) before it
+says the file is open in another process (naming its pid when the system tells, from
+``/proc/locks`` on Linux). SQLite itself runs in its normal locking mode (WAL, shared
+memory index), so readers opened by :func:`connect_read_only` (``mode=ro``, no lock)
+read the committed state while the writer works, and never write the file.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import sqlite3
 import time
 import zlib
 from collections.abc import Iterable
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
+from urllib.parse import quote
 
 from .conflicts import UNRESOLVED
 from .errors import StorageError
@@ -64,12 +68,15 @@ __all__ = [
     "APPLICATION_ID",
     "FORMAT_VERSION",
     "Durability",
+    "Writer",
     "connect",
+    "connect_read_only",
     "create",
     "descendants_range",
     "encode_value",
     "in_this_process",
     "path_key",
+    "release",
     "transaction",
 ]
 
@@ -115,6 +122,9 @@ _IN_USE: Final = "the state file is open in another process"
 IN_USE_REASON: Final = "open_in_another_process"
 OPEN_WAIT: Final = 1.5
 """Seconds :func:`connect` retries a file locked by another connection."""
+BUSY_WAIT_MS: Final = 5_000
+"""How long a statement waits for SQLite's own brief locks (a reader recovering the WAL
+index, a checkpoint) before it fails."""
 _TABLES: Final = frozenset({"meta", "snapshot", "log", "blame", "conflicts"})
 
 
@@ -185,7 +195,7 @@ def in_this_process(file: str) -> StorageError:
     )
 
 
-def _in_use(file: str, exc: sqlite3.Error) -> StorageError:
+def _in_use(file: str, exc: BaseException) -> StorageError:
     error = _refuse(_IN_USE, file, exc)
     error.details["reason"] = IN_USE_REASON
     return error
@@ -197,10 +207,25 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     )
 
 
-def connect(
-    path: str | os.PathLike[str], durability: Durability
-) -> tuple[sqlite3.Connection, bool]:
-    """Open and lock a state file; return ``(connection, is_new)``.
+class Writer(NamedTuple):
+    """A state file opened for writing: the connection, whether it is new, the lock."""
+
+    conn: sqlite3.Connection
+    is_new: bool
+    lock: int
+    """The descriptor holding the writer lock (closed by :func:`release`)."""
+
+
+def release(writer: Writer) -> None:
+    """Close the connection, then drop the writer lock (in that order)."""
+    try:
+        writer.conn.close()
+    finally:
+        os.close(writer.lock)
+
+
+def connect(path: str | os.PathLike[str], durability: Durability) -> Writer:
+    """Open and lock a state file for writing.
 
     A missing or empty file (or a SQLite file with no tables) is new; it is
     given its tables by :func:`create`. Anything else must carry our
@@ -247,18 +272,107 @@ def connect(
         pause = min(pause * 2, 0.2)
 
 
-def _connect_once(file: str, durability: Durability) -> tuple[sqlite3.Connection, bool]:
+def _writer_lock(file: str) -> int:
+    """Take the file's writer lock: an exclusive ``flock`` on a descriptor of its own.
+
+    ``flock`` locks belong to the open file description, so closing other descriptors
+    of the file (SQLite's, a reader's) never drops it, and they never meet SQLite's
+    own (``fcntl``) locks. Creates the file when missing (empty: a new state).
+    """
+    try:
+        fd = os.open(file, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as exc:
+        error = _refuse(f"cannot open the state file: {exc}", file, exc)
+        if exc.errno in (errno.EMFILE, errno.ENFILE):
+            error.details["errno"] = "EMFILE"
+        raise error from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise _in_use(file, exc) from exc
+        raise _refuse(f"cannot lock the state file: {exc}", file, exc) from exc
+    return fd
+
+
+def _connect_once(file: str, durability: Durability) -> Writer:
+    lock = _writer_lock(file)
     try:
         conn = sqlite3.connect(file, isolation_level=None, check_same_thread=False, timeout=0)
     except sqlite3.Error as exc:
-        raise _failure("cannot open the state file", file, exc) from exc
+        error = _failure("cannot open the state file", file, exc)  # while the lock holds its fd
+        os.close(lock)
+        raise error from exc
     try:
         is_new = _prepare(conn, file)
         conn.execute(f"PRAGMA synchronous={_SYNCHRONOUS[durability]}")
+        conn.execute(f"PRAGMA busy_timeout={BUSY_WAIT_MS}")  # readers' brief WAL-index locks
+    except BaseException:
+        release(Writer(conn, False, lock))
+        raise
+    return Writer(conn, is_new, lock)
+
+
+def connect_read_only(path: str | os.PathLike[str]) -> sqlite3.Connection:
+    """Open a state file to read it only, even while a writer (a hub) holds it.
+
+    No lock is taken and nothing is ever written to the file: SQLite opens it with
+    ``mode=ro`` and reads the committed state through the WAL, as any WAL reader
+    does (SQLite may create the empty ``-wal``/``-shm`` companions when no writer
+    left them). A file of format 1 is refused (opening it once for writing
+    upgrades it).
+
+    Raises:
+        StorageError: no file (``details["reason"]`` ``"missing"``), not a state file
+            (``"not_a_state_file"``), damaged, newer, or of format 1 (``"old_format"``);
+            the file is untouched.
+    """
+    file = os.fspath(path)
+    if not os.path.isfile(file):
+        error = _refuse("there is no state file here", file)
+        error.details["reason"] = "missing"
+        raise error
+    uri = "file:" + quote(os.path.abspath(file)) + "?mode=ro"
+    try:
+        conn = sqlite3.connect(
+            uri, uri=True, isolation_level=None, check_same_thread=False, timeout=BUSY_WAIT_MS / 1e3
+        )
+    except sqlite3.Error as exc:
+        raise _failure("cannot open the state file", file, exc) from exc
+    try:
+        _check_readable(conn, file)
     except BaseException:
         conn.close()
         raise
-    return conn, is_new
+    return conn
+
+
+def _check_readable(conn: sqlite3.Connection, file: str) -> None:
+    """Refuse, without writing, what a read-only connection cannot read as a state."""
+    try:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.Error as exc:
+        error = _failure("not a crdt-state file (or a damaged one)", file, exc)
+        error.details.setdefault("reason", "not_a_state_file")
+        raise error from exc
+    if app_id != APPLICATION_ID:
+        error = _refuse("not a crdt-state file", file)
+        error.details["reason"] = "not_a_state_file"
+        raise error
+    if version > FORMAT_VERSION:
+        raise _refuse(f"the state file has format {version}, newer than {FORMAT_VERSION}", file)
+    if not tables >= _TABLES:
+        raise _refuse("the state file is damaged: tables are missing", file)
+    if version < FORMAT_VERSION or "writer_requests" not in tables:
+        error = _refuse(
+            f"the state file has the old format {version}: open it once for writing to upgrade it",
+            file,
+        )
+        error.details["reason"] = "old_format"
+        raise error
 
 
 def _lock_holder(file: str) -> int | None:
@@ -271,7 +385,7 @@ def _lock_holder(file: str) -> int | None:
         return None
     for line in lines:
         fields = line.split()
-        if "->" in fields:  # a waiter, not a holder
+        if "->" in fields or "FLOCK" not in fields:  # a waiter, or a reader's SQLite lock
             continue
         try:
             pid, where = int(fields[4]), fields[5].split(":")
@@ -286,7 +400,6 @@ def _lock_holder(file: str) -> int | None:
 
 def _prepare(conn: sqlite3.Connection, file: str) -> bool:
     try:
-        conn.execute("PRAGMA locking_mode=EXCLUSIVE")
         app_id = conn.execute("PRAGMA application_id").fetchone()[0]
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -306,7 +419,7 @@ def _prepare(conn: sqlite3.Connection, file: str) -> bool:
         if is_new:
             conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
         mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        # take the write lock now; in exclusive locking mode it is held until close
+        # a writer of an older version holds SQLite's exclusive lock: find out now
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("COMMIT")
         if str(mode).lower() != "wal":

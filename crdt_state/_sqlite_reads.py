@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 from pycrdt import Doc
@@ -30,17 +30,40 @@ _TOMBSTONE_SLACK: Final = 64 * 1024
 
 
 class SqliteReads:
-    """The history queries of one state file (the store flushes before each)."""
+    """The history queries of one state file (the store flushes before each).
 
-    def __init__(self, conn: sqlite3.Connection, db: threading.Lock, file: str = "") -> None:
+    With ``snapshots`` (a read-only store, while another process may write the file)
+    each query runs in one read transaction: it sees one committed version.
+    """
+
+    def __init__(
+        self, conn: sqlite3.Connection, db: threading.Lock, file: str = "", snapshots: bool = False
+    ) -> None:
         self._conn = conn
         self._db = db
         self._file = file
+        self._snapshots = snapshots
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """One read transaction around the block (with ``snapshots``; else nothing)."""
+        if not self._snapshots:
+            yield
+            return
+        self._conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self._conn.execute("COMMIT")  # a read transaction: nothing to commit
 
     @contextlib.contextmanager
     def _reading(self, locked: bool = True) -> Iterator[None]:
         """Hold the connection's lock; damage becomes a :class:`StorageError` naming the file."""
-        with self._db if locked else contextlib.nullcontext():
+        held = contextlib.ExitStack()
+        if locked:
+            held.enter_context(self._db)
+            held.enter_context(self.snapshot())
+        with held:
             try:
                 yield
             except StorageError as exc:
@@ -86,8 +109,10 @@ def _version(doc: Doc[Any]) -> VersionVector:
     return VersionVector.from_state(doc.get_state())
 
 
-def replay(stored: StoredState) -> Doc[Any]:
+def replay(stored: StoredState, on_change: Callable[[], None] | None = None) -> Doc[Any]:
     """A fresh document holding the snapshot plus the changes, each change's token checked.
+
+    ``on_change()`` runs after each change applied (progress).
 
     Raises:
         StorageError: an update does not decode or does not give its token.
@@ -108,11 +133,18 @@ def replay(stored: StoredState) -> Doc[Any]:
                     "the state file is damaged: a change does not match its token",
                     details={"seq": change.seq},
                 )
+            if on_change is not None:
+                on_change()
     return doc
 
 
 def compact(
-    conn: sqlite3.Connection, fold: int, keep_conflicts: int | None, *, measure: bool = True
+    conn: sqlite3.Connection,
+    fold: int,
+    keep_conflicts: int | None,
+    *,
+    measure: bool = True,
+    on_change: Callable[[], None] | None = None,
 ) -> bool | None:
     """Fold the log rows up to seq ``fold`` into a new snapshot (one transaction).
 
@@ -132,7 +164,7 @@ def compact(
     stored = sqllog.load(conn, upto=fold)
     if not stored.changes:
         return None
-    doc = replay(stored)
+    doc = replay(stored, on_change)
     content = doc_snapshot(doc)
     token = stored.changes[-1].token
     encoded = bytes(doc.get_update())

@@ -15,7 +15,8 @@ so ``except KeyError`` or ``except TypeError`` keeps working::
     ├── BranchClosed(RuntimeError)       code "branch_closed"
     ├── WriteFailed(RuntimeError)        code "write_failed"
     ├── StorageError(OSError)            code "storage"
-    │   └── StateClosed                  code "state_closed"
+    │   ├── StateClosed                  code "state_closed"
+    │   └── ReadOnlyStore                code "read_only_store"
     ├── UnknownBase(LookupError)         code "unknown_base"
     │   └── StaleBase                    code "stale_base"
     │       └── BrokenChain              code "broken_chain"
@@ -41,6 +42,7 @@ __all__ = [
     "InvalidPath",
     "InvalidUpdate",
     "PathNotFound",
+    "ReadOnlyStore",
     "SchemaError",
     "StaleBase",
     "StateClosed",
@@ -181,6 +183,18 @@ class StateClosed(StorageError):
     """
 
     code = "state_closed"
+
+
+class ReadOnlyStore(StorageError):
+    """The state (or store) was opened ``read_only=True``: it takes no writes.
+
+    Raised before anything changes, in memory or on disk, by every write: merges,
+    commits, ``apply_update``, branch writes, and the store's own queueing.
+    ``details`` names the file (``"file"``) or database (``"database"``) and has
+    ``"reason": "read_only"``.
+    """
+
+    code = "read_only_store"
 
 
 class WriteFailed(CrdtStateError, RuntimeError):

@@ -44,11 +44,12 @@ from ._pg_reads import PgReads, compact
 from ._pg_writer import write_batch
 from ._queued_items import Item
 from ._queued_store import QueuedStore
-from .errors import StorageError
+from .errors import ReadOnlyStore, StorageError
 from .journal import (
     BlameEntry,
     StoredState,
 )
+from .progress import ProgressLog
 from .state import SharedState
 
 __all__ = ["PG_STORE_OPTIONS", "BeforeCommit", "PostgresStore", "load_stored", "open_postgres"]
@@ -211,7 +212,7 @@ class PostgresStore(QueuedStore):
 
     def _writable(self) -> None:
         if self.read_only:
-            raise StorageError(
+            raise ReadOnlyStore(
                 "this store was opened read_only: it stores nothing",
                 details={"database": self.where, "reason": "read_only"},
             )
@@ -244,7 +245,7 @@ class PostgresStore(QueuedStore):
         if self.before_commit is not None:
             run_hook(self.before_commit, self._conn, ticket, self.where)
 
-    def _fold(self, fold: int) -> bool | None:
+    def _fold(self, fold: int, progress: ProgressLog) -> bool | None:
         with self._db, self._failures("compaction failed"):
             stored = self._stored_ticket
             epoch_due = compact(
@@ -254,6 +255,7 @@ class PostgresStore(QueuedStore):
                 self.keep_conflicts,
                 lambda conn: self._hook(stored),
                 measure=self.compact_document,
+                on_change=progress.advance,
             )
             if epoch_due is not None:
                 self._log_rows = pglog.count_log(self._conn, self.key)

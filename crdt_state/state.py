@@ -109,7 +109,10 @@ class SharedState(StateReads, StateExchange):
             path: the file; created when missing (its directory must exist).
             options: the storage options of :meth:`crdt_state.storage.SqliteStore.open`
                 (``durability``, ``keep_history``, ``keep_conflicts``,
-                ``compact_document``) and the constructor's.
+                ``compact_document``, ``read_only``) and the constructor's. With
+                ``read_only=True`` the file must exist; it is read without a lock,
+                even while a writer (a hub) holds it, and every write raises
+                :class:`~crdt_state.errors.ReadOnlyStore`.
 
         Raises:
             StorageError: a foreign, damaged, newer or already open file (untouched).
@@ -159,9 +162,14 @@ class SharedState(StateReads, StateExchange):
             return Branch(self, agent, core.log.head_seq, core.log.head_token)
 
     def ensure_open(self) -> None:
-        """Raise :class:`~crdt_state.errors.StateClosed` once a durable state is closed."""
-        if self._core.closed:
-            self._core.check_open()
+        """Raise unless the state takes writes.
+
+        Raises:
+            StateClosed: the durable state is closed.
+            ReadOnlyStore: it was opened ``read_only``.
+        """
+        if self._core.closed or self._core.read_only:
+            self._core.check_writable()
 
     def prepare(self, changes: Mapping[Any, Any] | Iterable[Change]) -> list[Change]:
         """A change set as this state would merge it.

@@ -26,17 +26,24 @@ from ._queued_items import Item
 from ._queued_store import QueuedStore
 from ._sqlite_reads import SqliteReads, compact
 from ._sqlite_writes import write_batch
-from .errors import StorageError
+from .errors import ReadOnlyStore, StorageError
 from .journal import (
     BlameEntry,
     StoredState,
 )
+from .progress import ProgressLog
 
 __all__ = ["STORE_OPTIONS", "SqliteStore", "Store"]
 
 DEFAULT_KEEP_HISTORY: Final = 1_000
 DEFAULT_KEEP_CONFLICTS: Final = 10_000
-STORE_OPTIONS: Final = ("durability", "keep_history", "keep_conflicts", "compact_document")
+STORE_OPTIONS: Final = (
+    "durability",
+    "keep_history",
+    "keep_conflicts",
+    "compact_document",
+    "read_only",
+)
 """The keyword options of :meth:`SqliteStore.open` (``SharedState.open`` passes them on)."""
 
 
@@ -77,6 +84,10 @@ class SqliteStore(QueuedStore):
     (:class:`~crdt_state._queued_store.QueuedStore`). After a write failure
     every later call raises :class:`StorageError`: changes made in memory
     since are not stored.
+
+    Opened ``read_only``, it holds no lock, reads a consistent version per query
+    (a writer may be committing and compacting meanwhile) and refuses every write
+    with :class:`ReadOnlyStore`.
     """
 
     def __init__(
@@ -89,12 +100,16 @@ class SqliteStore(QueuedStore):
         keep_history: int,
         keep_conflicts: int | None,
         compact_document: bool = True,
+        lock: int | None = None,
     ) -> None:
         self.file = file
         self._identity: tuple[int, int] | None = None  # the file's (device, inode)
         self._conn = conn
+        self._lock = lock  # the writer lock's descriptor; None: read-only
+        self.read_only = lock is None
         self._db = threading.Lock()  # guards the connection
-        self._reads = SqliteReads(conn, self._db, file)
+        self._snapshots = SqliteReads(conn, self._db, file, snapshots=self.read_only)
+        self._reads = self._snapshots
         self._is_new = is_new
         self.durability = durability
         super().__init__(
@@ -114,6 +129,7 @@ class SqliteStore(QueuedStore):
         keep_history: int = DEFAULT_KEEP_HISTORY,
         keep_conflicts: int | None = DEFAULT_KEEP_CONFLICTS,
         compact_document: bool = True,
+        read_only: bool = False,
     ) -> SqliteStore:
         """Open (and lock) the state file at ``path``, created when missing.
 
@@ -127,18 +143,33 @@ class SqliteStore(QueuedStore):
             compact_document: let compaction ask for a new epoch once tombstones
                 dominate the document (off for states whose Yjs updates other
                 replicas keep across sessions: the hub's rooms).
+            read_only: only load and query an existing file, without a lock, even
+                while a writer (a hub) holds it; nothing is ever written to it
+                (see :func:`crdt_state._sqlite_file.connect_read_only`).
 
         Raises:
-            StorageError: a foreign, damaged, newer or already open file (untouched).
+            StorageError: a foreign, damaged, newer or already open file (untouched);
+                with ``read_only``, a missing file (``details["reason"]`` ``"missing"``)
+                or one that is not a state file (``"not_a_state_file"``).
         """
         if keep_history < 1:
             raise ValueError("keep_history must be at least 1")
         if keep_conflicts is not None and keep_conflicts < 0:
             raise ValueError("keep_conflicts must be >= 0 or None")
         file = os.fspath(path)
+        if read_only:
+            return cls(
+                sqlfile.connect_read_only(file),
+                file,
+                is_new=False,
+                durability=durability,
+                keep_history=keep_history,
+                keep_conflicts=keep_conflicts,
+                compact_document=compact_document,
+            )
         if _held_here(file):
             raise sqlfile.in_this_process(file)
-        conn, is_new = sqlfile.connect(file, durability)
+        conn, is_new, lock = sqlfile.connect(file, durability)
         store = cls(
             conn,
             file,
@@ -147,6 +178,7 @@ class SqliteStore(QueuedStore):
             keep_history=keep_history,
             keep_conflicts=keep_conflicts,
             compact_document=compact_document,
+            lock=lock,
         )
         identity = _identity(file)
         if identity is not None:
@@ -164,7 +196,7 @@ class SqliteStore(QueuedStore):
         """The snapshot, log and remembered requests; ``None`` for a new file."""
         if self._is_new:
             return None
-        with self._db:
+        with self._db, self._snapshots.snapshot():
             try:
                 stored = sqllog.load(self._conn)
                 requests = sqllog.recent_requests(self._conn)
@@ -184,6 +216,7 @@ class SqliteStore(QueuedStore):
 
     def create(self, initial: StoredState, blame: Sequence[BlameEntry]) -> None:
         """Give a new file its tables and first snapshot."""
+        self._writable()
         rows = [(b.path, b.seq, b.agent, b.time, b.token.to_state()) for b in blame]
         token = initial.snapshot_token.to_state()
         with self._db:
@@ -195,6 +228,13 @@ class SqliteStore(QueuedStore):
                 ) from exc
         self._last_seq = initial.snapshot_seq
         self._ready = True
+
+    def _writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyStore(
+                "this state file was opened read_only: nothing is written to it",
+                details={"file": self.file, "reason": "read_only"},
+            )
 
     # -- the writer thread (see crdt_state._group_commit) ------------------------------
     def _write(self, batch: list[tuple[int, Item]]) -> None:
@@ -209,10 +249,12 @@ class SqliteStore(QueuedStore):
         self._last_seq, self._log_rows = written.last_seq, written.log_rows
         self.epochs += written.epochs
 
-    def _fold(self, fold: int) -> bool | None:
+    def _fold(self, fold: int, progress: ProgressLog) -> bool | None:
         with self._db:
-            measure = self.compact_document
-            epoch_due = compact(self._conn, fold, self.keep_conflicts, measure=measure)
+            measure, on_change = self.compact_document, progress.advance
+            epoch_due = compact(
+                self._conn, fold, self.keep_conflicts, measure=measure, on_change=on_change
+            )
             if epoch_due is not None:
                 self._log_rows = sqllog.count_log(self._conn)
         return epoch_due
@@ -224,7 +266,7 @@ class SqliteStore(QueuedStore):
             del _open_files[self._identity or (-1, -1)]
 
     def _release(self, ready: bool) -> None:
-        """Checkpoint the WAL (when ``ready``) and close the file."""
+        """Checkpoint the WAL (when ``ready``) and close the file, then drop the lock."""
         with self._db:
             try:
                 if ready:
@@ -232,7 +274,10 @@ class SqliteStore(QueuedStore):
             except sqlite3.Error:
                 pass  # the WAL stays; the next opening recovers it
             finally:
-                self._conn.close()
+                if self._lock is None:
+                    self._conn.close()
+                else:
+                    sqlfile.release(sqlfile.Writer(self._conn, False, self._lock))
 
 
 Store = SqliteStore

@@ -12,11 +12,13 @@ ACTION one of::
     export [-o FILE]                              content, history and conflicts as JSON
 
 Every action takes ``--json`` (machine-readable output); tables otherwise, with times in
-local time. ``--since`` takes ``30s``/``10m``/``2h``/``1d`` ago, a unix time, or an ISO
-date-time (local when it has no zone). The file is opened through
-:meth:`SharedState.open` and never written to; it cannot be open in a running hub at the
-same time (stop the hub, or copy the file first). Exit status: 0, or 2 with the reason on
-stderr (missing or busy file, bad path or token).
+local time: ``rich`` tables when stdout is a terminal, plain aligned text when it is not
+(:mod:`sync.cli_views`). A long ``export`` shows a progress bar on stderr when stderr is a
+terminal. ``--since`` takes ``30s``/``10m``/``2h``/``1d`` ago, a unix time, or an ISO
+date-time (local when it has no zone). The file is opened with
+``SharedState.open(..., read_only=True)``: no lock, never written to, and readable while a
+running hub holds it (it shows what the hub has committed). Exit status: 0, or 2 with the
+reason and the error's code on stderr (missing file, not a state file, bad path or token).
 """
 
 from __future__ import annotations
@@ -26,12 +28,18 @@ import json
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
 from crdt_state import MISSING, UNRESOLVED, CrdtStateError, SharedState, VersionVector, format_path
+from sync.cli_views import TableView, plain_table, rich_table
 from sync.server._store import room_file
 from sync.server.observe.events import blame_event, conflict_event, history_event, jsonable
 
@@ -39,7 +47,6 @@ __all__ = ["add_parser", "format_table", "parse_since", "run"]
 
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_CELL = 48
 
 
 def add_parser(sub: Any) -> None:
@@ -95,22 +102,7 @@ def local_time(stamp: float | None) -> str:
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """Rows under headers, columns aligned; long cells are cut with ``…``."""
-    cells = [[_cell(v) for v in row] for row in rows]
-    widths = [len(h) for h in headers]
-    for row in cells:
-        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
-    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()
-    out = [line, "  ".join("-" * w for w in widths)]
-    out += [
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
-    ]
-    return "\n".join(out)
-
-
-def _cell(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(jsonable(value), ensure_ascii=False)
-    text = text.replace("\n", " ")
-    return text if len(text) <= _CELL else text[: _CELL - 1] + "…"
+    return plain_table(headers, rows)
 
 
 def _value(value: Any) -> str:
@@ -129,43 +121,78 @@ def _open(args: argparse.Namespace) -> SharedState:
     file = room_file(Path(args.db), args.target) if args.db else Path(args.target)
     if not file.is_file():
         raise _Fail(f"no state file at {file}")
-    try:
-        return SharedState.open(file, compact_document=False)
+    try:  # no lock, no write: a running hub may hold the file
+        return SharedState.open(file, compact_document=False, read_only=True)
     except CrdtStateError as exc:
-        raise _Fail(f"cannot open {file}: {exc} (is a hub holding it?)") from exc
+        reason = exc.details.get("reason")
+        code = f"{exc.code}: {reason}" if reason else exc.code
+        raise _Fail(f"cannot read {file}: {exc.message} [{code}]") from exc
 
 
 class _Fail(Exception):
     """A reason to stop with exit status 2."""
 
 
-def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    """Run ``crdt-state inspect`` with parsed ``args``; returns the exit status."""
+def _terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+def run(
+    args: argparse.Namespace,
+    out: TextIO | None = None,
+    *,
+    console: Console | None = None,
+    progress_console: Console | None = None,
+) -> int:
+    """Run ``crdt-state inspect`` with parsed ``args``; returns the exit status.
+
+    Args:
+        args: the parsed command line.
+        out: where the output goes (default stdout).
+        console: a ``rich`` console for tables, used when it is a terminal (default:
+            one on ``out`` when ``out`` is a terminal; else plain text to ``out``).
+        progress_console: where a long export's progress bar goes (default: stderr
+            when it is a terminal; else no bar).
+    """
     out = sys.stdout if out is None else out
+    if console is None and _terminal(out):
+        console = Console(file=out)
+    if progress_console is None and _terminal(sys.stderr):
+        progress_console = Console(file=sys.stderr)
     try:
         state = _open(args)
     except _Fail as exc:
         print(f"crdt-state inspect: {exc}", file=sys.stderr)
         return 2
+    bar = (
+        progress_console if progress_console is not None and progress_console.is_terminal else None
+    )
     try:
         with state:
-            result = _ACTIONS[args.action](state, args)
+            data, view = _ACTIONS[args.action](state, args, bar)
     except (_Fail, CrdtStateError, ValueError) as exc:
         print(f"crdt-state inspect: {exc}", file=sys.stderr)
         return 2
-    data, text = result
     if args.json:
         json.dump(data, out, ensure_ascii=False, indent=2)
         out.write("\n")
-    elif text is not None:
-        out.write(text + "\n")
+    elif console is not None and console.is_terminal:
+        if view is not None:
+            console.print(rich_table(view) if isinstance(view, TableView) else Text(view))
+    elif isinstance(view, TableView):
+        out.write(plain_table(view.headers, view.rows) + "\n")
+    elif view is not None:
+        out.write(view + "\n")
     return 0
 
 
-Result = tuple[Any, str | None]
+Result = tuple[Any, str | TableView | None]
 
 
-def _show(state: SharedState, args: argparse.Namespace) -> Result:
+def _show(state: SharedState, args: argparse.Namespace, bar: Console | None) -> Result:
     content, token = state.read()
     found = content if args.path is None else state.get(args.path, _ABSENT)
     if found is _ABSENT:
@@ -178,7 +205,7 @@ def _show(state: SharedState, args: argparse.Namespace) -> Result:
 _ABSENT = object()
 
 
-def _history(state: SharedState, args: argparse.Namespace) -> Result:
+def _history(state: SharedState, args: argparse.Namespace, bar: Console | None) -> Result:
     entries = state.history(agent=args.agent, path=args.path, since=args.since, limit=args.limit)
     data = [dict(history_event(e), local_time=local_time(e.time)) for e in entries]
     rows = [
@@ -186,10 +213,10 @@ def _history(state: SharedState, args: argparse.Namespace) -> Result:
          ", ".join(_dotted(p) for p in e.paths), e.token.to_text())
         for e in entries
     ]  # fmt: skip
-    return data, format_table(("seq", "time", "agent", "origin", "paths", "token"), rows)
+    return data, TableView(("seq", "time", "agent", "origin", "paths", "token"), tuple(rows))
 
 
-def _blame(state: SharedState, args: argparse.Namespace) -> Result:
+def _blame(state: SharedState, args: argparse.Namespace, bar: Console | None) -> Result:
     entry = state.blame(args.path)
     data = blame_event(entry)
     if entry is None:
@@ -201,7 +228,7 @@ def _blame(state: SharedState, args: argparse.Namespace) -> Result:
     return dict(data or {}, local_time=local_time(entry.time)), text
 
 
-def _conflicts(state: SharedState, args: argparse.Namespace) -> Result:
+def _conflicts(state: SharedState, args: argparse.Namespace, bar: Console | None) -> Result:
     records = state.conflicts(args.path, args.since)
     data = [dict(conflict_event(r), local_time=local_time(r.time)) for r in records]
     rows = [
@@ -212,10 +239,10 @@ def _conflicts(state: SharedState, args: argparse.Namespace) -> Result:
     ]  # fmt: skip
     headers = ("time", "path", "base", "current", "incoming", "agents", "policy", "resolution",
                "applied")  # fmt: skip
-    return data, format_table(headers, rows)
+    return data, TableView(headers, tuple(rows))
 
 
-def _at(state: SharedState, args: argparse.Namespace) -> Result:
+def _at(state: SharedState, args: argparse.Namespace, bar: Console | None) -> Result:
     wanted = args.token.strip()
     if wanted.isdigit():
         found = [e for e in state.history() if e.seq == int(wanted)]
@@ -229,24 +256,26 @@ def _at(state: SharedState, args: argparse.Namespace) -> Result:
     return data, json.dumps(content, ensure_ascii=False, indent=2)
 
 
-def _export(state: SharedState, args: argparse.Namespace) -> Result:
+def _export(state: SharedState, args: argparse.Namespace, bar: Console | None) -> Result:
     content, token = state.read()
     entries = state.history()
+    records = state.conflicts()
     history: list[dict[str, Any]] = []
-    tty = sys.stderr.isatty()
-    for i, entry in enumerate(entries, 1):
-        history.append(history_event(entry))
-        if tty and (i % 1000 == 0 or i == len(entries)):  # a progress line for long exports
-            print(f"\rexporting history {i}/{len(entries)}", end="", file=sys.stderr)
-    if tty and entries:
-        print(file=sys.stderr)
+    conflicts: list[dict[str, Any]] = []
+    with _progress(bar, "exporting", len(entries) + len(records)) as advance:
+        for entry in entries:
+            history.append(history_event(entry))
+            advance()
+        for record in records:
+            conflicts.append(conflict_event(record))
+            advance()
     data = {
         "token": token.to_text(),
         "seq": state.position,
         "exported_at": time.time(),
         "state": jsonable(content),
         "history": history,
-        "conflicts": [conflict_event(r) for r in state.conflicts()],
+        "conflicts": conflicts,
     }
     if args.output:
         Path(args.output).write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
@@ -254,7 +283,23 @@ def _export(state: SharedState, args: argparse.Namespace) -> Result:
     return data, json.dumps(data, ensure_ascii=False, indent=2)
 
 
-_ACTIONS = {
+@contextmanager
+def _progress(console: Console | None, what: str, total: int) -> Iterator[Callable[[], None]]:
+    """A progress bar on ``console`` (a terminal) for ``total`` steps; yields ``advance``.
+
+    Without a console it yields a function that does nothing.
+    """
+    if console is None or total == 0:
+        yield lambda: None
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())  # fmt: skip
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task(what, total=total)
+        yield lambda: progress.advance(task)
+
+
+_ACTIONS: dict[str, Callable[[SharedState, argparse.Namespace, Console | None], Result]] = {
     "show": _show,
     "history": _history,
     "blame": _blame,

@@ -21,6 +21,7 @@ STABLE_CODES = {
     "InvalidUpdate": "invalid_update",
     "SchemaError": "schema",
     "BranchClosed": "branch_closed",
+    "ReadOnlyStore": "read_only_store",
     "UnknownBase": "unknown_base",
     "StaleBase": "stale_base",
     "ConflictError": "conflict",

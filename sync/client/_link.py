@@ -26,6 +26,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 
 from crdt_state import Retry
 from sync.client._events import ClientEvent, Finished, Frame, Send
+from sync.client._flush import FlushProgress
 from sync.client._offline import PendingMerge
 from sync.client._urls import mask, masked_logger, with_token
 from sync.client.core import ClientCore
@@ -85,6 +86,7 @@ class Link:
         self._closing = False
         self._task: asyncio.Task[None] | None = None
         self._later: set[asyncio.Task[None]] = set()
+        self._flush: FlushProgress | None = None  # the queued merges sent on connecting
 
     @property
     def url(self) -> str:
@@ -140,7 +142,12 @@ class Link:
                 self._later.add(task)
                 task.add_done_callback(self._later.discard)
             else:
-                self._on_finished(event)
+                self._finished(event)
+
+    def _finished(self, event: Finished) -> None:
+        if self._flush is not None:
+            self._flush.ended(event.order)
+        self._on_finished(event)
 
     # -- the connection ------------------------------------------------------------------
     async def _run(self) -> None:
@@ -181,7 +188,10 @@ class Link:
             finally:
                 self.ws = None
                 for event in self.core.disconnected(*close):
-                    self._on_finished(event)
+                    self._finished(event)
+                if self._flush is not None:
+                    self._flush.stop()  # what is left is sent again on the next connection
+                    self._flush = None
                 self.synced.clear()
                 self._on_dropped()
             if self._closing:
@@ -198,7 +208,10 @@ class Link:
     async def _pump(self, ws: ClientConnection) -> bool:
         """Run one connection until it closes; True when it synced."""
         async with self._send_lock:
-            for frame in self.core.connected():
+            frames = self.core.connected()
+            if self.core.flushed:
+                self._flush = FlushProgress(self.core.flushed, self.shown(), self.core.writer)
+            for frame in frames:
                 await ws.send(frame)
         async for data in ws:
             if isinstance(data, bytes):

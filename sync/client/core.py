@@ -81,6 +81,8 @@ class ClientCore:
         self._strikes: dict[int, int] = {}  # request id -> connections it was dropped on
         self.connection = 0
         """How many connections were made (the current one's number)."""
+        self.flushed: frozenset[int] = frozenset()
+        """The orders of the queued merges :meth:`connected` sent (the flush)."""
         self.read_only = False
         """True once the hub refused a write: merges fail at once from then on."""
 
@@ -113,7 +115,14 @@ class ClientCore:
         self._online, self._synced = True, False
         self._in_flight.clear()
         self._held.clear()  # what the hub sent before is in its sync step 2
-        frames = [f for f in map(self.frame_for, self.outbox.to_send()) if f is not None]
+        frames: list[bytes] = []
+        orders: list[int] = []
+        for merge in self.outbox.to_send():
+            frame = self.frame_for(merge)
+            if frame is not None:
+                frames.append(frame)
+                orders.append(merge.order)
+        self.flushed = frozenset(orders)
         return [*frames, p.encode_sync_step1(self.replica.token.to_state())]
 
     def disconnected(self, close_code: int | None = None, reason: str = "") -> list[Finished]:

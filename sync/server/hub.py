@@ -133,6 +133,7 @@ class Hub:
         self._cluster: ClusterNode | None = None
         if redis is not None or postgres is not None:
             self._cluster = _cluster_node(self, redis, postgres, cluster_options or {})
+            self._cluster.merge_answered = self.inspector.merge_answered
         self._live: set[ServerConnection] = set()
         self._registry = RoomRegistry(
             self._new_state,

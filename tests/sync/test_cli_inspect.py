@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
+from rich.text import Text
 
 from crdt_state import SharedState, resolvers
+from sync import cli_inspect
 from sync.cli import main
 from sync.cli_inspect import format_table, parse_since
 from sync.client.remote import connect
@@ -121,19 +126,20 @@ def test_export_writes_everything_and_leaves_the_file_alone(
     assert state_file.read_bytes() == before  # inspecting never writes
 
 
-async def test_a_hub_room_by_name_and_a_busy_file(
+async def test_a_hub_room_by_name_while_the_hub_holds_it_and_after(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     db = tmp_path / "rooms"
-    async with Hub(port=0, db=db) as hub:
-        async with connect(hub.url("team/a"), agent="carol") as carol:
-            await carol.acommit({"x": 1}, carol.token)
-        code, _, err = run(capsys, "--db", str(db), "team/a", "show")
-        assert code == 2 and "cannot open" in err  # the hub holds it
+    async with Hub(port=0, db=db) as hub, connect(hub.url("team/a"), agent="carol") as carol:
+        await carol.acommit({"x": 1}, carol.token)
+        # the hub holds the file: read without a lock
+        assert run_json(capsys, "--db", str(db), "team/a", "show")["value"] == {"x": 1}
+        await carol.acommit({"x": 2}, carol.token)  # and the hub still writes it
+        assert run_json(capsys, "--db", str(db), "team/a", "show")["value"] == {"x": 2}
     shown = run_json(capsys, "--db", str(db), "team/a", "show")
-    assert shown["value"] == {"x": 1}
-    (entry,) = run_json(capsys, "--db", str(db), "team/a", "history")
-    assert entry["agent"] == "carol"
+    assert shown["value"] == {"x": 2}
+    entries = run_json(capsys, "--db", str(db), "team/a", "history")
+    assert [e["agent"] for e in entries] == ["carol", "carol"]
     code, _, err = run(capsys, "--db", str(db), "team/none", "show")
     assert code == 2 and "no state file" in err
 
@@ -146,3 +152,74 @@ def test_since_and_tables() -> None:
         parse_since("yesterday-ish")
     table = format_table(("a", "bb"), [("x" * 60, 1), ("y", "z")]).splitlines()
     assert table[0] == "a" + " " * 49 + "bb" and table[2].startswith("x" * 47 + "…")
+
+
+def parsed(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    cli_inspect.add_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["inspect", *argv])
+
+
+def terminal() -> tuple[Console, io.StringIO]:
+    sink = io.StringIO()
+    return Console(file=sink, force_terminal=True, width=200, color_system="standard"), sink
+
+
+def test_plain_tables_when_stdout_is_not_a_terminal(state_file: Path) -> None:
+    out = io.StringIO()  # no isatty: plain aligned text, exactly as format_table lays it out
+    assert cli_inspect.run(parsed(str(state_file), "conflicts"), out) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0].split() == ["time", "path", "base", "current", "incoming", "agents",
+                                "policy", "resolution", "applied"]  # fmt: skip
+    assert set(lines[1]) == {"-", " "} and len(lines) == 3
+    assert "\x1b" not in out.getvalue() and "│" not in out.getvalue()
+    history, data = io.StringIO(), io.StringIO()
+    assert cli_inspect.run(parsed(str(state_file), "history"), history) == 0
+    assert cli_inspect.run(parsed(str(state_file), "history", "--json"), data) == 0
+    rows = [
+        (str(e["seq"]), e["local_time"], e["agent"], e["origin"],
+         ", ".join(".".join(p) for p in e["paths"]), e["token"])
+        for e in json.loads(data.getvalue())
+    ]  # fmt: skip
+    headers = ("seq", "time", "agent", "origin", "paths", "token")
+    assert history.getvalue() == format_table(headers, rows) + "\n"
+
+
+def test_rich_tables_on_a_terminal(state_file: Path) -> None:
+    console, sink = terminal()
+    out = io.StringIO()
+    assert cli_inspect.run(parsed(str(state_file), "conflicts"), out, console=console) == 0
+    assert out.getvalue() == ""  # everything went through the console
+    shown = sink.getvalue()
+    assert "\x1b[1m" in shown  # bold headers
+    text = Text.from_ansi(shown).plain
+    assert "┃" in text and "│" in text  # a drawn table, not aligned text
+    for cell in ("plan.owner", "alice <- bob", "last_writer_wins", '"nobody"', "yes"):
+        assert cell in text, cell
+    console, sink = terminal()
+    assert cli_inspect.run(parsed(str(state_file), "history"), out, console=console) == 0
+    rows = [line for line in Text.from_ansi(sink.getvalue()).plain.splitlines() if "│" in line]
+    assert len(rows) == 3 and "bob" in rows[2] and "alice" in rows[0]
+    console, sink = terminal()  # --json never goes through rich
+    assert cli_inspect.run(parsed(str(state_file), "history", "--json"), out, console=console) == 0
+    assert sink.getvalue() == "" and len(json.loads(out.getvalue())) == 3
+
+
+def test_a_long_export_shows_a_progress_bar_on_a_terminal_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    file = tmp_path / "long.sqlite"
+    with SharedState.open(file) as state:
+        for i in range(120):
+            state.commit({f"k{i % 7}": i}, state.token, f"agent{i % 3}")
+    bar, sink = terminal()
+    out = io.StringIO()
+    assert cli_inspect.run(parsed(str(file), "export"), out, progress_console=bar) == 0
+    exported = json.loads(out.getvalue())  # stdout holds the JSON alone
+    assert len(exported["history"]) == 120
+    drawn = Text.from_ansi(sink.getvalue()).plain
+    assert "exporting" in drawn and "120/120" in drawn and "━" in drawn
+    plain = io.StringIO()  # stderr not a terminal (pytest captures it): no bar anywhere
+    assert cli_inspect.run(parsed(str(file), "export"), plain) == 0
+    assert json.loads(plain.getvalue())["history"] == exported["history"]
+    assert capsys.readouterr().err == ""

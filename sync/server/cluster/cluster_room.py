@@ -135,18 +135,31 @@ class ClusterRoom:
         self.applied += 1
         me = self.node.hub_id
         for answer in entry.answers:
-            if answer.hub != me:
-                continue
-            session = self.room.sessions.get(answer.session)
-            if session is None:
-                continue
+            mine = answer.hub == me
+            session = self.room.sessions.get(answer.session) if mine else None
             if answer.kind is AnswerKind.REPLY:
-                self.pending.pop((session.id, _request_id(answer.payload)), None)
-                self.room.reply(session, answer.payload)
-            else:
+                self._answered(answer.payload, session, mine)
+            elif session is not None:
                 self.node.close_session(
                     session, CloseCode.UNSUPPORTED_DATA, answer.payload.decode(errors="replace")
                 )
+
+    def _answered(self, frame: bytes, session: Session | None, mine: bool) -> None:
+        """Deliver a merge's answer to its session (if here), and tell the inspector.
+
+        Every hub sees every answer of the room: its feeds show them all, its metrics
+        count those it answers (``mine``), so each merge is counted once.
+        """
+        seconds = None
+        if session is not None:
+            deadline = self.pending.pop((session.id, _request_id(frame)), None)
+            if deadline is not None:  # remembered at forwarding, due answer_timeout later
+                seconds = time.monotonic() - (deadline - self.node.answer_timeout)
+            self.room.reply(session, frame)
+        told = self.node.merge_answered
+        if told is not None:
+            agent = (session.agent or session.label) if session is not None else None
+            told(self.room, agent, frame, seconds, mine)
 
     async def resync(self) -> None:
         """Wait until Redis answers, then load the replica again from the durable store."""

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from psycopg import AsyncConnection
@@ -14,10 +14,14 @@ from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
 if TYPE_CHECKING:
-    from sync.server._room import Session
+    from sync.server._room import Room, Session
     from sync.server.cluster.storage import RoomStorage
 
-__all__ = ["NodeContext"]
+__all__ = ["MergeAnswered", "NodeContext"]
+
+MergeAnswered = Callable[["Room", "str | None", bytes, "float | None", bool], None]
+"""Told every merge answer of a room (room, agent, result frame, seconds since it was
+forwarded, whether this hub answers the client); the hub's inspector."""
 
 
 class NodeContext(Protocol):
@@ -28,6 +32,7 @@ class NodeContext(Protocol):
     answer_timeout: float
     max_document: int
     postgres_dsn: str | None
+    merge_answered: MergeAnswered | None
 
     @property
     def redis(self) -> Redis:

@@ -34,6 +34,7 @@ from crdt_state import SharedState
 from sync.server._room import Room, Session
 from sync.server.cluster.clients import postgres_pool, redis_client
 from sync.server.cluster.cluster_room import TRY_AGAIN_LATER, ClusterRoom, newest_out_id
+from sync.server.cluster.context import MergeAnswered
 from sync.server.cluster.errors import ClusterUnavailable
 from sync.server.cluster.follower import Follower
 from sync.server.cluster.keys import parse_room_key, room_key
@@ -88,6 +89,8 @@ class ClusterNode:
         self.lease_ttl = lease_ttl
         self.answer_timeout = answer_timeout
         self.hub_id = _hub_id()
+        self.merge_answered: MergeAnswered | None = None
+        """Told every merge answer of the rooms (the hub sets its inspector's hook)."""
         self.rooms: dict[str, ClusterRoom] = {}
         self._storage_factory = storage
         self._redis: Redis | None = None

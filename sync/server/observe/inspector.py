@@ -110,22 +110,12 @@ class Inspector:
             frame: its result frame.
             started: the ``time.perf_counter()`` when judging began.
         """
-        from sync.server.observe.events import merge_event
-
         now = time.perf_counter()
-        self._activity[room.name] = time.time()
         feeds = self._feeds.get(room.name)
-        event: dict[str, Any] | None = None
-        if not feeds and _accepted(frame):
-            # the common case, nobody watching: an ok result lists no conflicts, so the
-            # metrics need nothing else from the frame
-            status, policies = "ok", []
-        else:
-            event = merge_event(frame, agent)
-            if event is None:
-                return
-            status = event["status"]
-            policies = [c["policy"] or "unresolved" for c in event["conflicts"]]
+        seen = self._seen(room, agent, frame, bool(feeds))
+        if seen is None:
+            return
+        status, policies, event = seen
         self.metrics.merge_judged(status, policies, now - started)
         if status != "error":
             metrics = self.metrics
@@ -137,6 +127,60 @@ class Inspector:
         if event is not None:
             for feed in list(feeds or ()):
                 feed.push(event)
+
+    def merge_answered(
+        self, room: Room, agent: str | None, frame: bytes, seconds: float | None, counted: bool
+    ) -> None:
+        """Record one merge a cluster judged, as its answer reaches this hub.
+
+        In a cluster the room's owner judges every merge and publishes the answers for
+        every hub; each hub calls this for every answer of the room, whichever hub it is
+        for. Its feeds show them all; the metrics count only those this hub answered
+        (``counted``), so each merge is counted once, by the hub its client talks to.
+
+        Args:
+            room: the room.
+            agent: the agent that sent it (``None``: a client of another hub; the
+                feed names the incoming agent of its first conflict, if any).
+            frame: its result frame.
+            seconds: from forwarding the merge to its answer (``None``: unknown, the
+                session left); the merge and durable-commit latencies (an answer comes
+                once its change is durable).
+            counted: this hub forwarded it and answers the client.
+        """
+        feeds = self._feeds.get(room.name)
+        if not counted and not feeds:
+            return
+        seen = self._seen(room, agent, frame, bool(feeds))
+        if seen is None:
+            return
+        status, policies, event = seen
+        if counted:
+            self.metrics.merge_judged(status, policies, seconds)
+            if status != "error" and seconds is not None:
+                self.metrics.durable_after(seconds)
+        if event is not None:
+            if event["agent"] is None and event["conflicts"]:
+                event["agent"] = event["conflicts"][0]["incoming_agent"]
+            for feed in list(feeds or ()):
+                feed.push(event)
+
+    def _seen(
+        self, room: Room, agent: str | None, frame: bytes, watched: bool
+    ) -> tuple[str, list[str], dict[str, Any] | None] | None:
+        """A merge result: its status, its conflicts' policies, the feed event if watched."""
+        from sync.server.observe.events import merge_event
+
+        self._activity[room.name] = time.time()
+        if not watched and _accepted(frame):
+            # the common case, nobody watching: an ok result lists no conflicts, so the
+            # metrics need nothing else from the frame
+            return "ok", [], None
+        event = merge_event(frame, agent)
+        if event is None:
+            return None
+        policies = [c["policy"] or "unresolved" for c in event["conflicts"]]
+        return event["status"], policies, event
 
     def process_request(self, inner: ProcessRequest) -> ProcessRequest:
         """The hub's handshake check ``inner`` with the HTTP routes in front of it."""

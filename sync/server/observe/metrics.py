@@ -90,15 +90,19 @@ class HubMetrics:
         )
 
     # -- what the hub calls -------------------------------------------------------------
-    def merge_judged(self, status: str, policies: list[str], seconds: float) -> None:
-        """Count one judged merge (``status``: ok/conflict/error) and its conflicts' policies."""
+    def merge_judged(self, status: str, policies: list[str], seconds: float | None) -> None:
+        """Count one judged merge (``status``: ok/conflict/error) and its conflicts' policies.
+
+        ``seconds`` (its latency) is observed unless ``None`` (unknown).
+        """
         counter = self._merges_by_status.get(status)
         if counter is None:  # labels() takes a lock and builds a key: once per status
             counter = self._merges_by_status[status] = self.merges.labels(status=status)
         counter.inc()
         for policy in policies:
             self.conflicts.labels(policy=policy).inc()
-        self.merge_seconds.observe(seconds)
+        if seconds is not None:
+            self.merge_seconds.observe(seconds)
 
     def durable_after(self, seconds: float) -> None:
         """Record the time a judged merge took to become durable."""
