@@ -122,6 +122,10 @@ class Session:
                 return
 
 
+def _nothing() -> None:
+    """A closed room's listener removal (done already)."""
+
+
 def _write_now(ws: ServerConnection, frames: Sequence[bytes]) -> None:
     """Write binary ``frames`` to ``ws`` in one socket write (as ``broadcast`` does, batched)."""
     if len(frames) == 1:
@@ -306,6 +310,13 @@ class Room:
                 session.enqueue(frame)
 
     def close(self) -> None:
-        """Stop fanning out changes and close the room's state."""
-        self._unsubscribe()
+        """Stop fanning out changes and close the room's state.
+
+        The room is then free of reference cycles: the listener removal holds the room
+        (through its bound method), so it is dropped here, and an unloaded room (its
+        document, its Rust allocations) is freed at once by reference counting rather
+        than left for the cyclic collector.
+        """
+        unsubscribe, self._unsubscribe = self._unsubscribe, _nothing
+        unsubscribe()
         self.state.close()
