@@ -177,6 +177,8 @@ class Room:
         self._flush_scheduled = False
         self._rounds: deque[_Round] = deque()  # queued, oldest first; sent once ready
         self._storage_failed = False
+        self.last_merge: float | None = None
+        """Unix time of the last merge judged in the room since it was loaded (inspector)."""
 
     def would_exceed(self, extra: int, limit: int) -> bool:
         """True when adding about ``extra`` bytes would take the document past ``limit``.
