@@ -203,4 +203,12 @@ class GroupCommit(Generic[T]):
         self._thread.join()
         if self._callbacks:  # tickets the writer never committed
             self._fire(failed=True)
+        # ``write`` and ``after`` are the store's bound methods, and the store holds this
+        # queue: dropping them leaves no reference cycle, so a closed store (its SQLite
+        # connection, its tables) is freed at once, not by a later cyclic collection.
+        self._write = self._after = _gone
         return True
+
+
+def _gone(*_: object) -> None:
+    """What a closed queue holds instead of its store's ``write`` and ``after``."""

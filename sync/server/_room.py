@@ -122,6 +122,10 @@ class Session:
                 return
 
 
+def _nothing() -> None:
+    """A closed room's listener removal (done already)."""
+
+
 def _write_now(ws: ServerConnection, frames: Sequence[bytes]) -> None:
     """Write binary ``frames`` to ``ws`` in one socket write (as ``broadcast`` does, batched)."""
     if len(frames) == 1:
@@ -173,6 +177,8 @@ class Room:
         self._flush_scheduled = False
         self._rounds: deque[_Round] = deque()  # queued, oldest first; sent once ready
         self._storage_failed = False
+        self.last_merge: float | None = None
+        """Unix time of the last merge judged in the room since it was loaded (inspector)."""
 
     def would_exceed(self, extra: int, limit: int) -> bool:
         """True when adding about ``extra`` bytes would take the document past ``limit``.
@@ -306,6 +312,13 @@ class Room:
                 session.enqueue(frame)
 
     def close(self) -> None:
-        """Stop fanning out changes and close the room's state."""
-        self._unsubscribe()
+        """Stop fanning out changes and close the room's state.
+
+        The room is then free of reference cycles: the listener removal holds the room
+        (through its bound method), so it is dropped here, and an unloaded room (its
+        document, its Rust allocations) is freed at once by reference counting rather
+        than left for the cyclic collector.
+        """
+        unsubscribe, self._unsubscribe = self._unsubscribe, _nothing
+        unsubscribe()
         self.state.close()

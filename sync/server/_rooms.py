@@ -7,7 +7,8 @@ the hub's ``unload`` callback flushes the room, closes its file and forgets
 it, and the next join loads it again. Rooms that were never joined (loaded to
 be read by the hub's owner) are unloaded the same way. :class:`RoomRegistry` holds the
 loaded rooms and does the loading and unloading (opening and closing a room's state runs
-on a worker thread).
+on a worker thread); after unloads it gives the freed memory back to the operating system
+(:class:`~sync.server._memory.MemoryTrimmer`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from crdt_state import SharedState
+from sync.server._memory import MemoryTrimmer
 from sync.server._room import Room
 
 __all__ = ["IdleRooms", "RoomRegistry"]
@@ -98,6 +100,8 @@ class RoomRegistry:
         self._open_room = open_room
         self._opening: dict[str, asyncio.Future[Room]] = {}
         self._unloading: dict[str, asyncio.Task[None]] = {}
+        self.memory = MemoryTrimmer()
+        """Trims the heap after unloads (see :mod:`sync.server._memory`)."""
 
     @property
     def unloading(self) -> int:
@@ -167,6 +171,7 @@ class RoomRegistry:
             log.debug(
                 "room %s unloaded after %.0f s without connections", name, self.idle.idle_seconds
             )
+            self.memory.freed()
         except Exception:
             log.exception("room %s: closing its state failed", name)
         finally:
@@ -180,3 +185,4 @@ class RoomRegistry:
         for room in self.rooms.values():
             room.close()
         self.rooms.clear()
+        await self.memory.close()

@@ -92,7 +92,6 @@ class Inspector:
         self.connection_class = self.metrics.connection_class()
         self._feeds: dict[str, set[Feed]] = {}
         self._pending: dict[Any, tuple[str, Grant | None]] = {}
-        self._activity: dict[str, float] = {}
         self._page: bytes | None = None
 
     @property
@@ -171,7 +170,7 @@ class Inspector:
         """A merge result: its status, its conflicts' policies, the feed event if watched."""
         from sync.server.observe.events import merge_event
 
-        self._activity[room.name] = time.time()
+        room.last_merge = time.time()
         if not watched and _accepted(frame):
             # the common case, nobody watching: an ok result lists no conflicts, so the
             # metrics need nothing else from the frame
@@ -334,7 +333,7 @@ class Inspector:
         for name, room in list(self.hub.rooms.items()):
             entry = found.setdefault(name, {"name": name, "last_activity": None})
             entry.update(loaded=True, connections=len(room.sessions), size=room.size)
-            seen = self._activity.get(name)
+            seen = room.last_merge
             if seen is not None:
                 entry["last_activity"] = max(seen, entry["last_activity"] or 0.0)
         return sorted(found.values(), key=lambda r: r["name"])

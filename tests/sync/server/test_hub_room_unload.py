@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import weakref
 from pathlib import Path
 
 from hubs import eventually
@@ -36,6 +37,29 @@ async def test_an_idle_room_is_unloaded_and_reloads_with_its_content(tmp_path: P
             await eventually(lambda: b.get("n") == 1)
             await b.acommit({"n": 2}, b.token)
         assert (await hub.room("team/a")).state.snapshot() == {"n": 2}
+
+
+async def test_an_unloaded_room_is_freed_without_the_cyclic_collector(tmp_path: Path) -> None:
+    """Unloading leaves no reference cycle: the room, its state and its store are gone
+    once unloaded, by reference counting alone (the ``crdt-state hub`` command tunes the
+    collector to run full collections rarely; rooms in cycles piled up until then).
+    """
+    limits = Limits(room_idle_seconds=0.05)
+    async with Hub(port=0, db=tmp_path / "hub.db", limits=limits) as hub:
+        gc.collect()
+        gc.disable()
+        try:
+            async with connect(hub.url("team/freed"), agent="a") as a:
+                await a.acommit({"n": 1}, a.token)
+                room = hub.rooms["team/freed"]
+                store = room.state._core.store
+                assert store is not None
+                refs = [weakref.ref(room), weakref.ref(room.state), weakref.ref(store)]
+                del room, store
+            await eventually(lambda: not hub.rooms and not hub._registry.unloading)
+            assert [ref() for ref in refs] == [None, None, None]
+        finally:
+            gc.enable()
 
 
 async def test_rooms_stay_loaded_without_a_database(tmp_path: Path) -> None:

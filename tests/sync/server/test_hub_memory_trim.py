@@ -1,0 +1,71 @@
+"""After rooms unload, the hub hands freed heap back to the system, at most once a second."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sys
+from pathlib import Path
+
+from hubs import eventually
+from websockets.asyncio.client import connect as ws_connect
+
+from sync.server._memory import MemoryTrimmer, libc_trim, next_trim_delay
+from sync.server.hub import Hub
+from sync.server.limits import Limits
+
+
+def test_the_next_trim_waits_an_interval_after_the_last() -> None:
+    assert next_trim_delay(10.0, None, 1.0) == 0.0
+    assert next_trim_delay(10.0, 9.75, 1.0) == 0.75
+    assert next_trim_delay(10.0, 8.0, 1.0) == 0.0
+
+
+def test_glibc_is_trimmed_on_linux() -> None:
+    trim = libc_trim()
+    assert (trim is not None) == sys.platform.startswith("linux")
+    if trim is not None:
+        trim()
+
+
+async def test_calls_in_a_burst_are_folded_into_a_trim_and_a_trailing_one() -> None:
+    calls: list[float] = []
+    loop = asyncio.get_running_loop()
+    trimmer = MemoryTrimmer(0.2, trim=lambda: calls.append(loop.time()))
+    started = loop.time()
+    for _ in range(50):
+        trimmer.freed()
+        await asyncio.sleep(0.01)
+    burst = loop.time() - started
+    await asyncio.sleep(0.5)
+    await trimmer.close()
+    # one at once, then at most one per 0.2 s, the last after the burst ended
+    assert 2 <= len(calls) <= burst / 0.2 + 2, (burst, calls)
+    assert all(b - a >= 0.19 for a, b in itertools.pairwise(calls)), calls
+    assert calls[-1] >= started + burst - 0.01, (burst, calls)
+    assert trimmer.trims == len(calls)
+
+
+async def test_a_failing_trim_is_logged_once_and_stops() -> None:
+    def broken() -> None:
+        raise OSError("no")
+
+    trimmer = MemoryTrimmer(0.0, trim=broken)
+    trimmer.freed()
+    await eventually(lambda: not trimmer.enabled)
+    trimmer.freed()
+    await trimmer.close()
+    assert trimmer.trims == 0
+
+
+async def test_unloading_rooms_trims(tmp_path: Path) -> None:
+    async with Hub(port=0, db=tmp_path / "db", limits=Limits(room_idle_seconds=0.05)) as hub:
+        memory = hub._registry.memory
+        calls: list[int] = []
+        memory._trim = lambda: calls.append(1)
+        for room in ("a", "b", "c"):
+            async with ws_connect(hub.url(room)) as ws:
+                await ws.recv()
+        await eventually(lambda: not hub.rooms and not hub._registry.unloading)
+        await eventually(lambda: memory.trims >= 1, timeout=3)
+        assert 1 <= len(calls) <= 3
