@@ -15,7 +15,6 @@ import inspect
 import json
 import logging
 import os
-import re
 import time
 from collections.abc import Awaitable, Callable
 from html import escape
@@ -29,7 +28,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
-from sync.server._handshake import peer_address
+from sync.server._handshake import ERROR_HEADER, peer_address
 from sync.server._room import Room
 from sync.server._store import room_file
 from sync.server.auth import AuthError, Grant, verify_token
@@ -56,7 +55,6 @@ _PAGE_CSP = (
     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
     "img-src data:; connect-src 'self' ws: wss:; frame-ancestors 'none'; base-uri 'none'"
 )
-_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 
 
 class HubView(Protocol):
@@ -366,10 +364,14 @@ def _respond(status: HTTPStatus, body: bytes, content_type: str = "text/plain") 
 
 
 def _reason(response: Response) -> str:
-    """A refusal's reason as a metric label: its first line, quoted parts removed."""
-    text = response.body.decode("utf-8", "replace").strip().splitlines()
-    reason = _QUOTED.sub("…", text[0]) if text else response.reason_phrase
-    return reason[:80] or str(response.status_code)
+    """A refusal's reason as a metric label: its stable code, else its HTTP status.
+
+    Never text from the request (a room name, say), so a client cannot grow the label set.
+    """
+    code = response.headers.get(ERROR_HEADER, "")
+    if code and len(code) <= 40 and code.replace("_", "").isalnum():
+        return code
+    return str(response.status_code)
 
 
 def _writable(db: Path) -> str | None:

@@ -104,7 +104,7 @@ async def test_metrics_move_as_merges_happen() -> None:
                 pass
         text = (await get(hub, "/metrics"))[2].decode()
         assert metric(text, "crdt_state_refused_connections_total",
-                      reason="an access token is required") == 1  # fmt: skip
+                      reason="missing_token") == 1  # fmt: skip
 
 
 async def test_durable_commit_latency_is_recorded(tmp_path: Path) -> None:
@@ -260,3 +260,24 @@ async def test_inspector_feeds_are_limited(hub: Hub) -> None:
     await eventually(lambda: hub.inspector.feeds == 0)
     async with ws_connect(url) as again:
         assert json.loads(await again.recv())["type"] == "hello"
+
+
+async def test_refusal_labels_are_stable_codes_whatever_the_room_name() -> None:
+    """Room names a client picks never become metric labels (the label set stays small)."""
+    async with Hub(port=0, secret=SECRET) as hub:
+        token = mint_token(SECRET, room="only-this-one", role="write", ttl=60)
+        for i in range(20):
+            room = f"room-{i}" if i % 2 else f"bad-{i}%27%22"
+            with pytest.raises(InvalidStatus):
+                async with ws_connect(hub.url(room) + f"?token={token}"):
+                    pass
+        text = (await get(hub, "/metrics"))[2].decode()
+    refused = [
+        line
+        for line in text.splitlines()
+        if line.startswith("crdt_state_refused_connections_total{")
+    ]
+    assert sorted(refused) == [
+        'crdt_state_refused_connections_total{reason="bad_room_name"} 10.0',
+        'crdt_state_refused_connections_total{reason="wrong_room"} 10.0',
+    ]
