@@ -15,6 +15,13 @@ The keeper reports the loss (sets :attr:`LeaseKeeper.lost`, calls ``on_lost`` wi
   ttl, or Redis has been unreachable for that long): reason ``expired``. The keeper does not
   need Redis to notice this: a process resumed after SIGSTOP reports it on its first turn.
 
+:meth:`LeaseKeeper.stop` does not rely on cancelling the keeper's task alone: on Python
+3.11, ``asyncio.wait_for`` (which redis-py uses for every socket write) loses a
+cancellation that arrives as the awaited write completes, and a keeper whose
+cancellation was lost in a renewal would renew forever, holding a lease its owner gave up
+(and ``stop`` would never return). So ``stop`` also sets a flag the keeper checks after
+every await, and wakes it from its sleep.
+
 After a loss the keeper stops for good: it never renews again and never re-creates the key,
 so a holder that lost its lease must acquire anew (and claim a new fence). It then deletes
 its key if that is still its own (compare-and-delete), so a successor need not wait for the
@@ -81,6 +88,7 @@ class LeaseKeeper:
         self._next_at = acquired_at + self.interval
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
+        self._wake = asyncio.Event()  # set by stop(): ends the keeper's sleep at once
 
     def start(self) -> LeaseKeeper:
         """Start renewing on the running loop (once); returns ``self``."""
@@ -101,21 +109,32 @@ class LeaseKeeper:
         return self.valid_until - self._clock()
 
     async def stop(self) -> None:
-        """Stop renewing (no loss is reported); the lease then expires unless released."""
+        """Stop renewing (no loss is reported); the lease then expires unless released.
+
+        Returns once the keeper's task ended: at once when it sleeps, else when its
+        renewal in flight returns (bounded by the lease's deadline and the client's
+        socket timeouts), even if the cancellation was lost (see the module doc).
+        """
         self._stopped = True
+        self._wake.set()
         task, self._task = self._task, None
         if task is not None and not task.done():
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            # wait() rather than ``await task``: a cancellation of the caller must reach
+            # the caller, not be taken for the keeper's own and swallowed
+            await asyncio.wait({task})
+            if not task.cancelled() and task.exception() is not None:
+                log.warning("lease %s: keeper failed: %r", self.lease.key, task.exception())
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopped:
             now = self._clock()
             if now >= self.valid_until:
                 await self._lose(LossReason.EXPIRED)
                 return
-            await asyncio.sleep(max(0.0, min(self._next_at, self.valid_until) - now))
+            await self._sleep(max(0.0, min(self._next_at, self.valid_until) - now))
+            if self._stopped:
+                return
             sent = self._clock()
             if sent >= self.valid_until:  # slept past it: paused, or a starved loop
                 await self._lose(LossReason.EXPIRED)
@@ -126,10 +145,14 @@ class LeaseKeeper:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # unavailable, timed out, or a server error: retry
+                if self._stopped:  # stopped meanwhile (its cancellation may have been lost)
+                    return
                 self.failures += 1
                 log.info("lease %s: renewal failed (%s), retrying", self.lease.key, exc)
                 self._next_at = self._clock() + self.retry_delay
                 continue
+            if self._stopped:  # stopped meanwhile (its cancellation may have been lost)
+                return
             if self._clock() >= self.valid_until:
                 # confirmed too late to count: never act on a lease past its deadline
                 await self._lose(LossReason.EXPIRED)
@@ -140,6 +163,12 @@ class LeaseKeeper:
             self.renewals += 1
             self.valid_until = lease_deadline(sent, self.lease.ttl)
             self._next_at = sent + self.interval
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less when :meth:`stop` is called meanwhile."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()
 
     async def _lose(self, reason: LossReason) -> None:
         loss = LeaseLost(self.lease.room, self.lease.token, reason)
