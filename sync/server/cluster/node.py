@@ -40,7 +40,7 @@ from sync.server.cluster.keys import parse_room_key, room_key
 from sync.server.cluster.lease import UNAVAILABLE
 from sync.server.cluster.outbox import Outbox
 from sync.server.cluster.schema import migrate
-from sync.server.cluster.storage import RoomStorage, StreamReplayStorage
+from sync.server.cluster.storage import RoomStorage
 from sync.server.cluster.streams import MERGE, UPDATE, InEntry, encode_in
 from sync.wire import protocol as p
 from sync.wire.awareness import removal_update, safe_clients
@@ -67,7 +67,8 @@ class ClusterNode:
         lease_ttl: the ownership lease's lifetime in seconds (failover takes about this).
         answer_timeout: seconds a forwarded merge may wait for its answer before its
             session is closed with 1013 (the client then sends it again).
-        storage: where room states come from (default: PostgreSQL).
+        storage: where room states come from (default: PostgreSQL; one of the two
+            is needed).
     """
 
     def __init__(
@@ -81,6 +82,8 @@ class ClusterNode:
         answer_timeout: float = 5.0,
         storage: Callable[[ClusterNode], RoomStorage] | None = None,
     ) -> None:
+        if postgres is None and storage is None:
+            raise ValueError("a cluster node needs postgres (or a storage factory)")
         self.redis_url = redis
         self.postgres_dsn = postgres
         self.policies_for = policies_for
@@ -137,12 +140,10 @@ class ClusterNode:
                 await migrate(conn)
         if self._storage_factory is not None:
             self._storage = self._storage_factory(self)
-        elif self.postgres_dsn is not None:
+        else:
             from sync.server.cluster.pgstorage import PostgresRoomStorage
 
             self._storage = PostgresRoomStorage(self)
-        else:
-            self._storage = StreamReplayStorage(self.redis)
         self._tasks = [
             asyncio.create_task(self._relay_awareness(), name="cluster awareness"),
             asyncio.create_task(self._watch_answers(), name="cluster answers"),
