@@ -80,7 +80,7 @@ async def test_the_keeper_keeps_the_lease_alive_until_stopped(redis: Redis) -> N
     keeper = LeaseKeeper(lease, acquired_at=started).start()
     await asyncio.sleep(1.2)  # four ttls
     assert keeper.valid() and not keeper.lost.is_set()
-    assert keeper.renewals >= 8  # every ttl/3
+    assert keeper.renewals >= 16  # every ttl/6 (24 in 1.2 s on an idle machine)
     assert await lease_holder(redis, room) == lease.token
     await keeper.stop()
     assert not keeper.valid()

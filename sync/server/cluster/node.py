@@ -64,7 +64,9 @@ class ClusterNode:
         postgres: the PostgreSQL DSN or URL.
         policies_for: the room's server-side conflict policies, by room name.
         max_document: the document size limit (bytes) the owner enforces.
-        lease_ttl: the ownership lease's lifetime in seconds (failover takes about this).
+        lease_ttl: the ownership lease's lifetime in seconds: a dead owner's rooms are
+            free within it; a live owner keeps them through stalls of up to 5/6 of it
+            (see :mod:`~sync.server.cluster.keeper`).
         answer_timeout: seconds a forwarded merge may wait for its answer before its
             session is closed with 1013 (the client then sends it again).
         storage: where room states come from (default: PostgreSQL; one of the two
@@ -78,7 +80,7 @@ class ClusterNode:
         *,
         policies_for: Callable[[str], Mapping[Any, object]],
         max_document: int,
-        lease_ttl: float = 2.0,
+        lease_ttl: float = 1.5,
         answer_timeout: float = 5.0,
         storage: Callable[[ClusterNode], RoomStorage] | None = None,
     ) -> None:
