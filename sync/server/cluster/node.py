@@ -162,8 +162,13 @@ class ClusterNode:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            # cancel again until it ends: these loops never stop by themselves, and a
+            # cancellation can be lost in redis-py (Python 3.11's wait_for, see keeper.py)
+            while not task.done():
+                await asyncio.wait({task}, timeout=0.5)
+                task.cancel()
+            if not task.cancelled() and task.exception() is not None:
+                log.warning("cluster task %s failed: %r", task.get_name(), task.exception())
         if self._outbox is not None:
             await self._outbox.stop()
         if self._pubsub is not None:
