@@ -17,8 +17,8 @@ longest time without an acknowledgement in that room, and ``lost`` counts acknow
 merges missing from PostgreSQL afterwards (must be 0).
 
     PYTHONPATH=. python benchmarks/cluster.py [--seconds 5] [--rooms 20] [--agents 200]
-        [--hubs 1,2,3] [--kind replica|wire] [--rate 0] [--redis-server redis-server]
-        [--postgres DSN]
+        [--hubs 1,2,3] [--kind replica|wire] [--rate 0] [--failovers 1] [--no-failover]
+        [--logs DIR] [--redis-server redis-server] [--postgres DSN]
 
 ``--kind wire`` runs protocol-level agents instead of ``sync.connect`` replicas: each
 speaks the codec (merge requests out, replies in; the fork base is its last reply's
@@ -46,6 +46,7 @@ import secrets
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -62,6 +63,8 @@ from sync import ChangeKind, WireChange, connect
 from sync.wire import protocol
 
 TICK = os.sysconf("SC_CLK_TCK")
+ROOMS = f"bench-{secrets.token_hex(3)}"
+"""This run's room names (``ROOMS/r0``...): runs sharing a PostgreSQL server stay apart."""
 PROFILED = """
 import cProfile, runpy, sys, time
 out = sys.argv.pop(1)
@@ -135,7 +138,12 @@ class Servers:
 
 class HubProc:
     def __init__(
-        self, servers: Servers, workdir: Path, name: str, profile: Path | None = None
+        self,
+        servers: Servers,
+        workdir: Path,
+        name: str,
+        profile: Path | None = None,
+        log_level: str = "WARNING",
     ) -> None:
         self.port = free_port()
         self.log = open(workdir / f"hub-{name}.log", "ab")  # noqa: SIM115
@@ -146,7 +154,7 @@ class HubProc:
             python += ["-m", "sync.cli"]
         self.proc = subprocess.Popen(
             [*python, "hub", "--port", str(self.port), "--db", "",
-             "--insecure", "--log-level", "WARNING", "--redis", servers.redis_url,
+             "--insecure", "--log-level", log_level, "--redis", servers.redis_url,
              "--postgres", servers.dsn],
             stdout=self.log, stderr=self.log,
         )  # fmt: skip
@@ -252,7 +260,7 @@ async def run_load(
     visible: list[float] = []
     ack_times: dict[str, list[float]] = {}
     stop = asyncio.Event()
-    names = [f"bench/r{r}" for r in range(rooms)]
+    names = [f"{ROOMS}/r{r}" for r in range(rooms)]
     interval = agents / rate if rate else 0.0
     ready = asyncio.Event()
     joined = [0]
@@ -337,6 +345,7 @@ async def run_load(
         await asyncio.sleep(seconds / 3)
         killed_at = time.monotonic()
         kill.proc.kill()
+        print(f"  killed hub pid {kill.proc.pid} at {time.time():.3f}", file=sys.stderr)
         await asyncio.sleep(seconds * 2 / 3)
     else:
         await asyncio.sleep(seconds)
@@ -368,6 +377,7 @@ async def run_load(
                 max(b - a for a, b in itertools.pairwise(after)) if len(after) > 1 else elapsed
             )
         out["failover"] = max(gaps)
+        out["gaps"] = sorted(gaps, reverse=True)
     return out
 
 
@@ -406,6 +416,15 @@ async def main() -> None:
         "--profile", type=Path, help="run the hubs under cProfile, writing hub-*.prof here"
     )
     parser.add_argument("--no-failover", action="store_true", help="skip the SIGKILL runs")
+    parser.add_argument(
+        "--failovers",
+        type=int,
+        default=1,
+        help="SIGKILL runs per hub count (each kills the owner of a room; a new cluster each)",
+    )
+    parser.add_argument(
+        "--logs", type=Path, help="keep the hubs' logs (at INFO level) in this directory"
+    )
     parser.add_argument("--redis-server", default=shutil.which("redis-server") or "redis-server")
     parser.add_argument(
         "--postgres",
@@ -421,52 +440,76 @@ async def main() -> None:
         "| hub CPU us/merge | Redis calls/merge | PG commits/merge |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
+    failovers: dict[int, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
+        workdir = args.logs or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        level = "INFO" if args.logs else "WARNING"
         for count in [int(c) for c in args.hubs.split(",")]:
-            servers = Servers(args.redis_server, args.postgres, Path(tmp))
-            hubs: list[HubProc] = []
-            try:
-                hubs = [
-                    HubProc(servers, Path(tmp), f"{count}-{i}", args.profile) for i in range(count)
-                ]
-                row = await run_load(
-                    servers,
-                    hubs,
-                    args.rooms,
-                    args.agents,
-                    args.seconds,
-                    kind=args.kind,
-                    rate=args.rate,
-                )
-                print(
-                    f"| {count} | {row['rate']:.0f} | {row['p50']:.1f} | {row['p99']:.1f} | "
-                    f"{row['vis50']:.1f} | {row['vis99']:.1f} | {row['cpu_us']:.0f} | "
-                    f"{row['redis_calls']:.1f} | {row['pg_commits']:.2f} |"
-                    + (f" refused {row['refused']}" if row["refused"] else ""),
-                    flush=True,
-                )
-                if count >= 2 and not args.no_failover and args.kind == "replica":
-                    from sync.server.cluster.clients import redis_client
-                    from sync.server.cluster.lease import lease_holder
-
-                    client = redis_client(servers.redis_url)
-                    token = await lease_holder(client, "bench/r0")
-                    await client.aclose()
-                    pid = int((token or "x:0:").split("#")[0].split(":")[1])
-                    victim = next((h for h in hubs if h.proc.pid == pid), hubs[0])
-                    kill = await run_load(
-                        servers, hubs, args.rooms, args.agents, args.seconds * 2, victim, "k"
+            kills = (
+                args.failovers
+                if count >= 2 and not args.no_failover and args.kind == "replica"
+                else 0
+            )
+            for attempt in range(max(1, kills)):
+                servers = Servers(args.redis_server, args.postgres, Path(tmp))
+                hubs: list[HubProc] = []
+                try:
+                    hubs = [
+                        HubProc(servers, workdir, f"{count}-{i}-{attempt}", args.profile, level)
+                        for i in range(count)
+                    ]
+                    row = await run_load(
+                        servers,
+                        hubs,
+                        args.rooms,
+                        args.agents,
+                        args.seconds,
+                        kind=args.kind,
+                        rate=args.rate,
                     )
-                    lost = lost_in_postgres(servers.dsn, {**row["acked"], **kill["acked"]})
                     print(
-                        f"|   owner of a room SIGKILLed ({count} hubs): longest time without an "
-                        f"acknowledgement in a room {kill['failover']:.2f} s, lost {lost} |",
+                        f"| {count} | {row['rate']:.0f} | {row['p50']:.1f} | {row['p99']:.1f} | "
+                        f"{row['vis50']:.1f} | {row['vis99']:.1f} | {row['cpu_us']:.0f} | "
+                        f"{row['redis_calls']:.1f} | {row['pg_commits']:.2f} |"
+                        + (f" refused {row['refused']}" if row["refused"] else ""),
                         flush=True,
                     )
-            finally:
-                for hub in hubs:
-                    hub.stop()
-                servers.close()
+                    if kills:
+                        gap, lost = await failover(servers, hubs, args, row)
+                        failovers.setdefault(count, []).append(gap)
+                        print(
+                            f"|   owner of a room SIGKILLed ({count} hubs): longest time without "
+                            f"an acknowledgement in a room {gap:.2f} s, lost {lost} |",
+                            flush=True,
+                        )
+                finally:
+                    for hub in hubs:
+                        hub.stop()
+                    servers.close()
+    for count, gaps in failovers.items():
+        print(
+            f"failover with {count} hubs over {len(gaps)} runs: median "
+            f"{statistics.median(gaps):.2f} s, worst {max(gaps):.2f} s"
+        )
+
+
+async def failover(
+    servers: Servers, hubs: list[HubProc], args: argparse.Namespace, row: dict[str, Any]
+) -> tuple[float, int]:
+    """SIGKILL the owner of room 0 under load: the longest gap, and merges lost."""
+    from sync.server.cluster.clients import redis_client
+    from sync.server.cluster.lease import lease_holder
+
+    client = redis_client(servers.redis_url)
+    token = await lease_holder(client, f"{ROOMS}/r0")
+    await client.aclose()
+    pid = int((token or "x:0:").split("#")[0].split(":")[1])
+    victim = next((h for h in hubs if h.proc.pid == pid), hubs[0])
+    kill = await run_load(servers, hubs, args.rooms, args.agents, args.seconds * 2, victim, "k")
+    lost = lost_in_postgres(servers.dsn, {**row["acked"], **kill["acked"]})
+    print("  gaps per room (s): " + " ".join(f"{g:.2f}" for g in kill["gaps"]), file=sys.stderr)
+    return float(kill["failover"]), lost
 
 
 if __name__ == "__main__":

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import psycopg
 import pytest
+from cluster_servers import create_database, drop_database, postgres_admin_dsn
 from redis.asyncio import Redis
 
 from sync.server.cluster import Fenced, room_key
-from sync.server.cluster.pgstorage import fenced_position, judge_dsn, judge_name
+from sync.server.cluster.pgstorage import depose, fenced_position, judge_dsn, judge_name
 from sync.server.cluster.streamio import append_if_holder, publish_and_read, read_after
 from sync.server.cluster.streams import (
     Answer,
@@ -140,6 +142,30 @@ def test_the_judge_hook_refuses_a_stale_fence(postgres_dsn: str) -> None:
             "SELECT fence, stream_position FROM crdt_rooms WHERE room = %s", (room,)
         ).fetchone()
         assert row == (2, "10-0")
+
+
+async def test_deposing_ends_earlier_judges_of_the_room_in_this_database_only(
+    postgres_dsn: str,
+) -> None:
+    """Two clusters on one PostgreSQL server (two databases) may share room names."""
+    room = "streams/depose"
+    admin = postgres_admin_dsn()
+    other_dsn = await asyncio.to_thread(create_database, admin)
+    try:
+        ours = await asyncio.to_thread(psycopg.connect, judge_dsn(postgres_dsn, room, 1, 2.0))
+        theirs = await asyncio.to_thread(psycopg.connect, judge_dsn(other_dsn, room, 1, 2.0))
+        try:
+            async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
+                assert await depose(conn, room, 2) == 1  # our fence-1 judge, not theirs
+                assert await depose(conn, room, 2) == 0
+            assert theirs.execute("SELECT 1").fetchone() == (1,)  # the other cluster's lives
+            with pytest.raises(psycopg.OperationalError):
+                ours.execute("SELECT 1")
+        finally:
+            ours.close()
+            theirs.close()
+    finally:
+        await asyncio.to_thread(drop_database, admin, other_dsn)
 
 
 def test_judge_sessions_are_named_by_room_and_fence(postgres_dsn: str) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import time
 from typing import Any
 
 import pytest
+from bounded import bounded
 from cluster_servers import RedisServer
 from redis.asyncio import Redis
 
@@ -78,7 +80,7 @@ async def test_the_keeper_keeps_the_lease_alive_until_stopped(redis: Redis) -> N
     keeper = LeaseKeeper(lease, acquired_at=started).start()
     await asyncio.sleep(1.2)  # four ttls
     assert keeper.valid() and not keeper.lost.is_set()
-    assert keeper.renewals >= 8  # every ttl/3
+    assert keeper.renewals >= 16  # every ttl/6 (24 in 1.2 s on an idle machine)
     assert await lease_holder(redis, room) == lease.token
     await keeper.stop()
     assert not keeper.valid()
@@ -195,6 +197,66 @@ async def test_failed_renewals_are_retried_until_the_deadline() -> None:
     assert keeper.loss is not None and keeper.loss.reason is LossReason.EXPIRED
     assert time.monotonic() - lease_deadline(started, 0.6) < 0.1
     assert len(lease.renew_calls) >= 4  # retried every ttl/10 after the first failure
+
+
+class CancelLosingLease(StubLease):
+    """Renewals that lose a cancellation, as Python 3.11's ``asyncio.wait_for`` does.
+
+    redis-py sends every command through ``wait_for``; when a cancellation arrives as the
+    write completes, 3.11 returns the result and the cancellation is gone.
+    """
+
+    def __init__(self, ttl: float) -> None:
+        super().__init__(ttl, [])
+        self.in_flight = asyncio.Event()
+
+    async def renew(self) -> bool:
+        self.renew_calls.append(time.monotonic())
+        self.in_flight.set()
+        with contextlib.suppress(asyncio.CancelledError):  # lost, as by wait_for
+            await asyncio.sleep(0.05)
+        self.in_flight.clear()
+        return True
+
+
+async def test_stopping_a_keeper_ends_it_even_when_a_renewal_loses_the_cancellation() -> None:
+    """The hang of a stopped keeper renewing forever (and its owner's stop() never returning)."""
+    lease = CancelLosingLease(0.3)
+    keeper = LeaseKeeper(lease, acquired_at=time.monotonic()).start()  # type: ignore[arg-type]
+    async with bounded(2, "a renewal in flight"):
+        await lease.in_flight.wait()
+    began = time.monotonic()
+    async with bounded(5, "keeper.stop() while a renewal loses its cancellation"):
+        await keeper.stop()
+    assert time.monotonic() - began < 1.0  # the renewal in flight, not renewals forever
+    calls = len(lease.renew_calls)
+    await asyncio.sleep(0.4)  # more than three renewal intervals
+    assert len(lease.renew_calls) == calls  # stopped for good
+    assert keeper.loss is None and not keeper.valid()
+
+
+async def test_stopping_a_keeper_does_not_swallow_the_callers_cancellation() -> None:
+    lease = CancelLosingLease(0.3)
+    keeper = LeaseKeeper(lease, acquired_at=time.monotonic()).start()  # type: ignore[arg-type]
+    await lease.in_flight.wait()
+    stopping = asyncio.create_task(keeper.stop())
+    await asyncio.sleep(0)
+    stopping.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stopping
+    await asyncio.sleep(0.2)
+    calls = len(lease.renew_calls)
+    await asyncio.sleep(0.3)
+    assert len(lease.renew_calls) == calls  # and the keeper ended all the same
+
+
+async def test_stopping_a_sleeping_keeper_returns_at_once() -> None:
+    lease = StubLease(30.0, [])
+    keeper = LeaseKeeper(lease, acquired_at=time.monotonic()).start()  # type: ignore[arg-type]
+    await asyncio.sleep(0.05)  # asleep until its first renewal, 10 s from now
+    began = time.monotonic()
+    await keeper.stop()
+    assert time.monotonic() - began < 0.5 and lease.renew_calls == []
 
 
 @pytest.mark.parametrize("ttl", [0.0, 0.005, -1.0])

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from bounded import bounded
 from cluster_servers import RedisServer
 from holders import Holder
 from psycopg import AsyncConnection
@@ -202,36 +203,47 @@ async def test_a_paused_owner_is_deposed_fenced_and_told(
 async def test_redis_restart_owner_reacquires_and_keepers_reconnect(
     private_redis: RedisServer, table: Pool
 ) -> None:
-    """A restarted Redis has no keys: the owner learns it lost the lease and takes it again."""
+    """A restarted Redis has no keys: the owner learns it lost the lease and takes it again.
+
+    Every await is bounded and named, so a hang fails fast and says where it was.
+    """
     client = redis_client(private_redis.url, timeout=0.5)
     losses: list[LeaseLost] = []
     room = new_room()
     try:
-        first = await acquire(client, table, room, owner="hub", ttl=TTL, on_lost=losses.append)
-        await insert(first, 1)
+        async with bounded(10, "first acquire"):
+            first = await acquire(client, table, room, owner="hub", ttl=TTL, on_lost=losses.append)
+        async with bounded(5, "first insert"):
+            await insert(first, 1)
         began = time.monotonic()
         private_redis.restart()
         restart = time.monotonic() - began
-        await asyncio.wait_for(first.lost.wait(), TTL + 0.5)
+        async with bounded(TTL + 0.5, "first keeper reporting the loss"):
+            await first.lost.wait()
         # back within the lease: Redis itself says the key is gone; a slow restart (a loaded
         # machine) runs into the local deadline first
         reasons = [LossReason.TAKEN] if restart < TTL / 3 else [LossReason.EXPIRED]
         assert [loss.reason for loss in losses] in ([LossReason.TAKEN], reasons)
-        async with asyncio.timeout(5):
+        async with bounded(5, "second acquire"):
             second = await acquire(client, table, room, owner="hub", ttl=TTL)
         assert second.fence.value == first.fence.value + 1
         with pytest.raises(LeaseLost):
             await insert(first, 2)
         await asyncio.sleep(3 * TTL)
         assert second.valid() and second.keeper.renewals >= 6  # renewing on new connections
-        await insert(second, 3)
-        assert [(f, n) for f, _, n in await rows(table, room)] == [
+        async with bounded(5, "second insert"):
+            await insert(second, 3)
+        async with bounded(5, "reading the rows"):
+            written = await rows(table, room)
+        assert [(f, n) for f, _, n in written] == [
             (first.fence.value, 1),
             (second.fence.value, 3),
         ]
-        await second.release()
+        async with bounded(5, "second release"):
+            await second.release()
     finally:
-        await client.aclose()
+        async with bounded(5, "closing the client"):
+            await client.aclose()
 
 
 async def test_redis_down_past_the_ttl_owner_expires_then_reacquires(
@@ -282,8 +294,10 @@ async def test_churn_never_lets_two_owners_commit_together(redis: Redis, table: 
             await owned.release()
             await asyncio.sleep(0.005)
 
-    # generous: on a loaded 2-core machine a contender may wait long in acquire()
-    await asyncio.wait_for(asyncio.gather(*(contender(i) for i in range(4))), 60)
+    # ~3.3 s even on a loaded machine; the 60 s it was given hid a hang (a stopped keeper
+    # renewing for ever, see keeper.py), which bounded() now reports with every task's await
+    async with bounded(15, "four contenders churning"):
+        await asyncio.gather(*(contender(i) for i in range(4)))
     written = await rows(table, room)
     assert len(ownerships) >= 8
     fences = [f for f, _, _ in written]

@@ -5,7 +5,7 @@ and its pool). The pieces, from the bottom:
 
 - :mod:`~sync.server.cluster.keys`: Redis key names, ``crdt:{room}:<part>``, one hash tag per room;
 - :class:`RedisLease`: ``SET NX PX``, compare-and-extend, compare-and-delete;
-- :class:`LeaseKeeper`: renews at ttl/3, reports the loss (``taken`` or ``expired``) once;
+- :class:`LeaseKeeper`: renews at ttl/6, reports the loss (``taken`` or ``expired``) once;
 - :func:`claim_fence`, :func:`check_fence`, :func:`fenced_transaction`: the fencing number
   in ``crdt_rooms``, bumped by every claim and checked inside every write transaction;
 - :func:`migrate`: the cluster's PostgreSQL schema;

@@ -1,10 +1,19 @@
-"""The lease keeper: renews a held lease at ttl/3 and reports its loss, once and promptly.
+"""The lease keeper: renews a held lease at ttl/6 and reports its loss, once and promptly.
 
 Timing rule (all on the local monotonic clock): a renewal (or the acquisition) *sent* at
 ``t`` and confirmed by Redis makes the lease valid until ``t + ttl * (1 - DRIFT) - MARGIN``,
 because Redis starts the key's new ttl after receiving the command, never before ``t``.
-The keeper renews every ``ttl / 3`` counted from the last confirmed send; a renewal that
-fails (Redis down, timeout) is retried every ``ttl / 10`` while the lease is still valid.
+The keeper renews every ``ttl / 6`` (:data:`RENEWALS_PER_TTL`) counted from the last
+confirmed send; a renewal that fails (Redis down, timeout) is retried every ``ttl / 10``
+while the lease is still valid.
+
+Why ttl/6: a dead owner's lease runs out ``ttl`` after its last renewal, so failover waits
+between ``ttl - interval`` and ``ttl``; a live owner keeps its lease through a stall (a
+paused or starved event loop) of up to ``ttl - interval``. Renewing often keeps that
+tolerance close to the whole ttl, so the ttl (the worst failover) can be short: with the
+hub's 1.5 s, stalls up to 1.25 s are survived and a dead owner's rooms are free within
+1.5 s, where ttl/3 of a 2 s ttl gave 1.33 s and 2 s. It costs one small script call per
+owned room every ttl/6 (four a second per room).
 
 The keeper reports the loss (sets :attr:`LeaseKeeper.lost`, calls ``on_lost`` with a
 :class:`~sync.server.cluster.errors.LeaseLost`) as soon as either:
@@ -14,6 +23,13 @@ The keeper reports the loss (sets :attr:`LeaseKeeper.lost`, calls ``on_lost`` wi
 - the local deadline passes without a confirmed renewal (the process was paused past the
   ttl, or Redis has been unreachable for that long): reason ``expired``. The keeper does not
   need Redis to notice this: a process resumed after SIGSTOP reports it on its first turn.
+
+:meth:`LeaseKeeper.stop` does not rely on cancelling the keeper's task alone: on Python
+3.11, ``asyncio.wait_for`` (which redis-py uses for every socket write) loses a
+cancellation that arrives as the awaited write completes, and a keeper whose
+cancellation was lost in a renewal would renew forever, holding a lease its owner gave up
+(and ``stop`` would never return). So ``stop`` also sets a flag the keeper checks after
+every await, and wakes it from its sleep.
 
 After a loss the keeper stops for good: it never renews again and never re-creates the key,
 so a holder that lost its lease must acquire anew (and claim a new fence). It then deletes
@@ -33,12 +49,14 @@ from typing import Final
 from .errors import LeaseLost, LossReason
 from .lease import RedisLease
 
-__all__ = ["DRIFT", "MARGIN", "LeaseKeeper", "lease_deadline"]
+__all__ = ["DRIFT", "MARGIN", "RENEWALS_PER_TTL", "LeaseKeeper", "lease_deadline"]
 
 log = logging.getLogger("crdt_state.cluster")
 
 DRIFT: Final = 0.01
 """Fraction of the ttl allowed for the clock rate difference between this host and Redis."""
+RENEWALS_PER_TTL: Final = 6
+"""The keeper renews every ``ttl / RENEWALS_PER_TTL`` (see the module doc)."""
 MARGIN: Final = 0.002
 """Seconds taken off every lease validity, for the clock's own granularity."""
 
@@ -67,7 +85,7 @@ class LeaseKeeper:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.lease: Final = lease
-        self.interval: Final = lease.ttl / 3
+        self.interval: Final = lease.ttl / RENEWALS_PER_TTL
         self.retry_delay: Final = lease.ttl / 10
         self.valid_until = lease_deadline(acquired_at, lease.ttl)
         self.lost: Final = asyncio.Event()
@@ -81,6 +99,7 @@ class LeaseKeeper:
         self._next_at = acquired_at + self.interval
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
+        self._wake = asyncio.Event()  # set by stop(): ends the keeper's sleep at once
 
     def start(self) -> LeaseKeeper:
         """Start renewing on the running loop (once); returns ``self``."""
@@ -101,21 +120,32 @@ class LeaseKeeper:
         return self.valid_until - self._clock()
 
     async def stop(self) -> None:
-        """Stop renewing (no loss is reported); the lease then expires unless released."""
+        """Stop renewing (no loss is reported); the lease then expires unless released.
+
+        Returns once the keeper's task ended: at once when it sleeps, else when its
+        renewal in flight returns (bounded by the lease's deadline and the client's
+        socket timeouts), even if the cancellation was lost (see the module doc).
+        """
         self._stopped = True
+        self._wake.set()
         task, self._task = self._task, None
         if task is not None and not task.done():
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            # wait() rather than ``await task``: a cancellation of the caller must reach
+            # the caller, not be taken for the keeper's own and swallowed
+            await asyncio.wait({task})
+            if not task.cancelled() and task.exception() is not None:
+                log.warning("lease %s: keeper failed: %r", self.lease.key, task.exception())
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopped:
             now = self._clock()
             if now >= self.valid_until:
                 await self._lose(LossReason.EXPIRED)
                 return
-            await asyncio.sleep(max(0.0, min(self._next_at, self.valid_until) - now))
+            await self._sleep(max(0.0, min(self._next_at, self.valid_until) - now))
+            if self._stopped:
+                return
             sent = self._clock()
             if sent >= self.valid_until:  # slept past it: paused, or a starved loop
                 await self._lose(LossReason.EXPIRED)
@@ -126,10 +156,14 @@ class LeaseKeeper:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # unavailable, timed out, or a server error: retry
+                if self._stopped:  # stopped meanwhile (its cancellation may have been lost)
+                    return
                 self.failures += 1
                 log.info("lease %s: renewal failed (%s), retrying", self.lease.key, exc)
                 self._next_at = self._clock() + self.retry_delay
                 continue
+            if self._stopped:  # stopped meanwhile (its cancellation may have been lost)
+                return
             if self._clock() >= self.valid_until:
                 # confirmed too late to count: never act on a lease past its deadline
                 await self._lose(LossReason.EXPIRED)
@@ -140,6 +174,12 @@ class LeaseKeeper:
             self.renewals += 1
             self.valid_until = lease_deadline(sent, self.lease.ttl)
             self._next_at = sent + self.interval
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less when :meth:`stop` is called meanwhile."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()
 
     async def _lose(self, reason: LossReason) -> None:
         loss = LeaseLost(self.lease.room, self.lease.token, reason)

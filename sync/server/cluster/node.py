@@ -41,7 +41,7 @@ from sync.server.cluster.keys import parse_room_key, room_key
 from sync.server.cluster.lease import UNAVAILABLE
 from sync.server.cluster.outbox import Outbox
 from sync.server.cluster.schema import migrate
-from sync.server.cluster.storage import RoomStorage, StreamReplayStorage
+from sync.server.cluster.storage import RoomStorage
 from sync.server.cluster.streams import MERGE, UPDATE, InEntry, encode_in
 from sync.wire import protocol as p
 from sync.wire.awareness import removal_update, safe_clients
@@ -65,10 +65,13 @@ class ClusterNode:
         postgres: the PostgreSQL DSN or URL.
         policies_for: the room's server-side conflict policies, by room name.
         max_document: the document size limit (bytes) the owner enforces.
-        lease_ttl: the ownership lease's lifetime in seconds (failover takes about this).
+        lease_ttl: the ownership lease's lifetime in seconds: a dead owner's rooms are
+            free within it; a live owner keeps them through stalls of up to 5/6 of it
+            (see :mod:`~sync.server.cluster.keeper`).
         answer_timeout: seconds a forwarded merge may wait for its answer before its
             session is closed with 1013 (the client then sends it again).
-        storage: where room states come from (default: PostgreSQL).
+        storage: where room states come from (default: PostgreSQL; one of the two
+            is needed).
     """
 
     def __init__(
@@ -78,10 +81,12 @@ class ClusterNode:
         *,
         policies_for: Callable[[str], Mapping[Any, object]],
         max_document: int,
-        lease_ttl: float = 2.0,
+        lease_ttl: float = 1.5,
         answer_timeout: float = 5.0,
         storage: Callable[[ClusterNode], RoomStorage] | None = None,
     ) -> None:
+        if postgres is None and storage is None:
+            raise ValueError("a cluster node needs postgres (or a storage factory)")
         self.redis_url = redis
         self.postgres_dsn = postgres
         self.policies_for = policies_for
@@ -140,12 +145,10 @@ class ClusterNode:
                 await migrate(conn)
         if self._storage_factory is not None:
             self._storage = self._storage_factory(self)
-        elif self.postgres_dsn is not None:
+        else:
             from sync.server.cluster.pgstorage import PostgresRoomStorage
 
             self._storage = PostgresRoomStorage(self)
-        else:
-            self._storage = StreamReplayStorage(self.redis)
         self._tasks = [
             asyncio.create_task(self._relay_awareness(), name="cluster awareness"),
             asyncio.create_task(self._watch_answers(), name="cluster answers"),
@@ -162,8 +165,13 @@ class ClusterNode:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            # cancel again until it ends: these loops never stop by themselves, and a
+            # cancellation can be lost in redis-py (Python 3.11's wait_for, see keeper.py)
+            while not task.done():
+                await asyncio.wait({task}, timeout=0.5)
+                task.cancel()
+            if not task.cancelled() and task.exception() is not None:
+                log.warning("cluster task %s failed: %r", task.get_name(), task.exception())
         if self._outbox is not None:
             await self._outbox.stop()
         if self._pubsub is not None:

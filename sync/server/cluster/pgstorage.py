@@ -83,6 +83,9 @@ def judge_dsn(dsn: str, room: str, fence: int, lease_ttl: float) -> str:
 async def depose(conn: psycopg.AsyncConnection[Any], room: str, fence: int) -> int:
     """End the PostgreSQL sessions of the room's earlier judges; how many were ended.
 
+    Only sessions in this connection's database: another cluster on the same server
+    (another database) may have a room of the same name, whose judge is none of ours.
+
     A judge paused in the middle of a write transaction (SIGSTOP, a long GC pause) holds
     the row locks of what it wrote so far, and the new owner's first writes would wait for
     them until it wakes up. Its commit would be refused by the fence anyway, so the new
@@ -90,7 +93,8 @@ async def depose(conn: psycopg.AsyncConnection[Any], room: str, fence: int) -> i
     """
     cur = await conn.execute(
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-        " WHERE application_name LIKE %s AND application_name <> %s",
+        " WHERE application_name LIKE %s AND application_name <> %s"
+        " AND datname = current_database()",
         (judge_name(room) + "%", judge_name(room, fence)),
     )
     row = await cur.fetchone()
