@@ -162,13 +162,10 @@ def _replay(core: StateCore, stored: StoredState, stage: list[str]) -> list[Vers
         for change in stored.changes:
             stage[0] = f"the change at seq {change.seq}"
             changed.clear()
-            sub = core.root.observe_deep(on_events)
-            try:
+            with core.deep.routed(core.root, on_events):
                 core.doc.apply_update(change.update)
-            finally:
-                core.root.unobserve(sub)
             writes = root_most(changed)
-            undo = mirror_writes(core.doc, core.mirror, writes)
+            undo = mirror_writes(core.root, core.mirror, writes)
             token = VersionVector.from_state(core.doc.get_state())
             entry = core.log.append(change.agent, token, writes, undo, origin=change.origin)
             entry.time = change.time
