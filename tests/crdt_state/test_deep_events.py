@@ -211,6 +211,9 @@ def test_a_state_that_applied_updates_is_freed(tmp_path: Path) -> None:
     reopened = SharedState.open(tmp_path / "s.db")  # replayed through the router
     assert reopened.get("a") == {"x": 1}
     assert reopened._core.deep.attachments == 1
+    assert not reopened._core.deep.attached  # dropped after the replay: local merges pay nothing
+    reopened.apply_update(update)
+    assert reopened._core.deep.attached
     reopened.close()
     assert not reopened._core.deep.attached
 
