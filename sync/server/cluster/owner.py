@@ -240,6 +240,8 @@ class RoomOwner:
                 continue
             try:
                 answer = self._judge_one(entry)
+            except StepDown:
+                raise
             except Exception as exc:  # the judge's storage failed: nothing is published
                 raise StepDown(f"room {self.room!r}: judging failed: {exc}") from exc
             if answer is not None:
