@@ -19,6 +19,7 @@ from pycrdt import Doc, Map
 
 from . import _document as ydoc
 from ._changelog import ChangeLog, Entry
+from ._deep import DeepEvents
 from ._entry_reads import read_at
 from ._events import join_updates
 from .conflicts import Change, Conflict, StateUpdate, WriteKind
@@ -63,6 +64,7 @@ class StateCore:
         self.listeners: list[Listener] = []
         self.updates: list[bytes] = []  # this transaction's Yjs updates (when observed)
         self.update_sub: Any = None
+        self.deep = DeepEvents()  # the root's deep events, for whoever integrates an update
         self.store: StateStore | None = None
         self.tick_remote = not follower
         self.validate_updates = not follower
@@ -146,7 +148,7 @@ class StateCore:
             self.update_sub = self.doc.observe(self._on_transaction)
 
     def stop_observing(self) -> None:
-        """Drop the update observer of a closed state (it writes nothing more).
+        """Drop the update and deep observers of a closed state (it writes nothing more).
 
         The document's callback holds the core, a cycle through pycrdt that the garbage
         collector cannot see, so a closed state would otherwise never be freed.
@@ -154,6 +156,7 @@ class StateCore:
         if self.update_sub is not None:
             self.doc.unobserve(self.update_sub)
             self.update_sub = None
+        self.deep.detach()
 
     def _on_transaction(self, event: Any) -> None:
         self.updates.append(bytes(event.update))
@@ -163,6 +166,7 @@ class StateCore:
         if self.update_sub is not None:
             self.doc.unobserve(self.update_sub)
             self.update_sub = doc.observe(self._on_transaction)
+        self.deep.detach()  # subscribed again on the new root when next needed
         self.doc = doc
         self.root = doc.get(ydoc.ROOT, type=Map)
         self.meta = doc.get(ydoc.META_ROOT, type=Map)

@@ -286,14 +286,18 @@ def _integrate(doc: Doc[Any], writer: UpdateWriter) -> None:
         )
 
 
-def doc_read(doc: Doc[Any], path: Path) -> Any:
-    """Plain data at ``path``, or :data:`MISSING`."""
-    node: Any = root(doc)
-    for key in path:
-        if not isinstance(node, Map) or key not in node:
-            return MISSING
-        node = node[key]
-    return from_crdt(node)
+def doc_read(doc: Doc[Any] | Map[Any], path: Path) -> Any:
+    """Plain data at ``path`` (of the document or of its root map), or :data:`MISSING`.
+
+    One read transaction for the whole walk (each lookup would open its own).
+    """
+    node: Any = _root_of(doc)
+    with node.doc.transaction():
+        for key in path:
+            if not isinstance(node, Map) or key not in node:
+                return MISSING
+            node = node[key]
+        return from_crdt(node)
 
 
 def doc_snapshot(doc: Doc[Any]) -> dict[str, Any]:

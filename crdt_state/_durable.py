@@ -176,24 +176,21 @@ def _replay(
         tokens: list[VersionVector] = []
         changed: dict[Path, WriteKind] = {}
         on_events = collect_writes(changed, core.mirror)
-        # one observer for the whole replay (subscribing costs more than applying a
-        # small change); each change's events arrive during its own apply_update
-        sub = core.root.observe_deep(on_events) if stored.changes else None
-        try:
-            for change in stored.changes:
-                stage[0] = f"the change at seq {change.seq}"
-                changed.clear()
+        for change in stored.changes:
+            stage[0] = f"the change at seq {change.seq}"
+            changed.clear()
+            with core.deep.routed(core.root, on_events):
                 core.doc.apply_update(change.update)
-                writes = root_most(changed)
-                undo = mirror_writes(core.doc, core.mirror, writes)
-                token = VersionVector.from_state(core.doc.get_state())
-                entry = core.log.append(change.agent, token, writes, undo, origin=change.origin)
-                entry.time = change.time
-                tokens.append(token)
-                advance()
-        finally:
-            if sub is not None:
-                core.root.unobserve(sub)
+            writes = root_most(changed)
+            undo = mirror_writes(core.root, core.mirror, writes)
+            token = VersionVector.from_state(core.doc.get_state())
+            entry = core.log.append(change.agent, token, writes, undo, origin=change.origin)
+            entry.time = change.time
+            tokens.append(token)
+            advance()
+        # a state that only merges locally from now on pays no deep callback per commit
+        # (about 5 us); one that integrates updates subscribes again on its first
+        core.deep.detach()
         core.depth_mark = nesting(core.mirror)
         return tokens
 

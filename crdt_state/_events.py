@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pycrdt import Array, Doc, merge_updates
+from pycrdt import Array, Doc, Map, merge_updates
 
 from . import _document as ydoc
 from .conflicts import WriteKind
@@ -35,6 +35,11 @@ def written_depth(mirror: dict[str, Any], writes: Iterable[Path]) -> int:
     return deepest
 
 
+_RAW_ARRAY: type = type(Doc[Any]().get("a", type=Array).integrated)
+# the type pycrdt's raw deep events (crdt_state._deep) carry for a list; its wrapped
+# events carry an ``Array``
+
+
 def collect_writes(
     changed: dict[Path, WriteKind], mirror: dict[str, Any]
 ) -> Callable[[list[Any]], None]:
@@ -54,9 +59,11 @@ def collect_writes(
 
 
 def mirror_writes(
-    doc: Doc[Any], mirror: dict[str, Any], writes: Iterable[Path]
+    doc: Doc[Any] | Map[Any], mirror: dict[str, Any], writes: Iterable[Path]
 ) -> list[tuple[Path, Any]]:
-    """Copy the values at ``writes`` from ``doc`` into ``mirror``; returns the undo records.
+    """Copy the values at ``writes`` from ``doc`` (or its root map) into ``mirror``.
+
+    Returns the undo records.
 
     Each undo record is ``(path, value before)`` (:data:`MISSING` when absent),
     as the change log keeps them for reading older versions.
@@ -79,7 +86,7 @@ def root_most(changed: dict[Path, WriteKind]) -> dict[Path, WriteKind]:
 
 
 def event_changes(event: Any, mirror: dict[str, Any]) -> list[tuple[Path, WriteKind]]:
-    """The ``(path, kind)`` writes one pycrdt deep event stands for.
+    """The ``(path, kind)`` writes one pycrdt deep event (raw or wrapped) stands for.
 
     A map event writes (or deletes) each changed key; an array event writes the
     whole list at its path, as an ``"append"`` when it only inserted at the end
@@ -118,7 +125,7 @@ def _key_write(change: dict[str, Any]) -> WriteKind:
     action = change.get("action")
     if action == "delete":
         return "delete"
-    if action == "add" and isinstance(change.get("newValue"), Array):
+    if action == "add" and isinstance(change.get("newValue"), (Array, _RAW_ARRAY)):
         return "append"
     return "set"
 

@@ -69,20 +69,19 @@ def apply_update(
             held = data if core.held is None else join_updates([core.held, data])
             core.schema.check_update(core.doc, held)
         _check_update_depth(core, data)
-        sub = core.root.observe_deep(collect_writes(changed, core.mirror))
         core.updates.clear()
-        try:
-            with translate_failures(lambda exc: _refused(exc, data)):
-                core.doc.apply_update(data)
-        finally:
-            core.root.unobserve(sub)
+        with (
+            core.deep.routed(core.root, collect_writes(changed, core.mirror)),
+            translate_failures(lambda exc: _refused(exc, data)),
+        ):
+            core.doc.apply_update(data)
         state = core.doc.get_state()
         _hold_pending(core, data, state)
         after = VersionVector.from_state(state)
         writes = root_most(changed)
         if after == before and not writes:
             return MergeResult(token=before, agent=agent), None
-        undo = mirror_writes(core.doc, core.mirror, writes)
+        undo = mirror_writes(core.root, core.mirror, writes)
         core.depth_mark = max(core.depth_mark, written_depth(core.mirror, writes))
         core.updates.clear()
         tick_update = b""
@@ -91,7 +90,9 @@ def apply_update(
                 core.tick()
             tick_update = b"".join(core.updates)
         outgoing = join_updates([data, tick_update]) if tick_update else data
-        entry, change = core.record(agent, writes, undo, "remote", update=outgoing)
+        if tick_update:
+            state = core.doc.get_state()
+        entry, change = core.record(agent, writes, undo, "remote", update=outgoing, state=state)
         ticket = core.store_change(change)
     result = MergeResult(token=entry.token, applied=tuple(writes), fast_forward=True, agent=agent)
     return result, ticket

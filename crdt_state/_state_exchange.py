@@ -34,7 +34,12 @@ class StateExchange:
             return bytes(core.doc.get_update(since.to_state()))
 
     def apply_update(
-        self, update: bytes, *, agent: str | None = None, origin: str | None = None
+        self,
+        update: bytes,
+        *,
+        agent: str | None = None,
+        origin: str | None = None,
+        wait: bool = True,
     ) -> MergeResult:
         """Integrate a Yjs update from another replica (any Yjs peer).
 
@@ -46,6 +51,8 @@ class StateExchange:
             update: the Yjs update.
             agent: recorded as the change's agent (in history, blame, listeners).
             origin: deprecated name of ``agent``.
+            wait: ``False`` returns once the update is integrated and handed to the
+                store, without waiting until it is durable (see ``when_durable``).
 
         Raises:
             InvalidUpdate: malformed bytes (nothing changed).
@@ -53,7 +60,8 @@ class StateExchange:
                 (nothing changed).
         """
         result, ticket = _replication.apply_update(self._core, update, agent or origin)
-        self._core.wait_durable(ticket)
+        if wait:
+            self._core.wait_durable(ticket)
         return result
 
     async def aapply_update(

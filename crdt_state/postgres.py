@@ -226,7 +226,9 @@ class PostgresStore(QueuedStore):
         """Write one group of queued items in one transaction, in their order; then the hook."""
         if self._refused is not None:  # the hook refused a compaction: refuse the same way
             run_hook(self._refused, self._conn, 0, self.where)
-        with self._conn.transaction():
+        # one pipeline for the whole transaction: its statements go out together, not
+        # one round trip (and one pipeline set-up per executemany) each
+        with self._conn.pipeline(), self._conn.transaction():
             written = write_batch(
                 self._conn,
                 self.key,

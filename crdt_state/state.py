@@ -241,6 +241,7 @@ class SharedState(StateReads, StateExchange):
         request_id: int | None = None,
         writer: str | None = None,
         builds_on: Iterable[int] = (),
+        wait: bool = True,
     ) -> MergeResult:
         """Merge changes computed from the state at ``base`` (optimistic concurrency).
 
@@ -267,11 +268,18 @@ class SharedState(StateReads, StateExchange):
         Every id must name a remembered request of ``writer`` that was applied
         exactly as sent (without any conflict); otherwise
         :class:`~crdt_state.BrokenChain` is raised and nothing is applied.
+
+        **Durability.** A durable state returns once the change is stored (per the
+        store's ``durability``). With ``wait=False`` it returns as soon as the change
+        is made and handed to the store, without blocking: the caller must not report
+        the merge as done before :meth:`when_durable` said so (one wait can then cover
+        many merges, as a hub judging a batch does).
         """
         result, ticket = self._commit(
             changes, base, agent, resolvers, default, request_id, writer, builds_on
         )
-        self._core.wait_durable(ticket)
+        if wait:
+            self._core.wait_durable(ticket)
         return result
 
     async def acommit(

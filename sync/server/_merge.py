@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from crdt_state import (
     Change,
@@ -30,7 +30,13 @@ from sync.wire.changes import ErrorRecord
 from sync.wire.convert import conflict_to_record, core_changes
 from sync.wire.errors import ProtocolError
 
-__all__ = ["client_policies", "judge_merge", "refused_reply", "unsettled_default"]
+__all__ = [
+    "client_policies",
+    "judge_merge",
+    "judge_merge_unwaited",
+    "refused_reply",
+    "unsettled_default",
+]
 
 log = logging.getLogger("crdt_state.hub")
 
@@ -64,37 +70,67 @@ async def judge_merge(
         while judging (a bug in a policy or in the state, not bad input) is logged with
         its traceback and answered with the error ``internal_error``: the request gets
         a final answer, the connection stays open, and nothing is re-sent in a loop.
+        The merge is durable when this returns.
     """
     try:
-        base = VersionVector.from_state(request.base, strict=True)
-        ops = core_changes(request.changes)
+        ops, base = _parsed(request)
         if too_large(sum(len(repr(op.value)) for op in ops)):
             return _error_reply(request, state, DOCUMENT_TOO_LARGE, "document size limit reached")
         result: MergeResult = await state.acommit(
-            ops,
-            base,
-            request.agent or agent,
-            resolvers=client_policies(state, ops, request.policies),
-            default=unsettled_default(state),
-            request_id=request.request_id,
-            writer=writer_of(request, scope),
-            builds_on=request.chain,
+            ops, base, **_commit_options(state, request, ops, agent, scope)
         )
-    except ConflictError as exc:
-        return p.encode_merge_result(
-            request.request_id,
-            p.MergeStatus.ERROR,
-            state.token.to_state(),
-            conflicts=[conflict_to_record(c) for c in exc.conflicts],
-            error=ErrorRecord("retry" if exc.retry else exc.code, exc.message),
+    except Exception as exc:
+        return _refusal(exc, request, state, agent)
+    return _ok_reply(request, result)
+
+
+def judge_merge_unwaited(
+    state: SharedState,
+    request: p.MergeRequest,
+    *,
+    agent: str,
+    scope: str,
+    too_large: Callable[[int], bool],
+) -> bytes:
+    """:func:`judge_merge` without waiting for durability (no await: runs at once).
+
+    The change is made in memory and handed to the store; the caller must not send
+    the frame before ``state.when_durable`` reported every change made so far durable
+    (one wait for a whole batch). A storage failure the commit raises at once is
+    answered as an error frame, as :func:`judge_merge` does.
+    """
+    try:
+        ops, base = _parsed(request)
+        if too_large(sum(len(repr(op.value)) for op in ops)):
+            return _error_reply(request, state, DOCUMENT_TOO_LARGE, "document size limit reached")
+        result = state.commit(
+            ops, base, wait=False, **_commit_options(state, request, ops, agent, scope)
         )
-    except (CrdtStateError, ProtocolError) as exc:
-        return _error_reply(request, state, str(exc.code), str(exc))
-    except Exception:
-        log.exception("merge %d by %s: internal error while judging it", request.request_id, agent)
-        return _error_reply(
-            request, state, INTERNAL_ERROR, "internal error while judging the merge"
-        )
+    except Exception as exc:
+        return _refusal(exc, request, state, agent)
+    return _ok_reply(request, result)
+
+
+def _parsed(request: p.MergeRequest) -> tuple[list[Change], VersionVector]:
+    """The request's changes as the core's, and its base (strict rules: network bytes)."""
+    base = VersionVector.from_state(request.base, strict=True)
+    return core_changes(request.changes), base
+
+
+def _commit_options(
+    state: SharedState, request: p.MergeRequest, ops: Sequence[Change], agent: str, scope: str
+) -> dict[str, Any]:
+    return {
+        "agent": request.agent or agent,
+        "resolvers": client_policies(state, ops, request.policies),
+        "default": unsettled_default(state),
+        "request_id": request.request_id,
+        "writer": writer_of(request, scope),
+        "builds_on": request.chain,
+    }
+
+
+def _ok_reply(request: p.MergeRequest, result: MergeResult) -> bytes:
     return p.encode_merge_result(
         request.request_id,
         p.MergeStatus.CONFLICT if result.conflicts else p.MergeStatus.OK,
@@ -102,6 +138,27 @@ async def judge_merge(
         applied=result.applied,
         conflicts=[conflict_to_record(c) for c in result.conflicts],
     )
+
+
+def _refusal(exc: Exception, request: p.MergeRequest, state: SharedState, agent: str) -> bytes:
+    """The error frame for a merge that raised ``exc`` while judged (nothing written)."""
+    if isinstance(exc, ConflictError):
+        return p.encode_merge_result(
+            request.request_id,
+            p.MergeStatus.ERROR,
+            state.token.to_state(),
+            conflicts=[conflict_to_record(c) for c in exc.conflicts],
+            error=ErrorRecord("retry" if exc.retry else exc.code, exc.message),
+        )
+    if isinstance(exc, CrdtStateError | ProtocolError):
+        return _error_reply(request, state, str(exc.code), str(exc))
+    log.error(
+        "merge %d by %s: internal error while judging it",
+        request.request_id,
+        agent,
+        exc_info=exc,
+    )
+    return _error_reply(request, state, INTERNAL_ERROR, "internal error while judging the merge")
 
 
 def _report_to_client(conflict: Conflict) -> NoReturn:

@@ -8,9 +8,10 @@ One round:
 
 1. ``XREAD`` up to :data:`BATCH` entries of ``crdt:{room}:in`` after the last one judged;
 2. judge them in stream order with the single hub's code: a plain update is applied
-   (``aapply_update``), a merge request is judged (:func:`~sync.server._merge.judge_merge`);
-   all of them are started in order (each change is made in memory at once, in that
-   order) and awaited together, so one PostgreSQL transaction can carry the batch;
+   (``apply_update``), a merge request is judged
+   (:func:`~sync.server._merge.judge_merge_unwaited`); each change is made in memory at
+   once, in that order, and handed to the store, then one wait covers the batch, so one
+   PostgreSQL transaction can carry it;
 3. once every change is durable, ``XADD`` one entry to ``crdt:{room}:out`` with the
    accepted changes (one Yjs update), the answers, and the last ``in`` id, in a script
    that adds it only while the room's lease still holds this owner's token, and that
@@ -36,7 +37,7 @@ from pycrdt import merge_updates
 from redis.asyncio import Redis
 
 from crdt_state import CrdtStateError, SharedState, StateUpdate
-from sync.server._merge import judge_merge
+from sync.server._merge import judge_merge_unwaited
 from sync.server.cluster.errors import ClusterError, LeaseLost, LossReason
 from sync.server.cluster.keys import room_key
 from sync.server.cluster.ownership import Ownership
@@ -222,25 +223,30 @@ class RoomOwner:
         await trim_before(self.redis, self._in, self.position)
 
     async def _judge_batch(self, entries: list[Entry]) -> OutEntry:
-        """Judge ``entries`` in order; the out entry to publish once all are durable."""
+        """Judge ``entries`` in order; the out entry to publish once all are durable.
+
+        Every entry is judged at once, in stream order, without waiting for the store
+        (each change is made in memory and handed to it); then one wait covers the
+        whole batch, so one PostgreSQL transaction can carry it and the loop pays one
+        wake-up per batch, not one per merge. Nothing is answered before that wait.
+        """
         self._changes.clear()
-        jobs: list[asyncio.Future[Answer | None]] = []
+        answers: list[Answer] = []
         for entry_id, fields in entries:
             try:
                 entry = decode_in(fields)
             except StreamEntryError as exc:
                 log.warning("room %r: skipping in-entry %r: %s", self.room, entry_id, exc)
                 continue
-            # ensure_future starts each job in order on the next loop turn; each one
-            # changes the document before its first await, so the order is the stream's
-            jobs.append(asyncio.ensure_future(self._judge_one(entry)))
-        results = await asyncio.gather(*jobs, return_exceptions=True)
-        answers: list[Answer] = []
-        for result in results:
-            if isinstance(result, BaseException):
-                raise StepDown(f"room {self.room!r}: judging failed: {result}") from result
-            if result is not None:
-                answers.append(result)
+            try:
+                answer = self._judge_one(entry)
+            except StepDown:
+                raise
+            except Exception as exc:  # the judge's storage failed: nothing is published
+                raise StepDown(f"room {self.room!r}: judging failed: {exc}") from exc
+            if answer is not None:
+                answers.append(answer)
+        await self._durable()
         updates = self._changes[:]
         self._changes.clear()
         if len(updates) == 1:
@@ -251,11 +257,25 @@ class RoomOwner:
             update = b""
         return OutEntry(update, entries[-1][0], self.ownership.fence.value, tuple(answers))
 
-    async def _judge_one(self, entry: InEntry) -> Answer | None:
-        if entry.kind == MERGE:
-            return await self._judge_merge(entry)
+    async def _durable(self) -> None:
+        """Wait until every change judged so far is durable; :class:`StepDown` if never."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def durable(error: BaseException | None) -> None:
+            loop.call_soon_threadsafe(_settle, done, error)
+
+        self.judge.when_durable(durable)
         try:
-            await self.judge.aapply_update(entry.data, agent=entry.agent)
+            await done
+        except Exception as exc:  # fenced, PostgreSQL gone: nothing is published
+            raise StepDown(f"room {self.room!r}: storage failed: {exc}") from exc
+
+    def _judge_one(self, entry: InEntry) -> Answer | None:
+        if entry.kind == MERGE:
+            return self._judge_merge(entry)
+        try:
+            self.judge.apply_update(entry.data, agent=entry.agent, wait=False)
         except CrdtStateError as exc:
             if exc.code in STORAGE_CODES:
                 raise
@@ -263,7 +283,7 @@ class RoomOwner:
             return Answer(entry.hub, entry.session, AnswerKind.CLOSE, reason)
         return None
 
-    async def _judge_merge(self, entry: InEntry) -> Answer | None:
+    def _judge_merge(self, entry: InEntry) -> Answer | None:
         try:
             request = p.decode_message(entry.data)
         except ProtocolError as exc:
@@ -271,7 +291,7 @@ class RoomOwner:
             return None
         if not isinstance(request, p.MergeRequest):
             return None
-        frame = await judge_merge(
+        frame = judge_merge_unwaited(
             self.judge,
             request,
             agent=entry.agent,
@@ -285,3 +305,12 @@ class RoomOwner:
             if error is not None and error.code in STORAGE_CODES:
                 raise StepDown(f"room {self.room!r}: storage failed: {error.message}")
         return Answer(entry.hub, entry.session, AnswerKind.REPLY, frame)
+
+
+def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
