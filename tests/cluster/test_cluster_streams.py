@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import psycopg
 import pytest
@@ -12,7 +11,7 @@ from redis.asyncio import Redis
 
 from sync.server.cluster import Fenced, room_key
 from sync.server.cluster.pgstorage import depose, fenced_position, judge_dsn, judge_name
-from sync.server.cluster.streamio import append_if_holder, publish_and_read, read_after
+from sync.server.cluster.streamio import append_if_holder, read_after
 from sync.server.cluster.streams import (
     Answer,
     AnswerKind,
@@ -93,36 +92,6 @@ async def test_only_the_lease_holder_publishes(redis: Redis) -> None:
         assert decode_out(entries[0][1]).last_in == "5-0"
     finally:
         await redis.delete(lease, out)
-
-
-async def test_publish_and_read_returns_the_next_in_entries_in_order(redis: Redis) -> None:
-    room = "streams/publish-read"
-    lease, out, inn = room_key(room, "owner"), room_key(room, "out"), room_key(room, "in")
-    await redis.delete(lease, out, inn)
-    try:
-        await redis.set(lease, "hub-a#1")
-        ids = [await redis.xadd(inn, {"k": "u", "n": str(n)}) for n in range(5)]
-        first = ids[1].decode()
-        fields = encode_out(OutEntry(b"u", first, 3))
-
-        async def publish(token: str, after: str, count: int) -> tuple[str, list[Any]] | None:
-            return await publish_and_read(
-                redis, lease, token, out, fields, maxlen=100, source=inn, after=after, count=count
-            )
-
-        done = await publish("hub-a#1", first, 2)
-        assert done is not None
-        assert [entry_id for entry_id, _ in done[1]] == [i.decode() for i in ids[2:4]]
-        assert [fields[b"n"] for _, fields in done[1]] == [b"2", b"3"]  # as a mapping
-        published = await read_after(redis, out, "0-0", count=10, block_ms=10)
-        assert [entry_id for entry_id, _ in published] == [done[0]]
-        assert decode_out(published[0][1]).last_in == first
-        empty = await publish("hub-a#1", ids[-1].decode(), 10)  # nothing after the last
-        assert empty is not None and empty[1] == []
-        assert await publish("hub-b#2", first, 10) is None  # not the holder: no publish
-        assert len(await read_after(redis, out, "0-0", count=10, block_ms=10)) == 2
-    finally:
-        await redis.delete(lease, out, inn)
 
 
 def test_the_judge_hook_refuses_a_stale_fence(postgres_dsn: str) -> None:

@@ -14,9 +14,10 @@ One round:
    PostgreSQL transaction can carry it;
 3. once every change is durable, ``XADD`` one entry to ``crdt:{room}:out`` with the
    accepted changes (one Yjs update), the answers, and the last ``in`` id, in a script
-   that adds it only while the room's lease still holds this owner's token, and that
-   returns, in the same round trip, the ``in`` entries that arrived meanwhile (the next
-   batch; step 1 waits with a blocking ``XREAD`` only when there were none).
+   that adds it only while the room's lease still holds this owner's token. (Reading the
+   next batch in the same script was tried and dropped: the shorter cycle made batches
+   smaller, so Redis commands and PostgreSQL commits per merge rose; see
+   docs/architecture.md.)
 
 Nothing is published for a batch whose storage failed (fenced, PostgreSQL gone): the
 loop raises :class:`StepDown` and the hub drops the judge state. Because every change is
@@ -45,7 +46,6 @@ from sync.server.cluster.streamio import (
     Entry,
     append_if_holder,
     newest,
-    publish_and_read,
     read_after,
     trim_before,
 )
@@ -158,25 +158,21 @@ class RoomOwner:
         try:
             if self.catch_up:
                 await self._publish(OutEntry(self.catch_up, self.position, self.fence))
-            entries: list[Entry] = []
             while not stop():
                 self.ownership.check()
-                if not entries:
-                    entries = await read_after(
-                        self.redis, self._in, self.position, count=BATCH, block_ms=self.block_ms
-                    )
+                entries = await read_after(
+                    self.redis, self._in, self.position, count=BATCH, block_ms=self.block_ms
+                )
                 if not entries:
                     continue
                 out = await self._judge_batch(entries)
                 self.on_committed(out.last_in)
-                judged = len(entries)
-                # publish, and get what arrived meanwhile, in one round trip
-                entries = await self._publish_and_read(out)
+                await self._publish(out)
                 self.position = out.last_in
                 if not self.judged:
-                    log.info("room %r: first batch published (%d entries)", self.room, judged)
-                self.judged += judged
-                if self.judged % (BATCH * 4) < judged:
+                    log.info("room %r: first batch published (%d entries)", self.room, len(entries))
+                self.judged += len(entries)
+                if self.judged % (BATCH * 4) < len(entries):
                     await self._trim()
         finally:
             unsubscribe()
@@ -194,24 +190,6 @@ class RoomOwner:
         )
         if published is None:  # the lease is gone: publish nothing, step down
             raise LeaseLost(self.room, self.ownership.token, LossReason.TAKEN)
-
-    async def _publish_and_read(self, out: OutEntry) -> list[Entry]:
-        """:meth:`_publish`, then the next ``in`` entries (no wait), in one script."""
-        self.ownership.check()
-        done = await publish_and_read(
-            self.redis,
-            self.ownership.lease.key,
-            self.ownership.token,
-            self._out,
-            encode_out(out),
-            maxlen=OUT_MAXLEN,
-            source=self._in,
-            after=out.last_in,
-            count=BATCH,
-        )
-        if done is None:  # the lease is gone: publish nothing, step down
-            raise LeaseLost(self.room, self.ownership.token, LossReason.TAKEN)
-        return done[1]
 
     @property
     def fence(self) -> int:

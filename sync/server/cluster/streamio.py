@@ -19,7 +19,6 @@ from sync.server.cluster.lease import UNAVAILABLE
 __all__ = [
     "Entry",
     "append_if_holder",
-    "publish_and_read",
     "newest",
     "read_after",
     "read_all",
@@ -31,18 +30,6 @@ if redis.call('get', KEYS[1]) ~= ARGV[1] then
   return false
 end
 return redis.call('xadd', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', unpack(ARGV, 3))
-"""
-
-_PUBLISH_AND_READ: Final = """
-if redis.call('get', KEYS[1]) ~= ARGV[1] then
-  return false
-end
-local id = redis.call('xadd', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', unpack(ARGV, 5))
-local got = redis.call('xread', 'COUNT', ARGV[4], 'STREAMS', KEYS[3], ARGV[3])
-if not got then
-  return {id}
-end
-return {id, got[1][2]}
 """
 
 Entry = tuple[str, Mapping[bytes | str, bytes | str]]
@@ -117,46 +104,6 @@ async def append_if_holder(
     except UNAVAILABLE as exc:
         raise ClusterUnavailable("redis", f"redis did not answer: {exc}") from exc
     return None if done is None else _id(done)
-
-
-async def publish_and_read(
-    redis: Redis,
-    lease_key: str,
-    token: str,
-    key: str,
-    fields: Mapping[str, bytes | str],
-    *,
-    maxlen: int,
-    source: str,
-    after: str,
-    count: int,
-) -> tuple[str, list[Entry]] | None:
-    """:func:`append_if_holder`, then up to ``count`` entries of ``source`` after ``after``.
-
-    One script, one round trip: the owner publishes a judged batch on ``out`` and gets
-    the next batch of ``in`` (what arrived while it judged and committed) in the same
-    call. The read does not wait: an empty list means nothing is there yet. Returns
-    ``None`` (and reads nothing) when the lease is not ``token``'s. All three keys must
-    share a hash tag (the room's).
-    """
-    args: list[bytes | str] = [token, str(maxlen), after, str(count)]
-    for name, value in fields.items():
-        args += [name, value]
-    script = redis.register_script(_PUBLISH_AND_READ)
-    try:
-        done: Any = await script(keys=[lease_key, key, source], args=args)
-    except UNAVAILABLE as exc:
-        raise ClusterUnavailable("redis", f"redis did not answer: {exc}") from exc
-    if done is None:
-        return None
-    got = done[1] if len(done) > 1 else ()
-    return _id(done[0]), [(_id(entry_id), _pairs(flat)) for entry_id, flat in got]
-
-
-def _pairs(flat: Any) -> dict[bytes | str, bytes | str]:
-    """A script's stream entry fields (a flat ``[name, value, ...]`` list) as a mapping."""
-    items = list(flat or ())
-    return dict(zip(items[::2], items[1::2], strict=True))
 
 
 async def trim_before(redis: Redis, key: str, position: str) -> None:
