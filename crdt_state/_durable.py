@@ -182,8 +182,10 @@ def _replay(
             with core.deep.routed(core.root, on_events):
                 core.doc.apply_update(change.update)
             writes = root_most(changed)
-            undo = mirror_writes(core.root, core.mirror, writes)
-            token = VersionVector.from_state(core.doc.get_state())
+            with core.doc.transaction():  # one read transaction for the reads, not one each
+                undo = mirror_writes(core.root, core.mirror, writes)
+                state = core.doc.get_state()
+            token = VersionVector.from_state(state)
             entry = core.log.append(change.agent, token, writes, undo, origin=change.origin)
             entry.time = change.time
             tokens.append(token)

@@ -90,6 +90,7 @@ def load(conn: Conn, key: str, upto: int | None = None) -> StoredState:
             f"SELECT {LOG_COLUMNS} FROM crdt_store_log WHERE key = %s AND seq > %s"
             " AND (%s < 0 OR seq <= %s) ORDER BY seq",
             (key, snap[0], limit, limit),
+            binary=True,  # bytea as bytes, without the hex text encoding
         )
     ]
     rows.check_gapless(changes, int(snap[0]), _NOUN)

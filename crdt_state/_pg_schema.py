@@ -28,7 +28,8 @@ descendants of a path are one key range whatever the database's collation.
 
 :func:`migrate` brings a database up to :data:`MIGRATIONS` (idempotent, safe
 from many processes at once: a transaction-scoped advisory lock serialises
-it); a database with a newer schema is refused untouched. An applied
+it; a database already up to date is only read, so states opening at once do not
+queue for the lock); a database with a newer schema is refused untouched. An applied
 migration is never edited; later formats append migrations.
 """
 
@@ -108,6 +109,8 @@ def migrate(conn: psycopg.Connection[Any], where: str) -> int:
     Raises:
         StorageError: the database has a newer format than this code knows (untouched).
     """
+    if schema_version(conn) == len(MIGRATIONS):  # a committed migration is final: no lock
+        return len(MIGRATIONS)
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (ADVISORY_CLASS, _MIGRATION_LOCK))
         conn.execute(_VERSION_TABLE)

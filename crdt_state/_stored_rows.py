@@ -12,6 +12,7 @@ Pure functions: no SQL, no I/O.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import zlib
@@ -153,7 +154,48 @@ def value_of(text: Any) -> Any:
 
 
 def stored_change(row: Sequence[Any], noun: str = SQLITE) -> StoredChange:
-    """A ``log`` row ``(seq, token, doc_update, agent, origin, time, paths)``."""
+    """A ``log`` row ``(seq, token, doc_update, agent, origin, time, paths)``.
+
+    Rows whose columns have the usual types are checked in one pass (a reopening
+    reads up to a whole retained log); any other row goes through the column by
+    column checks, which accept the same rows and name the damaged column.
+    """
+    seq, token, update, agent, origin, when, paths = row
+    if (
+        type(seq) is int
+        and type(token) is bytes
+        and type(update) is bytes
+        and (agent is None or type(agent) is str)
+        and type(origin) is str
+        and type(when) is float
+        and math.isfinite(when)
+        and type(paths) is str
+    ):
+        written = _known_paths(paths)
+        if written is not None:
+            try:
+                decoded = VersionVector.from_state(token)
+            except ValueError:  # InvalidUpdate: the checked path names the column
+                pass
+            else:
+                return StoredChange(seq, decoded, update, agent, origin, when, written)
+    return _checked_change(row, noun)
+
+
+@functools.lru_cache(maxsize=1024)
+def _known_paths(text: str) -> tuple[Path, ...] | None:
+    """``paths`` decoded, or ``None`` when it does not decode (the checked path raises).
+
+    Cached: a room's changes write the same few paths over and over (the result is
+    immutable).
+    """
+    try:
+        return _paths(text)
+    except (ValueError, TypeError, RecursionError):
+        return None
+
+
+def _checked_change(row: Sequence[Any], noun: str) -> StoredChange:
     seq, token, update, agent, origin, when, paths = row
 
     def col(decode: Callable[[Any], T], value: Any, column: str) -> T:
