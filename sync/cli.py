@@ -275,7 +275,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "mcp":
         return mcp_cli.run(args)
     if args.command == "inspect":
-        return cli_inspect.run(args)
+        try:
+            return cli_inspect.run(args)
+        except BrokenPipeError:
+            # the reader went away (``crdt-state inspect ... | head``): not an error; point
+            # stdout at /dev/null so the interpreter's final flush does not fail again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
     if args.command == "token":
         try:
             secret = _secret(args)

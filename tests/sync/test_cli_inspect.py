@@ -223,3 +223,22 @@ def test_a_long_export_shows_a_progress_bar_on_a_terminal_stderr(
     assert cli_inspect.run(parsed(str(file), "export"), plain) == 0
     assert json.loads(plain.getvalue())["history"] == exported["history"]
     assert capsys.readouterr().err == ""
+
+
+def test_a_reader_that_stops_early_is_not_an_error(state_file: Path) -> None:
+    """``crdt-state inspect FILE history --json | head -1``: no traceback, exit 0."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sync.cli", "inspect", str(state_file), "history", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        bufsize=0,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(1) == b"["  # read a little, then go away like ``head``
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(30) == 0
+    assert "Traceback" not in err and "BrokenPipe" not in err
