@@ -6,6 +6,13 @@ is closed. ``flock`` locks belong to the open file description, so closing other
 descriptors of the file (SQLite's, a reader's) never drops it, and they never meet
 SQLite's own (``fcntl``) locks. The system drops it when the process dies.
 
+Where there is no ``fcntl`` module (Windows) there is **no cross-process lock**:
+:func:`take` opens the descriptor all the same and warns (:class:`NoProcessLock`);
+a second writer in this process is still refused (``crdt_state.storage`` keeps
+the files it holds), one in another process is not. Windows byte-range locks
+(``msvcrt.locking``) are mandatory, so a lock on bytes of the database would stop
+SQLite's own reads and writes of them; that is why they are not used on the file.
+
 :func:`retry_while_in_use` gives a file held by another connection
 :data:`OPEN_WAIT` seconds (two processes opening it at the same moment each see the
 other's brief lock), then names the holder's pid when the system tells
@@ -15,22 +22,39 @@ other's brief lock), then names the holder's pid when the system tells
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import time
+import warnings
 from collections.abc import Callable
 from typing import Final, TypeVar
 
 from ._file_errors import IN_USE_REASON, in_this_process, in_use, os_failure, refuse
 from .errors import StorageError
 
-__all__ = ["OPEN_WAIT", "drop", "lock_holder", "retry_while_in_use", "take"]
+__all__ = ["OPEN_WAIT", "NoProcessLock", "drop", "lock_holder", "retry_while_in_use", "take"]
 
 T = TypeVar("T")
 
 OPEN_WAIT: Final = 1.5
 """Seconds :func:`retry_while_in_use` retries a file locked by another connection."""
 _HELD: Final = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+
+
+class NoProcessLock(RuntimeWarning):
+    """This platform has no ``flock``: a state file is not locked against other processes."""
+
+
+def _flock() -> Callable[[int], None] | None:
+    """The exclusive, non-blocking ``flock`` of a descriptor; ``None`` without ``fcntl``."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+
+    def lock(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    return lock
 
 
 def take(file: str) -> int:
@@ -49,8 +73,17 @@ def take(file: str) -> int:
         fd = os.open(file, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
     except OSError as exc:
         raise os_failure("cannot open the state file", file, exc) from exc
+    lock = _flock()
+    if lock is None:
+        warnings.warn(
+            f"no flock on this platform: the state file {file!r} is not locked against"
+            " writers in other processes (only in this one)",
+            NoProcessLock,
+            stacklevel=2,
+        )
+        return fd
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock(fd)
     except OSError as exc:
         os.close(fd)
         if exc.errno in _HELD:
