@@ -24,7 +24,7 @@ from ._entry_reads import read_at
 from ._events import join_updates
 from .conflicts import Change, Conflict, StateUpdate, WriteKind
 from .errors import ReadOnlyStore, StateClosed
-from .journal import StateStore
+from .journal import StateStore, settle_on_loop
 from .paths import Path
 from .requests import RequestKey, RequestMemory
 from .values import copy_value, normalize, tree_get
@@ -249,20 +249,6 @@ class StateCore:
         store = self.store
         if ticket is None or store is None:
             return
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-
-        def done(error: BaseException | None) -> None:
-            loop.call_soon_threadsafe(_resolve, future, error)
-
-        store.on_durable(ticket, done)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        store.on_durable(ticket, settle_on_loop(future))
         await future
-
-
-def _resolve(future: asyncio.Future[None], error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is None:
-        future.set_result(None)
-    else:
-        future.set_exception(error)

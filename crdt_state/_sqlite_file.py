@@ -35,21 +35,17 @@ wrapped so that "absent" and "unresolved" stay distinct from any data.
 
 This module opens, checks, migrates and creates the file;
 :mod:`crdt_state._sqlite_log` reads and writes its rows. Neither knows pycrdt or threads.
-The writer returned by :func:`connect` holds the file's writer lock (an ``flock`` on
-the database file, taken before SQLite opens it) until :func:`release`: a second
-writer, from this process or another, is refused with :class:`StorageError`. Two
-processes opening one file at the same moment can each see the other's brief lock:
-:func:`connect` retries for up to :data:`OPEN_WAIT` seconds (with backoff) before it
-says the file is open in another process (naming its pid when the system tells, from
-``/proc/locks`` on Linux). SQLite itself runs in its normal locking mode (WAL, shared
-memory index), so readers opened by :func:`connect_read_only` (``mode=ro``, no lock)
-read the committed state while the writer works, and never write the file.
+The writer returned by :func:`connect` holds the file's writer lock
+(:mod:`crdt_state._file_lock`: an ``flock``, taken before SQLite opens the file) until
+:func:`release`: a second writer, from this process or another, is refused with
+:class:`StorageError` (after retrying for up to 1.5 s, naming the holder's pid when the
+system tells). SQLite itself runs in its normal locking mode (WAL,
+shared memory index), so readers opened by :func:`connect_read_only` (``mode=ro``, no
+lock) read the committed state while the writer works, and never write the file.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
 import os
 import sqlite3
@@ -59,8 +55,9 @@ from collections.abc import Iterable
 from typing import Any, Final, Literal, NamedTuple
 from urllib.parse import quote
 
+from . import _file_lock
+from ._file_errors import failure, in_this_process, in_use, is_busy, os_failure, refuse
 from .conflicts import UNRESOLVED
-from .errors import StorageError
 from .paths import Path
 from .values import MISSING
 
@@ -118,10 +115,6 @@ _SCHEMA: Final = (
     "CREATE INDEX conflicts_time ON conflicts (time)",
     _REQUESTS_TABLE,
 )
-_IN_USE: Final = "the state file is open in another process"
-IN_USE_REASON: Final = "open_in_another_process"
-OPEN_WAIT: Final = 1.5
-"""Seconds :func:`connect` retries a file locked by another connection."""
 BUSY_WAIT_MS: Final = 5_000
 """How long a statement waits for SQLite's own brief locks (a reader recovering the WAL
 index, a checkpoint) before it fails."""
@@ -152,61 +145,6 @@ def encode_value(value: Any) -> str:
         return json.dumps({"repr": repr(value)})
 
 
-def _refuse(message: str, file: str, exc: BaseException | None = None) -> StorageError:
-    details: dict[str, Any] = {"file": file}
-    if exc is not None:
-        details["sqlite"] = str(exc)
-    return StorageError(message, details=details)
-
-
-def _out_of_descriptors() -> bool:
-    """True when this process cannot open one more file (EMFILE, or ENFILE system-wide)."""
-    try:
-        fd = os.open(os.devnull, os.O_RDONLY)
-    except OSError as exc:
-        return exc.errno in (errno.EMFILE, errno.ENFILE)
-    os.close(fd)
-    return False
-
-
-def _failure(what: str, file: str, exc: sqlite3.Error) -> StorageError:
-    """The error for ``exc`` raised while opening ``file``.
-
-    SQLite says "unable to open database file" when the process is out of file
-    descriptors, which is not damage.
-    """
-    if _out_of_descriptors():
-        error = _refuse(
-            f"cannot open the state file: too many open files in this process (EMFILE): {exc}",
-            file,
-            exc,
-        )
-        error.details["errno"] = "EMFILE"
-        return error
-    return _refuse(f"{what}: {exc}", file, exc)
-
-
-def in_this_process(file: str) -> StorageError:
-    """The error for a file this process already holds open (another state or store)."""
-    return StorageError(
-        "the state file is already open in this process (another SharedState or store"
-        " holds it): use that one, or close it first",
-        details={"file": file, "reason": "open_in_this_process"},
-    )
-
-
-def _in_use(file: str, exc: BaseException) -> StorageError:
-    error = _refuse(_IN_USE, file, exc)
-    error.details["reason"] = IN_USE_REASON
-    return error
-
-
-def _is_busy(exc: sqlite3.Error) -> bool:
-    return getattr(exc, "sqlite_errorname", "") in ("SQLITE_BUSY", "SQLITE_LOCKED") or (
-        "locked" in str(exc)
-    )
-
-
 class Writer(NamedTuple):
     """A state file opened for writing: the connection, whether it is new, the lock."""
 
@@ -221,7 +159,7 @@ def release(writer: Writer) -> None:
     try:
         writer.conn.close()
     finally:
-        os.close(writer.lock)
+        _file_lock.drop(writer.lock)
 
 
 def connect(path: str | os.PathLike[str], durability: Durability) -> Writer:
@@ -232,8 +170,8 @@ def connect(path: str | os.PathLike[str], durability: Durability) -> Writer:
     application id and a format version we know, and pass ``quick_check``;
     otherwise :class:`StorageError` is raised and the file is left untouched.
     A file held by another connection is retried with backoff for up to
-    :data:`OPEN_WAIT` seconds (two processes opening it at the same moment),
-    then raises :class:`StorageError` with ``details["reason"]``
+    :data:`~crdt_state._file_lock.OPEN_WAIT` seconds (two processes opening it at
+    the same moment), then raises :class:`StorageError` with ``details["reason"]``
     ``"open_in_another_process"`` and ``details["pid"]`` when known.
     """
     file = os.fspath(path)
@@ -245,64 +183,19 @@ def connect(path: str | os.PathLike[str], durability: Durability) -> Writer:
     except FileNotFoundError:
         head = b""
     except OSError as exc:
-        error = _refuse(f"cannot read the state file: {exc}", file, exc)
-        if exc.errno in (errno.EMFILE, errno.ENFILE):
-            error.details["errno"] = "EMFILE"
-        raise error from exc
+        raise os_failure("cannot read the state file", file, exc) from exc
     if head and head != _SQLITE_MAGIC:
-        raise _refuse("not a crdt-state file (not even a SQLite database)", file)
-    deadline = time.monotonic() + OPEN_WAIT
-    pause = 0.005
-    while True:
-        try:
-            return _connect_once(file, durability)
-        except StorageError as exc:
-            if exc.details.get("reason") != IN_USE_REASON:
-                raise
-            if time.monotonic() >= deadline:
-                holder = _lock_holder(file)
-                if holder is None:
-                    raise
-                if holder == os.getpid():
-                    raise in_this_process(file) from exc.__cause__
-                error = _refuse(f"{_IN_USE} (pid {holder})", file, exc.__cause__)
-                error.details.update(reason=IN_USE_REASON, pid=holder)
-                raise error from exc.__cause__
-        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-        pause = min(pause * 2, 0.2)
-
-
-def _writer_lock(file: str) -> int:
-    """Take the file's writer lock: an exclusive ``flock`` on a descriptor of its own.
-
-    ``flock`` locks belong to the open file description, so closing other descriptors
-    of the file (SQLite's, a reader's) never drops it, and they never meet SQLite's
-    own (``fcntl``) locks. Creates the file when missing (empty: a new state).
-    """
-    try:
-        fd = os.open(file, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-    except OSError as exc:
-        error = _refuse(f"cannot open the state file: {exc}", file, exc)
-        if exc.errno in (errno.EMFILE, errno.ENFILE):
-            error.details["errno"] = "EMFILE"
-        raise error from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise _in_use(file, exc) from exc
-        raise _refuse(f"cannot lock the state file: {exc}", file, exc) from exc
-    return fd
+        raise refuse("not a crdt-state file (not even a SQLite database)", file)
+    return _file_lock.retry_while_in_use(file, lambda: _connect_once(file, durability))
 
 
 def _connect_once(file: str, durability: Durability) -> Writer:
-    lock = _writer_lock(file)
+    lock = _file_lock.take(file)
     try:
         conn = sqlite3.connect(file, isolation_level=None, check_same_thread=False, timeout=0)
     except sqlite3.Error as exc:
-        error = _failure("cannot open the state file", file, exc)  # while the lock holds its fd
-        os.close(lock)
+        error = failure("cannot open the state file", file, exc)  # while the lock holds its fd
+        _file_lock.drop(lock)
         raise error from exc
     try:
         is_new = _prepare(conn, file)
@@ -330,7 +223,7 @@ def connect_read_only(path: str | os.PathLike[str]) -> sqlite3.Connection:
     """
     file = os.fspath(path)
     if not os.path.isfile(file):
-        error = _refuse("there is no state file here", file)
+        error = refuse("there is no state file here", file)
         error.details["reason"] = "missing"
         raise error
     uri = "file:" + quote(os.path.abspath(file)) + "?mode=ro"
@@ -339,7 +232,7 @@ def connect_read_only(path: str | os.PathLike[str]) -> sqlite3.Connection:
             uri, uri=True, isolation_level=None, check_same_thread=False, timeout=BUSY_WAIT_MS / 1e3
         )
     except sqlite3.Error as exc:
-        raise _failure("cannot open the state file", file, exc) from exc
+        raise failure("cannot open the state file", file, exc) from exc
     try:
         _check_readable(conn, file)
     except BaseException:
@@ -355,47 +248,24 @@ def _check_readable(conn: sqlite3.Connection, file: str) -> None:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.Error as exc:
-        error = _failure("not a crdt-state file (or a damaged one)", file, exc)
+        error = failure("not a crdt-state file (or a damaged one)", file, exc)
         error.details.setdefault("reason", "not_a_state_file")
         raise error from exc
     if app_id != APPLICATION_ID:
-        error = _refuse("not a crdt-state file", file)
+        error = refuse("not a crdt-state file", file)
         error.details["reason"] = "not_a_state_file"
         raise error
     if version > FORMAT_VERSION:
-        raise _refuse(f"the state file has format {version}, newer than {FORMAT_VERSION}", file)
+        raise refuse(f"the state file has format {version}, newer than {FORMAT_VERSION}", file)
     if not tables >= _TABLES:
-        raise _refuse("the state file is damaged: tables are missing", file)
+        raise refuse("the state file is damaged: tables are missing", file)
     if version < FORMAT_VERSION or "writer_requests" not in tables:
-        error = _refuse(
+        error = refuse(
             f"the state file has the old format {version}: open it once for writing to upgrade it",
             file,
         )
         error.details["reason"] = "old_format"
         raise error
-
-
-def _lock_holder(file: str) -> int | None:
-    """The pid of another process holding a lock on ``file`` (Linux ``/proc/locks``), if any."""
-    try:
-        stat = os.stat(file)
-        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
-            lines = fh.read().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        fields = line.split()
-        if "->" in fields or "FLOCK" not in fields:  # a waiter, or a reader's SQLite lock
-            continue
-        try:
-            pid, where = int(fields[4]), fields[5].split(":")
-            major, minor, inode = int(where[0], 16), int(where[1], 16), int(where[2])
-        except (IndexError, ValueError):
-            continue
-        same = (major, minor) == (os.major(stat.st_dev), os.minor(stat.st_dev))
-        if same and inode == stat.st_ino:
-            return pid
-    return None
 
 
 def _prepare(conn: sqlite3.Connection, file: str) -> bool:
@@ -404,17 +274,17 @@ def _prepare(conn: sqlite3.Connection, file: str) -> bool:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.Error as exc:
-        if _is_busy(exc):
-            raise _in_use(file, exc) from exc
-        raise _failure("the state file is damaged or not a database", file, exc) from exc
+        if is_busy(exc):
+            raise in_use(file, exc) from exc
+        raise failure("the state file is damaged or not a database", file, exc) from exc
     is_new = app_id == 0 and not tables
     if not is_new:
         if app_id != APPLICATION_ID:
-            raise _refuse("not a crdt-state file (foreign SQLite database)", file)
+            raise refuse("not a crdt-state file (foreign SQLite database)", file)
         if version > FORMAT_VERSION:
-            raise _refuse(f"the state file has format {version}, newer than {FORMAT_VERSION}", file)
+            raise refuse(f"the state file has format {version}, newer than {FORMAT_VERSION}", file)
         if not tables >= _TABLES:
-            raise _refuse("the state file is damaged: tables are missing", file)
+            raise refuse("the state file is damaged: tables are missing", file)
     try:
         if is_new:
             conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
@@ -423,11 +293,11 @@ def _prepare(conn: sqlite3.Connection, file: str) -> bool:
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("COMMIT")
         if str(mode).lower() != "wal":
-            raise _refuse(f"cannot use WAL on the state file (journal mode {mode})", file)
+            raise refuse(f"cannot use WAL on the state file (journal mode {mode})", file)
         if not is_new:
             check = conn.execute("PRAGMA quick_check").fetchall()
             if check != [("ok",)]:
-                raise _refuse(f"the state file is damaged: {check[:3]}", file)
+                raise refuse(f"the state file is damaged: {check[:3]}", file)
         conn.execute("PRAGMA wal_autocheckpoint=256")
         conn.execute("PRAGMA journal_size_limit=1048576")
         if not is_new:
@@ -440,9 +310,9 @@ def _prepare(conn: sqlite3.Connection, file: str) -> bool:
                     for statement in _MIGRATE_REQUESTS[2:]:
                         conn.execute(statement)
     except sqlite3.Error as exc:
-        if _is_busy(exc):
-            raise _in_use(file, exc) from exc
-        raise _failure("the state file is damaged", file, exc) from exc
+        if is_busy(exc):
+            raise in_use(file, exc) from exc
+        raise failure("the state file is damaged", file, exc) from exc
     return is_new
 
 

@@ -21,6 +21,7 @@ The records, one name per concept:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -41,10 +42,36 @@ __all__ = [
     "StoredChange",
     "StoredRequest",
     "StoredState",
+    "settle_on_loop",
 ]
 
 DurableCallback = Callable[[BaseException | None], None]
 """Called with ``None`` once a change is durable, or with the error that stops it."""
+
+
+def settle_on_loop(future: asyncio.Future[None]) -> DurableCallback:
+    """A :data:`DurableCallback` that settles ``future``, callable from any thread.
+
+    Stores call back on their own thread: the callback hands the outcome to the
+    future's event loop (``call_soon_threadsafe``), where ``future`` gets the result
+    ``None`` or the error. A future already done (cancelled, or settled by an earlier
+    call) is left as it is.
+    """
+    loop = future.get_loop()
+
+    def done(error: BaseException | None) -> None:
+        loop.call_soon_threadsafe(_settle, future, error)
+
+    return done
+
+
+def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
 
 
 @dataclass(frozen=True, slots=True)

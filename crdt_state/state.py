@@ -14,8 +14,8 @@ planner judges, the core applies), :mod:`crdt_state._replication` (Yjs
 updates from other replicas), :mod:`crdt_state._durable` (reopening from a
 :class:`~crdt_state.journal.StateStore`, new epochs) and
 :mod:`crdt_state._state_reads` (the read side: content, history from the
-store, typed views) and :mod:`crdt_state._state_exchange` (Yjs updates out and
-in, listeners).
+store, typed views), :mod:`crdt_state._state_exchange` (Yjs updates out and
+in, listeners) and :mod:`crdt_state._state_args` (argument checks).
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from . import _durable, _merge
 from ._core import StateCore
+from ._state_args import check_agent, check_commit
 from ._state_exchange import StateExchange
 from ._state_reads import StateReads
 from ._writes import apply_writes
 from .branch import Branch
 from .conflicts import Change, MergeResult, StateUpdate
-from .errors import WrongType
 from .journal import StateStore
 from .paths import Path
 from .requests import RequestKey
@@ -151,10 +151,7 @@ class SharedState(StateReads, StateExchange):
     # -- branches and merges ------------------------------------------------------------
     def fork(self, agent: str) -> Branch:
         """A new branch for ``agent`` at the current version; O(1), no copy."""
-        if not isinstance(agent, str) or not agent:
-            raise WrongType(
-                f"agent must be a non-empty str, not {agent!r:.60}", details={"agent": repr(agent)}
-            )
+        check_agent(agent)
         core = self._core
         with core.lock:
             if core.closed:
@@ -313,7 +310,7 @@ class SharedState(StateReads, StateExchange):
         builds_on: Iterable[int],
     ) -> tuple[MergeResult, int | None]:
         """The shared part of :meth:`commit` and :meth:`acommit` (no durability wait)."""
-        _check_commit(changes, base, agent)
+        check_commit(changes, base, agent)
         self.ensure_open()
         ops = self.prepare(changes)
         scope = agent if writer is None else writer
@@ -386,37 +383,3 @@ class SharedState(StateReads, StateExchange):
 
     def __repr__(self) -> str:
         return f"<SharedState {self.token} keys={len(self._core.mirror)}>"
-
-
-def _check_commit(changes: object, base: object, agent: object) -> None:
-    """Refuse arguments of the wrong type before anything is judged.
-
-    Raises:
-        WrongType: ``base`` is not a :class:`VersionVector`, ``agent`` not a
-            non-empty str, or ``changes`` neither a mapping nor an iterable of
-            :class:`Change` (``path``: the first path changed, when known).
-    """
-    paths = list(changes) if isinstance(changes, Mapping) else []
-    where = paths[0] if paths and isinstance(paths[0], str | tuple) else None
-    where = (where,) if isinstance(where, str) else where
-    if not isinstance(base, VersionVector):
-        raise WrongType(
-            f"base must be the VersionVector the changes were computed from (state.token "
-            f"when you read), not {type(base).__name__}",
-            path=where,
-            details={"argument": "base", "given": repr(base)[:80]},
-        )
-    if not isinstance(agent, str) or not agent:
-        raise WrongType(
-            f"agent must be a non-empty str, not {agent!r:.60}",
-            path=where,
-            details={"argument": "agent", "given": repr(agent)[:80]},
-        )
-    if not isinstance(changes, Mapping) and (
-        isinstance(changes, str | bytes) or not isinstance(changes, Iterable)
-    ):
-        raise WrongType(
-            "changes must be a mapping {path: value} or an iterable of Change, "
-            f"not {type(changes).__name__}",
-            details={"argument": "changes", "given": repr(changes)[:80]},
-        )

@@ -9,7 +9,9 @@ The rules (see docs/architecture.md):
 - ``sync.wire`` imports (transitively) neither ``websockets`` nor ``asyncio``;
 - ``sync.server`` and ``sync.client`` never import each other;
 - no module imports an underscore name (a private module or a private member)
-  from another top-level package.
+  from another top-level package;
+- no module of ``crdt_state`` is longer than :data:`MAX_LINES` lines (small modules,
+  one idea each).
 
 Each rule is a pure function of an import graph, so the tests below also feed
 it small graphs that break it: a rule that could never fail proves nothing.
@@ -27,6 +29,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("crdt_state", "sync")
 SERVER_LIBS = ("websockets", "aiohttp", "http.server", "socketserver", "uvicorn", "starlette")
+MAX_LINES = 400
 
 
 @dataclass(frozen=True)
@@ -198,6 +201,17 @@ def planner_modules(graph: Graph) -> list[str]:
     ]
 
 
+def oversized(files: Iterable[Path], limit: int = MAX_LINES) -> list[str]:
+    """The files longer than ``limit`` lines, as ``"path: n lines"``."""
+    bad = []
+    for path in files:
+        count = len(path.read_text(encoding="utf-8").splitlines())
+        name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        if count > limit:
+            bad.append(f"{name}: {count} lines")
+    return bad
+
+
 def violations(graph: Graph) -> list[str]:
     """Every broken rule, as readable lines (empty when the graph is clean)."""
     out = [" -> ".join(c) for c in cycles(graph)]
@@ -226,6 +240,12 @@ def test_the_layers_the_rules_speak_of_exist() -> None:
     assert planner_modules(graph), "the merge planner module is missing"
     for layer in ("sync.wire", "sync.server", "sync.client"):
         assert layer in graph, f"{layer} is missing"
+
+
+def test_every_crdt_state_module_is_small() -> None:
+    files = sorted((ROOT / "crdt_state").rglob("*.py"))
+    assert len(files) > 10
+    assert oversized(files) == []
 
 
 # -- each rule fails on a graph that breaks it ---------------------------------------------
@@ -288,6 +308,13 @@ def test_a_private_name_from_another_package_is_refused() -> None:
     graph["sync.client"] = (Import("crdt_state.state", ("_merge_now",)),)
     graph["crdt_state.state"] = ()
     assert violations(graph) == ["sync.client imports _merge_now from crdt_state.state"]
+
+
+def test_a_long_module_is_refused(tmp_path: Path) -> None:
+    at_limit, over = tmp_path / "at_limit.py", tmp_path / "over.py"
+    at_limit.write_text("x = 1\n" * MAX_LINES, encoding="utf-8")
+    over.write_text("x = 1\n" * (MAX_LINES + 1), encoding="utf-8")
+    assert oversized([at_limit, over]) == [f"{over}: {MAX_LINES + 1} lines"]
 
 
 def test_relative_imports_resolve(tmp_path: Path) -> None:

@@ -73,12 +73,8 @@ async def judge_merge(
         The merge is durable when this returns.
     """
     try:
-        ops, base = _parsed(request)
-        if too_large(sum(len(repr(op.value)) for op in ops)):
-            return _error_reply(request, state, DOCUMENT_TOO_LARGE, "document size limit reached")
-        result: MergeResult = await state.acommit(
-            ops, base, **_commit_options(state, request, ops, agent, scope)
-        )
+        ops, base, options = _commit_arguments(state, request, agent, scope, too_large)
+        result = await state.acommit(ops, base, **options)
     except Exception as exc:
         return _refusal(exc, request, state, agent)
     return _ok_reply(request, result)
@@ -100,15 +96,37 @@ def judge_merge_unwaited(
     answered as an error frame, as :func:`judge_merge` does.
     """
     try:
-        ops, base = _parsed(request)
-        if too_large(sum(len(repr(op.value)) for op in ops)):
-            return _error_reply(request, state, DOCUMENT_TOO_LARGE, "document size limit reached")
-        result = state.commit(
-            ops, base, wait=False, **_commit_options(state, request, ops, agent, scope)
-        )
+        ops, base, options = _commit_arguments(state, request, agent, scope, too_large)
+        result = state.commit(ops, base, wait=False, **options)
     except Exception as exc:
         return _refusal(exc, request, state, agent)
     return _ok_reply(request, result)
+
+
+class _TooLarge(Exception):
+    """The merge would take the document past its size limit (nothing written)."""
+
+
+def _commit_arguments(
+    state: SharedState,
+    request: p.MergeRequest,
+    agent: str,
+    scope: str,
+    too_large: Callable[[int], bool],
+) -> tuple[list[Change], VersionVector, dict[str, Any]]:
+    """What judging ``request`` commits: its changes, its base, the commit's options.
+
+    The part :func:`judge_merge` and :func:`judge_merge_unwaited` share before they
+    commit, each in its way.
+
+    Raises:
+        _TooLarge: the changes would take the document past its size limit.
+        Exception: what parsing the request raises (answered by :func:`_refusal`).
+    """
+    ops, base = _parsed(request)
+    if too_large(sum(len(repr(op.value)) for op in ops)):
+        raise _TooLarge
+    return ops, base, _commit_options(state, request, ops, agent, scope)
 
 
 def _parsed(request: p.MergeRequest) -> tuple[list[Change], VersionVector]:
@@ -142,6 +160,8 @@ def _ok_reply(request: p.MergeRequest, result: MergeResult) -> bytes:
 
 def _refusal(exc: Exception, request: p.MergeRequest, state: SharedState, agent: str) -> bytes:
     """The error frame for a merge that raised ``exc`` while judged (nothing written)."""
+    if isinstance(exc, _TooLarge):
+        return _error_reply(request, state, DOCUMENT_TOO_LARGE, "document size limit reached")
     if isinstance(exc, ConflictError):
         return p.encode_merge_result(
             request.request_id,

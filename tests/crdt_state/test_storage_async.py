@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from crdt_state import Change, SharedState, StorageError
+from crdt_state.journal import settle_on_loop
 
 
 async def test_async_merges_are_durable_when_they_return(stores: Any) -> None:
@@ -163,3 +164,28 @@ def test_when_durable_reports_changes_that_will_never_be_stored(
     state.when_durable(told.append)
     assert len(told) == 1 and isinstance(told[0], StorageError)
     state.close()
+
+
+async def test_settle_on_loop_settles_from_another_thread_once() -> None:
+    loop = asyncio.get_running_loop()
+    ok, failed, cancelled = loop.create_future(), loop.create_future(), loop.create_future()
+    cancelled.cancel()
+    boom = StorageError("disk gone")
+    troubles: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: troubles.append(context))
+
+    def store_thread() -> None:
+        settle_on_loop(ok)(None)
+        settle_on_loop(ok)(boom)  # already settled: ignored
+        settle_on_loop(failed)(boom)
+        settle_on_loop(cancelled)(None)  # already done: no InvalidStateError
+
+    worker = threading.Thread(target=store_thread)
+    worker.start()
+    worker.join()
+    assert await asyncio.wait_for(ok, 5) is None
+    with pytest.raises(StorageError, match="disk gone"):
+        await asyncio.wait_for(failed, 5)
+    await asyncio.sleep(0.01)  # the last callback runs
+    assert cancelled.cancelled()
+    assert troubles == []  # no callback raised (InvalidStateError) on the loop

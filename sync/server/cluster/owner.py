@@ -38,6 +38,7 @@ from pycrdt import merge_updates
 from redis.asyncio import Redis
 
 from crdt_state import CrdtStateError, SharedState, StateUpdate
+from crdt_state.journal import settle_on_loop
 from sync.server._merge import judge_merge_unwaited
 from sync.server.cluster.errors import ClusterError, LeaseLost, LossReason
 from sync.server.cluster.keys import room_key
@@ -237,13 +238,8 @@ class RoomOwner:
 
     async def _durable(self) -> None:
         """Wait until every change judged so far is durable; :class:`StepDown` if never."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-
-        def durable(error: BaseException | None) -> None:
-            loop.call_soon_threadsafe(_settle, done, error)
-
-        self.judge.when_durable(durable)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.judge.when_durable(settle_on_loop(done))
         try:
             await done
         except Exception as exc:  # fenced, PostgreSQL gone: nothing is published
@@ -283,12 +279,3 @@ class RoomOwner:
             if error is not None and error.code in STORAGE_CODES:
                 raise StepDown(f"room {self.room!r}: storage failed: {error.message}")
         return Answer(entry.hub, entry.session, AnswerKind.REPLY, frame)
-
-
-def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is None:
-        future.set_result(None)
-    else:
-        future.set_exception(error)

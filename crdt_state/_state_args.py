@@ -1,0 +1,62 @@
+"""The argument checks of :class:`~crdt_state.state.SharedState`'s entry points.
+
+Pure functions that refuse arguments of the wrong type with
+:class:`~crdt_state.errors.WrongType` before the state is touched, so a caller's
+mistake reads as one (which argument, what was given) rather than as a failure deep
+inside a merge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from .errors import WrongType
+from .version import VersionVector
+
+__all__ = ["check_agent", "check_commit"]
+
+
+def check_agent(agent: object) -> None:
+    """Refuse an ``agent`` that is not a non-empty str (what :meth:`SharedState.fork` takes).
+
+    Raises:
+        WrongType: with ``details["agent"]``, the repr of what was given.
+    """
+    if not isinstance(agent, str) or not agent:
+        raise WrongType(
+            f"agent must be a non-empty str, not {agent!r:.60}", details={"agent": repr(agent)}
+        )
+
+
+def check_commit(changes: object, base: object, agent: object) -> None:
+    """Refuse arguments of the wrong type before anything is judged.
+
+    Raises:
+        WrongType: ``base`` is not a :class:`VersionVector`, ``agent`` not a
+            non-empty str, or ``changes`` neither a mapping nor an iterable of
+            :class:`Change` (``path``: the first path changed, when known).
+    """
+    paths = list(changes) if isinstance(changes, Mapping) else []
+    where = paths[0] if paths and isinstance(paths[0], str | tuple) else None
+    where = (where,) if isinstance(where, str) else where
+    if not isinstance(base, VersionVector):
+        raise WrongType(
+            f"base must be the VersionVector the changes were computed from (state.token "
+            f"when you read), not {type(base).__name__}",
+            path=where,
+            details={"argument": "base", "given": repr(base)[:80]},
+        )
+    if not isinstance(agent, str) or not agent:
+        raise WrongType(
+            f"agent must be a non-empty str, not {agent!r:.60}",
+            path=where,
+            details={"argument": "agent", "given": repr(agent)[:80]},
+        )
+    if not isinstance(changes, Mapping) and (
+        isinstance(changes, str | bytes) or not isinstance(changes, Iterable)
+    ):
+        raise WrongType(
+            "changes must be a mapping {path: value} or an iterable of Change, "
+            f"not {type(changes).__name__}",
+            details={"argument": "changes", "given": repr(changes)[:80]},
+        )
