@@ -43,13 +43,37 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[3]
 SOAK_SECRET = "soak-secret-0123456789"
 SETTLE = 2.5
-"""Seconds for the rooms left to unload (0.5 s idle) and the freed heap to go (1 s later)."""
+"""Seconds, once no room is loaded, for the freed heap to go (a trim at most once a second)."""
 ROOMS_PER_PHASE = 500
 """Rooms opened and left in each of the two phases that must level off."""
 HANDSHAKE = (
     "GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
     "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
 )
+
+
+async def settled(port: int, timeout: float = 30.0) -> None:
+    """Wait until the hub holds no room (all left rooms unloaded), then for the trim.
+
+    Polls ``/metrics`` (``crdt_state_rooms_loaded``) instead of sleeping a fixed time, so a
+    loaded machine where unloads run late does not measure memory the hub still holds.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        body = (await reader.read()).decode(errors="replace")
+        writer.close()
+        loaded = [
+            line.split()[-1]
+            for line in body.splitlines()
+            if line.startswith("crdt_state_rooms_loaded ")
+        ]
+        if loaded and float(loaded[0]) == 0:
+            break
+        assert time.monotonic() < deadline, f"rooms still loaded: {loaded}"
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(SETTLE)  # the trim runs at most once a second after the last unload
 
 
 def rss_kib(pid: int) -> int:
@@ -252,10 +276,10 @@ async def test_hub_survives_a_hostile_soak_with_bounded_memory_and_descriptors(
             await asyncio.sleep(0.05)
         load = Load(port)
         await load.run(3)  # warm-up: imports, caches, allocator arenas
-        await asyncio.sleep(SETTLE)
+        await settled(port)
         base_rss, base_fds = rss_kib(hub.pid), open_fds(hub.pid)
         await load.run(8)
-        await asyncio.sleep(SETTLE)
+        await settled(port)
         rss, fds = rss_kib(hub.pid), open_fds(hub.pid)
         assert hub.poll() is None, "the hub process died"
         token = mint_token(SOAK_SECRET, "*", "write", 60)
@@ -268,7 +292,7 @@ async def test_hub_survives_a_hostile_soak_with_bounded_memory_and_descriptors(
             started = time.monotonic()
             await load.open_and_leave(f"phase-{phase}", ROOMS_PER_PHASE)
             print(f"phase {phase}: {time.monotonic() - started:.1f} s")
-            await asyncio.sleep(SETTLE)
+            await settled(port)
             phases.append((rss_kib(hub.pid), open_fds(hub.pid)))
     finally:
         hub.terminate()
