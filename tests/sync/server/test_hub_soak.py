@@ -1,12 +1,13 @@
 """Soak: a durable hub process under hostile load stays up, and its memory and descriptors
 stay bounded.
 
-For about 8 s a hub subprocess (``crdt-state hub`` with a ``--db``, a 64 KiB outbox
+For two rounds of 6 s a hub subprocess (``crdt-state hub`` with a ``--db``, a 64 KiB outbox
 bound, rooms unloaded after 0.5 s idle) gets at once: readers that never read while a
 writer floods their room, clients whose 1 s tokens expire mid-session, churn through many
 rooms, oversized merges and messages, and malformed frames. Then a normal client must
-still merge and read, RSS and open descriptors of the hub (``/proc/<pid>``) must be near
-their level after a warm-up round of the same load, and no token may appear in its log.
+still merge and read, RSS of the hub (``/proc/<pid>``) must level off (the second round
+adds little to the first) and its open descriptors stay near their level after a warm-up
+round, once no room is loaded; no token may appear in its log.
 
 Then rooms are opened and left in two phases of equal size: the second must leave RSS
 where the first did (seen: 5-12 KiB more a room, for ever, after this warm-up: unloaded
@@ -278,7 +279,10 @@ async def test_hub_survives_a_hostile_soak_with_bounded_memory_and_descriptors(
         await load.run(3)  # warm-up: imports, caches, allocator arenas
         await settled(port)
         base_rss, base_fds = rss_kib(hub.pid), open_fds(hub.pid)
-        await load.run(8)
+        await load.run(6)
+        await settled(port)
+        first_rss = rss_kib(hub.pid)
+        await load.run(6)  # the same again: memory must level off, not grow each round
         await settled(port)
         rss, fds = rss_kib(hub.pid), open_fds(hub.pid)
         assert hub.poll() is None, "the hub process died"
@@ -301,7 +305,7 @@ async def test_hub_survives_a_hostile_soak_with_bounded_memory_and_descriptors(
     seen = load.seen
     text = (tmp_path / "hub.log").read_text()
     (rss_a, fds_a), (rss_b, fds_b) = phases
-    print(dict(seen), f"RSS {base_rss} -> {rss} KiB, fds {base_fds} -> {fds}")
+    print(dict(seen), f"RSS {base_rss} -> {first_rss} -> {rss} KiB, fds {base_fds} -> {fds}")
     per_room = (rss_b - rss_a) / ROOMS_PER_PHASE
     print(f"{ROOMS_PER_PHASE} rooms opened and left, twice: RSS {rss_a} -> {rss_b} KiB "
           f"({per_room:+.1f} KiB a room), fds {fds_a} -> {fds_b}")  # fmt: skip
@@ -312,7 +316,11 @@ async def test_hub_survives_a_hostile_soak_with_bounded_memory_and_descriptors(
     assert seen["oversized merge merge_too_large"] >= 3, seen
     assert seen["oversized message closed 1009"] >= 3, seen
     assert sum(n for k, n in seen.items() if k.startswith("malformed closed 100")) > 20, seen
-    assert rss < base_rss + 16 * 1024, (base_rss, rss)  # leaking: +26 to +34 MiB here
+    # the first hostile round may leave the heap fragmented by its peak (more on a busy
+    # machine: up to +31 MiB seen); the second must not add much (leaking: +26 to +50 MiB a
+    # round), and nothing may have grown without bound
+    assert rss < first_rss + 12 * 1024, (base_rss, first_rss, rss)
+    assert rss < base_rss + 64 * 1024, (base_rss, first_rss, rss)
     assert fds <= base_fds + 16, (base_fds, fds)
     # the second phase adds next to nothing: 0.2-1.5 KiB a room (leaking: 5-12 KiB a room)
     assert rss_b - rss_a < 3 * ROOMS_PER_PHASE, (rss_a, rss_b)
