@@ -245,9 +245,11 @@ def _conflicts(state: SharedState, args: argparse.Namespace, bar: Console | None
 def _at(state: SharedState, args: argparse.Namespace, bar: Console | None) -> Result:
     wanted = args.token.strip()
     if wanted.isdigit():
-        found = [e for e in state.history() if e.seq == int(wanted)]
+        entries = state.history()
+        found = [e for e in entries if e.seq == int(wanted)]
         if not found:
-            raise _Fail(f"no change with seq {wanted} in the retained history")
+            kept = f" (seq {entries[0].seq} to {entries[-1].seq})" if entries else " (none kept)"
+            raise _Fail(f"no change with seq {wanted} in the retained history{kept}")
         token = found[0].token
     else:
         token = VersionVector.from_text(wanted)

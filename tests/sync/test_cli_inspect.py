@@ -110,7 +110,7 @@ def test_at_travels_back_by_token_or_seq(
     second = run_json(capsys, str(state_file), "at", entries[1]["token"])
     assert second["state"] == {"plan": {"owner": "alice", "steps": 1}}
     code, _, err = run(capsys, str(state_file), "at", "99")
-    assert code == 2 and "no change with seq 99" in err
+    assert code == 2 and "no change with seq 99 in the retained history (seq 1 to 3)" in err
 
 
 def test_export_writes_everything_and_leaves_the_file_alone(
