@@ -66,7 +66,8 @@ class ClusterRoom:
         self.name = room.name
         self.position = position
         self.pending: dict[tuple[int, int], float] = {}
-        """Forwarded merges not answered yet: (session id, request id) -> deadline."""
+        """Forwarded merges not answered yet: (session id, request id) -> when forwarded
+        (``time.monotonic()``); due ``answer_timeout`` later."""
         self.owner: RoomOwner | None = None
         self.applied = 0
         """``out`` entries applied to the replica (for tests and metrics)."""
@@ -152,9 +153,9 @@ class ClusterRoom:
         """
         seconds = None
         if session is not None:
-            deadline = self.pending.pop((session.id, _request_id(frame)), None)
-            if deadline is not None:  # remembered at forwarding, due answer_timeout later
-                seconds = time.monotonic() - (deadline - self.node.answer_timeout)
+            forwarded = self.pending.pop((session.id, _request_id(frame)), None)
+            if forwarded is not None:
+                seconds = time.monotonic() - forwarded
             self.room.reply(session, frame)
         told = self.node.merge_answered
         if told is not None:
@@ -258,7 +259,7 @@ class ClusterRoom:
 
         Its answer on ``out`` removes it; :meth:`overdue` reports it when none came.
         """
-        self.pending[(session.id, request_id)] = time.monotonic() + self.node.answer_timeout
+        self.pending[(session.id, request_id)] = time.monotonic()
 
     def forget_session(self, session: Session) -> None:
         """Drop every forwarded merge of ``session`` (it is leaving; no answer is awaited)."""
@@ -267,7 +268,8 @@ class ClusterRoom:
 
     def overdue(self, now: float) -> list[Session]:
         """Sessions with a merge unanswered past its deadline (forgotten here)."""
-        late = {sid for (sid, _), deadline in self.pending.items() if deadline <= now}
+        due = now - self.node.answer_timeout
+        late = {sid for (sid, _), forwarded in self.pending.items() if forwarded <= due}
         sessions = [s for sid in late if (s := self.room.sessions.get(sid)) is not None]
         for sid in late:
             for key in [k for k in self.pending if k[0] == sid]:
