@@ -9,12 +9,13 @@ side (``state.py``: opening, merges, commits, closing), the exchange with other 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._core import StateCore
-from .journal import BlameEntry, ConflictRecord, HistoryEntry, StateStore
+from .journal import BlameEntry, ConflictRecord, HistoryEntry, StateStore, settle_on_loop
 from .paths import Path, parse_path
 from .resolvers import PolicyTable
 from .values import MISSING, copy_value, tree_get
@@ -178,6 +179,16 @@ class StateReads:
             callback(None)
             return
         store.on_durable(ticket, callback)
+
+    async def awhen_durable(self) -> None:
+        """Return once every change made so far is durable (:meth:`when_durable`, awaited).
+
+        Raises:
+            StorageError: one of them will never be stored.
+        """
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.when_durable(settle_on_loop(done))
+        await done
 
     # -- typed states ----------------------------------------------------------------------------
     @property

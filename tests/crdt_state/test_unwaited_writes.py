@@ -56,3 +56,31 @@ def test_unwaited_writes_return_at_once_and_are_durable_only_after_the_commit(
     finally:
         gate.set()
         state.close()
+
+
+async def test_awhen_durable_returns_only_after_the_commit(throwaway_postgres: str) -> None:
+    """The awaitable form: pending while the transaction is held, done once it commits."""
+    import asyncio
+
+    key = f"awaited-{secrets.token_hex(4)}"
+    gate = threading.Event()
+    gate.set()
+
+    def hook(conn: Any, ticket: int) -> None:
+        assert gate.wait(10)
+
+    state = open_postgres(throwaway_postgres, key, before_commit=hook)
+    try:
+        await state.awhen_durable()  # nothing pending: returns at once
+        gate.clear()
+        state.commit({"a": 1}, state.token, "a", wait=False)
+        waiting = asyncio.ensure_future(state.awhen_durable())
+        await asyncio.sleep(0.3)
+        assert not waiting.done()  # the transaction is held
+        gate.set()
+        await asyncio.wait_for(waiting, 10)
+        stored = load_stored(throwaway_postgres, key)
+        assert stored is not None and ("a",) in {p for c in stored.changes for p in c.paths}
+    finally:
+        gate.set()
+        state.close()

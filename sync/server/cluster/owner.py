@@ -29,7 +29,6 @@ identity makes its second judgement answer like the first without writing.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from typing import Final
@@ -38,7 +37,6 @@ from pycrdt import merge_updates
 from redis.asyncio import Redis
 
 from crdt_state import CrdtStateError, SharedState, StateUpdate
-from crdt_state.journal import settle_on_loop
 from sync.server._merge import judge_merge_unwaited
 from sync.server.cluster.errors import ClusterError, LeaseLost, LossReason
 from sync.server.cluster.keys import room_key
@@ -238,10 +236,8 @@ class RoomOwner:
 
     async def _durable(self) -> None:
         """Wait until every change judged so far is durable; :class:`StepDown` if never."""
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.judge.when_durable(settle_on_loop(done))
         try:
-            await done
+            await self.judge.awhen_durable()
         except Exception as exc:  # fenced, PostgreSQL gone: nothing is published
             raise StepDown(f"room {self.room!r}: storage failed: {exc}") from exc
 
