@@ -47,6 +47,7 @@ __all__ = [
     "exists",
     "history_rows",
     "load",
+    "load_after",
     "recent_requests",
     "remember_request",
     "restart_at",
@@ -101,6 +102,31 @@ def load(conn: Conn, key: str, upto: int | None = None) -> StoredState:
         snapshot=snapshot,
         changes=changes,
     )
+
+
+def load_after(conn: Conn, key: str, seq: int) -> list[StoredChange] | None:
+    """The log rows after seq ``seq``, in order; ``None`` when a snapshot folded them.
+
+    Raises:
+        StorageError: the key has no snapshot, or the seqs have a gap.
+    """
+    snap = conn.execute(
+        "SELECT max(seq) FROM crdt_store_snapshot WHERE key = %s", (key,)
+    ).fetchone()
+    if snap is None or snap[0] is None:
+        raise StorageError("the stored state is damaged: it has no snapshot")
+    if int(snap[0]) > seq:
+        return None
+    changes = [
+        _log_row(r)
+        for r in conn.execute(
+            f"SELECT {LOG_COLUMNS} FROM crdt_store_log WHERE key = %s AND seq > %s ORDER BY seq",
+            (key, seq),
+            binary=True,
+        )
+    ]
+    rows.check_gapless(changes, seq, _NOUN)
+    return changes
 
 
 def create(

@@ -28,8 +28,10 @@ except ImportError as exc:  # pragma: no cover - the optional dependency is inst
         "crdt_state.postgres needs psycopg 3: pip install 'crdt-state[cluster]'"
     ) from exc
 
+from . import _durable
 from . import _pg_log as pglog
 from . import _pg_schema as pgschema
+from . import _pg_takeover as pgtakeover
 from ._pg_connect import (
     Durability,
     check_options,
@@ -51,8 +53,16 @@ from .journal import (
 )
 from .progress import ProgressLog
 from .state import SharedState
+from .version import VersionVector
 
-__all__ = ["PG_STORE_OPTIONS", "BeforeCommit", "PostgresStore", "load_stored", "open_postgres"]
+__all__ = [
+    "PG_STORE_OPTIONS",
+    "BeforeCommit",
+    "PostgresStore",
+    "load_stored",
+    "open_postgres",
+    "promote",
+]
 
 BeforeCommit = Callable[["psycopg.Connection[Any]", int], None]
 """``before_commit(conn, last_ticket)``: runs inside every write transaction, last.
@@ -198,6 +208,45 @@ class PostgresStore(QueuedStore):
             stored.snapshot_seq, stored.snapshot_token, stored.snapshot, stored.changes, requests
         )
 
+    def take_writes(
+        self,
+        before_commit: BeforeCommit | None,
+        *,
+        lock: bool | None = None,
+        setup: Callable[[psycopg.Connection[Any]], None] | None = None,
+    ) -> StoredState:
+        """Make this ``read_only`` store, which loaded its key, the key's writer.
+
+        ``setup(conn)`` runs first on the connection; it is then set up as a writer's
+        (:meth:`open`; ``lock`` defaults to "without ``before_commit``") and the rows
+        committed since :meth:`load` are read in one transaction. From then on the store
+        takes writes, each checked by ``before_commit``.
+
+        Returns:
+            What was committed since the load: the log rows after the loaded ones
+            (``changes``), the newest remembered requests; no ``snapshot``.
+
+        Raises:
+            StorageError: not a loaded read-only store, or the rows after the loaded ones
+                were folded into a newer snapshot (``"reload"``: open the key afresh), or
+                as :meth:`open`. The store then stays read-only.
+        """
+        if not (self.read_only and self._ready):
+            raise StorageError(
+                "only a read_only store that loaded its key can take writes",
+                details={"database": self.where, "reason": "not_read_only"},
+            )
+        locked = lock if lock is not None else before_commit is None
+        with self._db:
+            newer, requests, rows = pgtakeover.take_writes(
+                self._conn, self.key, self.where, self._last_seq, self.durability, locked, setup
+            )
+            first = self._last_seq
+            self._last_seq, self._log_rows = first + len(newer), rows
+            self.before_commit = before_commit
+            self.read_only = False
+        return StoredState(first, VersionVector(), b"", newer, requests)
+
     def create(self, initial: StoredState, blame: Sequence[BlameEntry]) -> None:
         """Store the first snapshot of a new key (and the blame of its changes)."""
         self._writable()
@@ -297,6 +346,41 @@ def load_stored(dsn: str, key: str, *, connect_timeout: float = 5.0) -> StoredSt
         return store.load()
     finally:
         store.close()
+
+
+def promote(
+    state: SharedState,
+    before_commit: BeforeCommit | None = None,
+    *,
+    lock: bool | None = None,
+    setup: Callable[[psycopg.Connection[Any]], None] | None = None,
+) -> int:
+    """Make a state opened ``read_only`` by :func:`open_postgres` its key's writer.
+
+    Once the caller made sure the old writer commits no more (the cluster's fence), the
+    rows committed since the load are read in one transaction and replayed, with the newest
+    remembered requests; then the state takes writes, each checked by ``before_commit``
+    (``lock``, ``setup``: see :meth:`PostgresStore.take_writes`). Returns how many stored
+    changes were replayed.
+
+    Raises:
+        StorageError: ``"reload"`` (rows it needs were folded into a newer snapshot) or
+            any failure: the state is read-only or damaged; close it, open the key afresh.
+    """
+    store = state._core.store
+    if not isinstance(store, PostgresStore):
+        raise TypeError("promote() needs a state opened with open_postgres(read_only=True)")
+    newer = store.take_writes(before_commit, lock=lock, setup=setup)
+    core = state._core
+    _durable.extend(core, newer.changes, newer.requests, store.where)
+    if core.doc.client_id in core.log.head_token:  # its fresh id was taken since the load
+        raise StorageError(
+            "the state's client id wrote to the store since it was loaded: open it afresh",
+            details={"database": store.where, "reason": "reload"},
+        )
+    with core.lock:
+        core.read_only = False
+    return len(newer.changes)
 
 
 def open_postgres(dsn: str, key: str, **options: Any) -> SharedState:
