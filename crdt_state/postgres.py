@@ -28,7 +28,6 @@ except ImportError as exc:  # pragma: no cover - the optional dependency is inst
         "crdt_state.postgres needs psycopg 3: pip install 'crdt-state[cluster]'"
     ) from exc
 
-from . import _durable
 from . import _pg_log as pglog
 from . import _pg_schema as pgschema
 from . import _pg_takeover as pgtakeover
@@ -55,14 +54,7 @@ from .progress import ProgressLog
 from .state import SharedState
 from .version import VersionVector
 
-__all__ = [
-    "PG_STORE_OPTIONS",
-    "BeforeCommit",
-    "PostgresStore",
-    "load_stored",
-    "open_postgres",
-    "promote",
-]
+__all__ = ["PG_STORE_OPTIONS", "BeforeCommit", "PostgresStore", "load_stored", "open_postgres"]
 
 BeforeCommit = Callable[["psycopg.Connection[Any]", int], None]
 """``before_commit(conn, last_ticket)``: runs inside every write transaction, last.
@@ -120,6 +112,7 @@ class PostgresStore(QueuedStore):
         self.read_only = read_only
         self._refused: BeforeCommit | None = None  # raises what the hook raised on compaction
         self._stored_ticket = 0  # the newest ticket committed (what compactions pass the hook)
+        self._set_up = False  # a reader's connection set up as a writer's (get_ready)
         super().__init__(
             where,
             durability=durability,
@@ -208,6 +201,16 @@ class PostgresStore(QueuedStore):
             stored.snapshot_seq, stored.snapshot_token, stored.snapshot, stored.changes, requests
         )
 
+    def get_ready(self) -> None:
+        """Set a ``read_only`` store's connection up as a writer's, ahead of :meth:`take_writes`.
+
+        The tables are checked (or migrated) and the commit mode set; it still only reads.
+        """
+        with self._db:
+            if self.read_only and not self._set_up:
+                pgtakeover.get_ready(self._conn, self.where, self.durability)
+                self._set_up = True
+
     def take_writes(
         self,
         before_commit: BeforeCommit | None,
@@ -217,29 +220,30 @@ class PostgresStore(QueuedStore):
     ) -> StoredState:
         """Make this ``read_only`` store, which loaded its key, the key's writer.
 
-        ``setup(conn)`` runs first on the connection; it is then set up as a writer's
-        (:meth:`open`; ``lock`` defaults to "without ``before_commit``") and the rows
-        committed since :meth:`load` are read in one transaction. From then on the store
-        takes writes, each checked by ``before_commit``.
+        After :meth:`get_ready` (called here if not yet), one round trip: ``setup(conn)``,
+        the lock if ``lock`` (default: without ``before_commit``), and one transaction
+        reading what was committed since :meth:`load`. From then on the store takes
+        writes, each checked by ``before_commit``.
 
         Returns:
-            What was committed since the load: the log rows after the loaded ones
-            (``changes``), the newest remembered requests; no ``snapshot``.
+            The log rows after the loaded ones (``changes``) and the newest remembered
+            requests; no ``snapshot``.
 
         Raises:
-            StorageError: not a loaded read-only store, or the rows after the loaded ones
-                were folded into a newer snapshot (``"reload"``: open the key afresh), or
-                as :meth:`open`. The store then stays read-only.
+            StorageError: not a loaded read-only store, the rows after the loaded ones were
+                folded into a newer snapshot (``"reload"``: open the key afresh), or as
+                :meth:`open`. The store then stays read-only.
         """
         if not (self.read_only and self._ready):
             raise StorageError(
                 "only a read_only store that loaded its key can take writes",
                 details={"database": self.where, "reason": "not_read_only"},
             )
+        self.get_ready()
         locked = lock if lock is not None else before_commit is None
         with self._db:
             newer, requests, rows = pgtakeover.take_writes(
-                self._conn, self.key, self.where, self._last_seq, self.durability, locked, setup
+                self._conn, self.key, self.where, self._last_seq, locked, setup
             )
             first = self._last_seq
             self._last_seq, self._log_rows = first + len(newer), rows
@@ -346,41 +350,6 @@ def load_stored(dsn: str, key: str, *, connect_timeout: float = 5.0) -> StoredSt
         return store.load()
     finally:
         store.close()
-
-
-def promote(
-    state: SharedState,
-    before_commit: BeforeCommit | None = None,
-    *,
-    lock: bool | None = None,
-    setup: Callable[[psycopg.Connection[Any]], None] | None = None,
-) -> int:
-    """Make a state opened ``read_only`` by :func:`open_postgres` its key's writer.
-
-    Once the caller made sure the old writer commits no more (the cluster's fence), the
-    rows committed since the load are read in one transaction and replayed, with the newest
-    remembered requests; then the state takes writes, each checked by ``before_commit``
-    (``lock``, ``setup``: see :meth:`PostgresStore.take_writes`). Returns how many stored
-    changes were replayed.
-
-    Raises:
-        StorageError: ``"reload"`` (rows it needs were folded into a newer snapshot) or
-            any failure: the state is read-only or damaged; close it, open the key afresh.
-    """
-    store = state._core.store
-    if not isinstance(store, PostgresStore):
-        raise TypeError("promote() needs a state opened with open_postgres(read_only=True)")
-    newer = store.take_writes(before_commit, lock=lock, setup=setup)
-    core = state._core
-    _durable.extend(core, newer.changes, newer.requests, store.where)
-    if core.doc.client_id in core.log.head_token:  # its fresh id was taken since the load
-        raise StorageError(
-            "the state's client id wrote to the store since it was loaded: open it afresh",
-            details={"database": store.where, "reason": "reload"},
-        )
-    with core.lock:
-        core.read_only = False
-    return len(newer.changes)
 
 
 def open_postgres(dsn: str, key: str, **options: Any) -> SharedState:

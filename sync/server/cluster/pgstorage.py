@@ -37,7 +37,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from crdt_state import SharedState
 from crdt_state.errors import StorageError
-from crdt_state.postgres import load_stored, open_postgres, promote
+from crdt_state.postgres import load_stored, open_postgres
+from crdt_state.takeover import preload, promote
 from sync.server.cluster.context import NodeContext
 from sync.server.cluster.errors import ClusterUnavailable, Fenced
 from sync.server.cluster.ownership import Ownership
@@ -194,10 +195,9 @@ class PostgresRoomStorage:
             StorageError: PostgreSQL failed, or the room was never stored (nothing to load).
         """
         return await asyncio.to_thread(
-            open_postgres,
+            preload,
             judge_dsn(self.dsn, room, None, self.node.lease_ttl),
             room,
-            read_only=True,
             compact_document=False,
             resolvers=resolvers,
         )
