@@ -239,17 +239,25 @@ class ClusterRoom:
     async def _serve(self, ownership: Any) -> None:
         node = self.node
         storage = node.storage
-        preloaded = await self.preload.take()
-        judge = await storage.open_judge(
-            self.name, ownership, node.policies_for(self.name), preloaded
-        )
+        # resume after the last published entry (final: the old owner's publish script
+        # needs the lease we hold); read while the judge loads
+        published = asyncio.ensure_future(last_published(node.redis, self.name))
+        try:
+            preloaded = await self.preload.take()
+            judge = await storage.open_judge(
+                self.name, ownership, node.policies_for(self.name), preloaded
+            )
+        except BaseException:
+            published.cancel()
+            published.add_done_callback(_ignore)
+            raise
         # the owner loop's reads and publishes go one after the other: one connection of
         # its own spares each call the pool's take-check-return (~30 us of CPU)
         redis = node.redis.client()
         try:
-            # resume after the last published entry; when out is gone (Redis lost it),
-            # from the start of in: judging an entry twice changes nothing
-            start = await last_published(node.redis, self.name) or "0-0"
+            # when out is gone (Redis lost it), from the start of in: judging an entry
+            # twice changes nothing
+            start = await published or "0-0"
             owner = RoomOwner(
                 redis,
                 ownership,
@@ -293,6 +301,12 @@ class ClusterRoom:
             for key in [k for k in self.pending if k[0] == sid]:
                 del self.pending[key]
         return sessions
+
+
+def _ignore(task: asyncio.Future[Any]) -> None:
+    """Retrieve a dropped task's outcome (so that asyncio does not log it)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _request_id(frame: bytes) -> int:

@@ -105,13 +105,24 @@ def judge_dsn(dsn: str, room: str, fence: int | None, lease_ttl: float) -> str:
     return make_conninfo(dsn, options=options.strip(), application_name=name)
 
 
-def _named(name: str) -> Callable[[psycopg.Connection[Any]], None]:
-    """A connection setup that renames the session (``application_name``)."""
+def _take_over(room: str, fence: int) -> Callable[[psycopg.Connection[Any]], None]:
+    """The setup of a preloaded judge's session after the claim: named, then :func:`depose`.
 
-    def rename(conn: psycopg.Connection[Any]) -> None:
-        conn.execute("SELECT set_config('application_name', %s, false)", (name,))
+    Both in the promotion's one round trip (its results are not read).
+    """
 
-    return rename
+    def setup(conn: psycopg.Connection[Any]) -> None:
+        conn.execute("SELECT set_config('application_name', %s, false)", (judge_name(room, fence),))
+        conn.execute(_DEPOSE, (judge_name(room) + "%", judge_name(room, fence)))
+
+    return setup
+
+
+_DEPOSE: Final = (
+    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+    " WHERE application_name LIKE %s AND application_name <> %s"
+    " AND datname = current_database()"
+)
 
 
 async def depose(conn: psycopg.AsyncConnection[Any], room: str, fence: int) -> int:
@@ -125,12 +136,7 @@ async def depose(conn: psycopg.AsyncConnection[Any], room: str, fence: int) -> i
     them until it wakes up. Its commit would be refused by the fence anyway, so the new
     owner ends its session at once (the hubs share a role, which may do that).
     """
-    cur = await conn.execute(
-        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-        " WHERE application_name LIKE %s AND application_name <> %s"
-        " AND datname = current_database()",
-        (judge_name(room) + "%", judge_name(room, fence)),
-    )
+    cur = await conn.execute(_DEPOSE, (judge_name(room) + "%", judge_name(room, fence)))
     row = await cur.fetchone()
     return int(row[0]) if row is not None else 0
 
@@ -222,19 +228,12 @@ class PostgresRoomStorage:
         """
         fence = ownership.fence.value
         hook = PositionHook(room, fence)
-        try:
-            async with self.node.pool.connection() as conn:
-                ended = await depose(conn, room, fence)
-        except psycopg.Error as exc:  # not allowed, or unavailable: the fence still holds
-            log.warning("room %r: cannot end earlier judges' sessions: %s", room, exc)
-            ended = 0
-        if ended:
-            log.info("room %r: ended %d session(s) of earlier owners", room, ended)
         if preloaded is not None:
             try:
-                # after the claim committed: every row of an earlier fence is final
+                # after the claim committed: every row of an earlier fence is final. Named
+                # as the judge and earlier judges ended in the same round trip
                 caught = await asyncio.to_thread(
-                    promote, preloaded, hook, setup=_named(judge_name(room, fence))
+                    promote, preloaded, hook, setup=_take_over(room, fence)
                 )
             except (StorageError, psycopg.Error) as exc:
                 log.warning("room %r: preloaded judge not usable (%s), loading afresh", room, exc)
@@ -243,6 +242,14 @@ class PostgresRoomStorage:
                 log.info("room %r: preloaded judge caught up %d change(s)", room, caught)
                 self._hooks[id(preloaded)] = hook
                 return preloaded
+        try:
+            async with self.node.pool.connection() as conn:
+                ended = await depose(conn, room, fence)
+        except psycopg.Error as exc:  # not allowed, or unavailable: the fence still holds
+            log.warning("room %r: cannot end earlier judges' sessions: %s", room, exc)
+            ended = 0
+        if ended:
+            log.info("room %r: ended %d session(s) of earlier owners", room, ended)
         state = await asyncio.to_thread(
             open_postgres,
             judge_dsn(self.dsn, room, fence, self.node.lease_ttl),
