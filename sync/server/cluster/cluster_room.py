@@ -40,7 +40,7 @@ from sync.server.cluster.errors import ClusterError, ClusterUnavailable
 from sync.server.cluster.keys import room_key
 from sync.server.cluster.owner import RoomOwner, StepDown, last_published
 from sync.server.cluster.ownership import try_acquire
-from sync.server.cluster.preload import Preload, renewal_missed
+from sync.server.cluster.preload import Preload
 from sync.server.cluster.streamio import newest
 from sync.server.cluster.streams import AnswerKind, OutEntry, StreamEntryError, decode_out
 from sync.wire.errors import CloseCode
@@ -206,10 +206,7 @@ class ClusterRoom:
                 wait = min(node.lease_ttl / 3, left + EXPIRY_SLACK)
             # a renewal missed: load the judge while the lease runs out; renewed (or
             # taken by another hub): drop what was loaded
-            if renewal_missed(left, node.lease_ttl):
-                self.preload.start()
-            elif self.preload.pending:
-                self.preload.drop()
+            self.preload.saw(left, node.lease_ttl)
 
         while not self._stopping:
             wait = node.lease_ttl / 3

@@ -73,6 +73,17 @@ class Preload:
         """True while a preload is loading or loaded, not yet taken or dropped."""
         return self._task is not None
 
+    def saw(self, left: float, ttl: float) -> None:
+        """A contender saw the holder's lease with ``left`` seconds to run (of ``ttl``).
+
+        A missed renewal (:func:`renewal_missed`) starts a preload; a lease renewed (or
+        taken by another hub) drops the one there is.
+        """
+        if renewal_missed(left, ttl):
+            self.start()
+        elif self._task is not None:
+            self.drop()
+
     def start(self) -> None:
         """Start loading, unless a preload is already there."""
         if self._task is None:
