@@ -11,10 +11,11 @@
 - A contender that sees the holder miss a renewal may **preload** the judge
   (:meth:`PostgresRoomStorage.preload`): the same store opened ``read_only`` (no write
   can be queued), in its own session named ``crdt-preload:...``. After its claim the
-  owner hands it to :meth:`PostgresRoomStorage.open_judge`, which renames the session
-  to the judge's, reads the rows committed since the preload (one transaction, after the
-  claim committed: the fence makes them final) and replays only those
-  (:func:`~crdt_state.postgres.promote`); if that fails it opens the judge afresh.
+  owner hands it to :meth:`PostgresRoomStorage.open_judge`, which in one round trip
+  renames the session to the judge's, ends earlier judges' sessions (:func:`depose`) and
+  reads the rows committed since the preload (one transaction, after the claim
+  committed: the fence makes them final), then replays only those
+  (:func:`~crdt_state.takeover.promote`); if that fails it opens the judge afresh.
 - A **replica** is built from :func:`~crdt_state.postgres.load_stored` (a read-only load,
   no lock): a follower state with the snapshot and the log applied.
 
