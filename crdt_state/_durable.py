@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from . import _document as ydoc
@@ -25,14 +25,21 @@ from ._events import collect_writes, mirror_writes, root_most
 from ._state_reads import StateReads
 from .conflicts import WriteKind
 from .errors import StorageError, translate_failures
-from .journal import BlameEntry, EpochStart, StateStore, StoredState
+from .journal import (
+    BlameEntry,
+    EpochStart,
+    StateStore,
+    StoredChange,
+    StoredRequest,
+    StoredState,
+)
 from .paths import Path
 from .progress import ProgressLog
 from .requests import RequestKey
 from .values import nesting
 from .version import VersionVector
 
-__all__ = ["client_id_for", "initial", "open_store", "restore", "start_epoch"]
+__all__ = ["client_id_for", "extend", "initial", "open_store", "restore", "start_epoch"]
 
 S = TypeVar("S", bound=StateReads)
 log = logging.getLogger("crdt_state.storage")
@@ -148,13 +155,61 @@ def restore(core: StateCore, stored: StoredState, where: str) -> None:
             " the versions recorded with them (the token column or an update is wrong)",
             details={"file": where, "head": str(stored.head), "restored": str(core.log.head_token)},
         )
+    _remember(core, stored.requests)
+
+
+def _remember(core: StateCore, requests: Sequence[StoredRequest]) -> None:
+    """Remember the stored ``requests`` again and mark the log entries they made."""
     made_by: dict[int, RequestKey] = {}
-    for request in stored.requests:
+    for request in requests:
         core.requests.remember(request.key, request.token, request.paths, request.clean)
         if request.paths:  # a request that wrote nothing made no change
             made_by[request.seq] = request.key
     for entry in core.log.entries():  # chains of these requests judge like before the restart
-        entry.request = made_by.get(entry.seq)
+        entry.request = made_by.get(entry.seq, entry.request)
+
+
+def extend(core: StateCore, changes: Sequence[StoredChange],
+           requests: Sequence[StoredRequest], where: str) -> None:  # fmt: skip
+    """Replay ``changes`` stored after what ``core`` was restored from, and ``requests``.
+
+    For a state loaded while another writer still committed (a judge loaded before its
+    claim): the changes continue its log with their own seqs (the first is the seq after
+    its head), exactly as :func:`restore` would have replayed them, and ``requests``
+    (the store's newest remembered requests, oldest first) are remembered again.
+    Listeners and store are not told.
+
+    Raises:
+        StorageError: the changes do not continue the log, do not decode or do not give
+            the recorded versions (nothing is undone: close the state).
+    """
+    stage = ["the first change"]
+
+    def damaged(exc: BaseException) -> StorageError:
+        return StorageError(
+            f"the stored state is damaged: {stage[0]} does not decode as a Yjs update "
+            f"({type(exc).__name__}: {exc})",
+            details={"file": where, "update": stage[0]},
+        )
+
+    with core.lock:
+        if changes and changes[0].seq != core.log.head_seq + 1:
+            raise StorageError(
+                f"the stored changes start at seq {changes[0].seq}, not after the state's"
+                f" head {core.log.head_seq}",
+                details={"file": where, "reason": "gap"},
+            )
+        with translate_failures(damaged):
+            tokens = _apply_stored(core, changes, stage, lambda: None)
+        core.updates.clear()  # the document's observer saw them: they are not new changes
+        core.depth_mark = max(core.depth_mark, nesting(core.mirror))
+        if tokens != [change.token for change in changes]:
+            raise StorageError(
+                "the stored state is damaged: replaying its new changes does not give"
+                " the versions recorded with them",
+                details={"file": where, "head": str(core.log.head_token)},
+            )
+        _remember(core, requests)
 
 
 def _replay(
@@ -173,28 +228,39 @@ def _replay(
         core.mirror = ydoc.doc_snapshot(core.doc)
         token = VersionVector.from_state(core.doc.get_state())
         core.log = ChangeLog(token, limit=core.log.limit, start_seq=stored.snapshot_seq)
-        tokens: list[VersionVector] = []
-        changed: dict[Path, WriteKind] = {}
-        on_events = collect_writes(changed, core.mirror)
-        for change in stored.changes:
-            stage[0] = f"the change at seq {change.seq}"
-            changed.clear()
-            with core.deep.routed(core.root, on_events):
-                core.doc.apply_update(change.update)
-            writes = root_most(changed)
-            with core.doc.transaction():  # one read transaction for the reads, not one each
-                undo = mirror_writes(core.root, core.mirror, writes)
-                state = core.doc.get_state()
-            token = VersionVector.from_state(state)
-            entry = core.log.append(change.agent, token, writes, undo, origin=change.origin)
-            entry.time = change.time
-            tokens.append(token)
-            advance()
-        # a state that only merges locally from now on pays no deep callback per commit
-        # (about 5 us); one that integrates updates subscribes again on its first
-        core.deep.detach()
+        tokens = _apply_stored(core, stored.changes, stage, advance)
         core.depth_mark = nesting(core.mirror)
         return tokens
+
+
+def _apply_stored(
+    core: StateCore,
+    changes: Sequence[StoredChange],
+    stage: list[str],
+    advance: Callable[[], None],
+) -> list[VersionVector]:
+    """Apply stored changes after the log's head (``core.lock`` held); the token after each."""
+    tokens: list[VersionVector] = []
+    changed: dict[Path, WriteKind] = {}
+    on_events = collect_writes(changed, core.mirror)
+    for change in changes:
+        stage[0] = f"the change at seq {change.seq}"
+        changed.clear()
+        with core.deep.routed(core.root, on_events):
+            core.doc.apply_update(change.update)
+        writes = root_most(changed)
+        with core.doc.transaction():  # one read transaction for the reads, not one each
+            undo = mirror_writes(core.root, core.mirror, writes)
+            state = core.doc.get_state()
+        token = VersionVector.from_state(state)
+        entry = core.log.append(change.agent, token, writes, undo, origin=change.origin)
+        entry.time = change.time
+        tokens.append(token)
+        advance()
+    # a state that only merges locally from now on pays no deep callback per commit
+    # (about 5 us); one that integrates updates subscribes again on its first
+    core.deep.detach()
+    return tokens
 
 
 def start_epoch(core: StateCore) -> bool:

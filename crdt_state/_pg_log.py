@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from . import _stored_rows as rows
@@ -47,6 +47,9 @@ __all__ = [
     "exists",
     "history_rows",
     "load",
+    "requests_of",
+    "rows_after",
+    "RECENT_REQUESTS",
     "recent_requests",
     "remember_request",
     "restart_at",
@@ -101,6 +104,36 @@ def load(conn: Conn, key: str, upto: int | None = None) -> StoredState:
         snapshot=snapshot,
         changes=changes,
     )
+
+
+def rows_after(conn: Conn, key: str, seq: int) -> Callable[[], list[StoredChange] | None]:
+    """Send the queries of the log rows after seq ``seq``; a function reading their answer.
+
+    Pipeline-friendly: nothing is read until that function is called (after the
+    pipeline synced). It returns the rows in order, or ``None`` when a newer snapshot
+    folded them.
+
+    Raises:
+        StorageError: (when reading) the key has no snapshot, or the seqs have a gap.
+    """
+    snap = conn.execute("SELECT max(seq) FROM crdt_store_snapshot WHERE key = %s", (key,))
+    log = conn.execute(
+        f"SELECT {LOG_COLUMNS} FROM crdt_store_log WHERE key = %s AND seq > %s ORDER BY seq",
+        (key, seq),
+        binary=True,
+    )
+
+    def read() -> list[StoredChange] | None:
+        newest = snap.fetchone()
+        if newest is None or newest[0] is None:
+            raise StorageError("the stored state is damaged: it has no snapshot")
+        if int(newest[0]) > seq:
+            return None
+        changes = [_log_row(r) for r in log.fetchall()]
+        rows.check_gapless(changes, seq, _NOUN)
+        return changes
+
+    return read
 
 
 def create(
@@ -189,13 +222,20 @@ def count_log(conn: Conn, key: str) -> int:
     return int(row[0]) if row is not None else 0
 
 
+RECENT_REQUESTS: Final = (
+    "SELECT writer, id, seq, token, paths, clean FROM crdt_store_requests WHERE key = %s"
+    " ORDER BY n DESC LIMIT %s"
+)
+"""The newest remembered requests of a key (``key``, ``limit``), newest first."""
+
+
 def recent_requests(conn: Conn, key: str) -> list[StoredRequest]:
     """The newest :data:`KEEP_REQUESTS` remembered requests, oldest first."""
-    found = conn.execute(
-        "SELECT writer, id, seq, token, paths, clean FROM crdt_store_requests WHERE key = %s"
-        " ORDER BY n DESC LIMIT %s",
-        (key, KEEP_REQUESTS),
-    ).fetchall()
+    return requests_of(conn.execute(RECENT_REQUESTS, (key, KEEP_REQUESTS)).fetchall())
+
+
+def requests_of(found: Sequence[Sequence[Any]]) -> list[StoredRequest]:
+    """The rows of :data:`RECENT_REQUESTS` as requests, oldest first."""
     return [rows.stored_request(row, _NOUN) for row in reversed(found)]
 
 

@@ -30,6 +30,7 @@ except ImportError as exc:  # pragma: no cover - the optional dependency is inst
 
 from . import _pg_log as pglog
 from . import _pg_schema as pgschema
+from . import _pg_takeover as pgtakeover
 from ._pg_connect import (
     Durability,
     check_options,
@@ -51,6 +52,7 @@ from .journal import (
 )
 from .progress import ProgressLog
 from .state import SharedState
+from .version import VersionVector
 
 __all__ = ["PG_STORE_OPTIONS", "BeforeCommit", "PostgresStore", "load_stored", "open_postgres"]
 
@@ -110,6 +112,7 @@ class PostgresStore(QueuedStore):
         self.read_only = read_only
         self._refused: BeforeCommit | None = None  # raises what the hook raised on compaction
         self._stored_ticket = 0  # the newest ticket committed (what compactions pass the hook)
+        self._set_up = False  # a reader's connection set up as a writer's (get_ready)
         super().__init__(
             where,
             durability=durability,
@@ -197,6 +200,56 @@ class PostgresStore(QueuedStore):
         return StoredState(
             stored.snapshot_seq, stored.snapshot_token, stored.snapshot, stored.changes, requests
         )
+
+    def get_ready(self) -> None:
+        """Set a ``read_only`` store's connection up as a writer's, ahead of :meth:`take_writes`.
+
+        The tables are checked (or migrated) and the commit mode set; it still only reads.
+        """
+        with self._db:
+            if self.read_only and not self._set_up:
+                pgtakeover.get_ready(self._conn, self.where, self.durability)
+                self._set_up = True
+
+    def take_writes(
+        self,
+        before_commit: BeforeCommit | None,
+        *,
+        lock: bool | None = None,
+        setup: Callable[[psycopg.Connection[Any]], None] | None = None,
+    ) -> StoredState:
+        """Make this ``read_only`` store, which loaded its key, the key's writer.
+
+        After :meth:`get_ready` (called here if not yet), one round trip: ``setup(conn)``,
+        the lock if ``lock`` (default: without ``before_commit``), and one transaction
+        reading what was committed since :meth:`load`. From then on the store takes
+        writes, each checked by ``before_commit``.
+
+        Returns:
+            The log rows after the loaded ones (``changes``) and the newest remembered
+            requests; no ``snapshot``.
+
+        Raises:
+            StorageError: not a loaded read-only store, the rows after the loaded ones were
+                folded into a newer snapshot (``"reload"``: open the key afresh), or as
+                :meth:`open`. The store then stays read-only.
+        """
+        if not (self.read_only and self._ready):
+            raise StorageError(
+                "only a read_only store that loaded its key can take writes",
+                details={"database": self.where, "reason": "not_read_only"},
+            )
+        self.get_ready()
+        locked = lock if lock is not None else before_commit is None
+        with self._db:
+            newer, requests, rows = pgtakeover.take_writes(
+                self._conn, self.key, self.where, self._last_seq, locked, setup
+            )
+            first = self._last_seq
+            self._last_seq, self._log_rows = first + len(newer), rows
+            self.before_commit = before_commit
+            self.read_only = False
+        return StoredState(first, VersionVector(), b"", newer, requests)
 
     def create(self, initial: StoredState, blame: Sequence[BlameEntry]) -> None:
         """Store the first snapshot of a new key (and the blame of its changes)."""

@@ -166,9 +166,13 @@ class Link:
                 ) as ws:
                     self.ws = ws
                     try:
-                        if await self._pump(ws):
-                            failed_in_row = rounds = 0
+                        await self._pump(ws)
                     finally:
+                        # a connection that synced resets the backoff however it ended: a
+                        # killed hub's (a reset, no close frame) raises out of the pump, and
+                        # the next URL must then be tried at once, not after a backoff
+                        if self.synced.is_set():
+                            failed_in_row = rounds = 0
                         close = (ws.close_code, ws.close_reason or "")
                 self.last_error = f"the hub closed the connection: {close[0]} {close[1]}"
             except InvalidStatus as exc:
@@ -206,7 +210,7 @@ class Link:
                 await asyncio.sleep(self._backoff.rng.uniform(0, delay))
 
     async def _pump(self, ws: ClientConnection) -> bool:
-        """Run one connection until it closes; True when it synced."""
+        """Run one connection until it closes; True when it synced (:attr:`synced`)."""
         async with self._send_lock:
             frames = self.core.connected()
             if self.core.flushed:

@@ -173,6 +173,11 @@ async def test_owner_killed_during_a_burst(
     with psycopg.connect(postgres_dsn) as conn:
         row = conn.execute("SELECT fence FROM crdt_rooms WHERE room = %s", (room,)).fetchone()
     assert row is not None and row[0] >= 2  # the takeover claimed a new fence
+    # the new owner loaded the judge while the dead owner's lease ran out (a missed
+    # renewal), and only caught up after its claim
+    assert f"room {room!r}: preloaded judge caught up" in new_owner.log.read_text(), (
+        three_hubs.logs()
+    )
 
 
 async def test_owner_paused_past_its_lease(

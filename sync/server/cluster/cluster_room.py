@@ -13,7 +13,10 @@ Every hub that has the room open follows it and contends for it:
 - the **contender**: tries to take the room's lease, again just after the holder's
   lease would run out (Redis tells it how long that is; at most ``ttl / 3``); once it holds
   it, it loads a judge state and runs :class:`~sync.server.cluster.owner.RoomOwner` until
-  the lease is lost or the store is fenced, then steps down and contends again.
+  the lease is lost or the store is fenced, then steps down and contends again. When the
+  holder's lease shows a missed renewal, the contender loads the judge read-only while
+  the lease runs out (:mod:`~sync.server.cluster.preload`) and, once it claimed the room,
+  replays only what was committed since.
 
 Merges this hub forwarded are remembered until their answer arrives; one not answered
 within ``answer_timeout`` (the owner died, Redis restarted) closes its session with 1013
@@ -37,6 +40,7 @@ from sync.server.cluster.errors import ClusterError, ClusterUnavailable
 from sync.server.cluster.keys import room_key
 from sync.server.cluster.owner import RoomOwner, StepDown, last_published
 from sync.server.cluster.ownership import try_acquire
+from sync.server.cluster.preload import Preload
 from sync.server.cluster.streamio import newest
 from sync.server.cluster.streams import AnswerKind, OutEntry, StreamEntryError, decode_out
 from sync.wire.errors import CloseCode
@@ -75,6 +79,10 @@ class ClusterRoom:
         self._stopping = False
         self.stale = False
         """Set when Redis lost its data (restarted): the replica is loaded again."""
+        self.preload = Preload(
+            self.name, lambda: node.storage.preload(self.name, node.policies_for(self.name))
+        )
+        """The judge loaded while the holder's lease runs out, if any."""
 
     def start(self) -> None:
         """Start contending for the room's ownership, in a task that runs until :meth:`stop`.
@@ -89,6 +97,7 @@ class ClusterRoom:
     async def stop(self) -> None:
         """Stop the room's tasks and wait until they ended; their errors are not raised."""
         self._stopping = True
+        self.preload.drop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -195,6 +204,9 @@ class ClusterRoom:
             nonlocal wait
             if left > 0:  # 0: a key without expiry, not ours to hurry
                 wait = min(node.lease_ttl / 3, left + EXPIRY_SLACK)
+            # a renewal missed: load the judge while the lease runs out; renewed (or
+            # taken by another hub): drop what was loaded
+            self.preload.saw(left, node.lease_ttl)
 
         while not self._stopping:
             wait = node.lease_ttl / 3
@@ -224,14 +236,25 @@ class ClusterRoom:
     async def _serve(self, ownership: Any) -> None:
         node = self.node
         storage = node.storage
-        judge = await storage.open_judge(self.name, ownership, node.policies_for(self.name))
+        # resume after the last published entry (final: the old owner's publish script
+        # needs the lease we hold); read while the judge loads
+        published = asyncio.ensure_future(last_published(node.redis, self.name))
+        try:
+            preloaded = await self.preload.take()
+            judge = await storage.open_judge(
+                self.name, ownership, node.policies_for(self.name), preloaded
+            )
+        except BaseException:
+            published.cancel()
+            published.add_done_callback(_ignore)
+            raise
         # the owner loop's reads and publishes go one after the other: one connection of
         # its own spares each call the pool's take-check-return (~30 us of CPU)
         redis = node.redis.client()
         try:
-            # resume after the last published entry; when out is gone (Redis lost it),
-            # from the start of in: judging an entry twice changes nothing
-            start = await last_published(node.redis, self.name) or "0-0"
+            # when out is gone (Redis lost it), from the start of in: judging an entry
+            # twice changes nothing
+            start = await published or "0-0"
             owner = RoomOwner(
                 redis,
                 ownership,
@@ -275,6 +298,12 @@ class ClusterRoom:
             for key in [k for k in self.pending if k[0] == sid]:
                 del self.pending[key]
         return sessions
+
+
+def _ignore(task: asyncio.Future[Any]) -> None:
+    """Retrieve a dropped task's outcome (so that asyncio does not log it)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _request_id(frame: bytes) -> int:

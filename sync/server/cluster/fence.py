@@ -60,9 +60,13 @@ async def claim_fence(conn: psycopg.AsyncConnection[Any], room: str, owner: str)
     if conn.info.transaction_status != TransactionStatus.IDLE:
         raise ValueError("claim_fence() needs a connection outside any transaction")
     try:
-        async with conn.transaction():
+        if conn.autocommit:  # one statement is its own transaction: one round trip
             cur = await conn.execute(_CLAIM, (room, owner))
             row = await cur.fetchone()
+        else:
+            async with conn.transaction():
+                cur = await conn.execute(_CLAIM, (room, owner))
+                row = await cur.fetchone()
     except psycopg.OperationalError as exc:
         raise ClusterUnavailable("postgres", f"postgres did not answer: {exc}") from exc
     assert row is not None  # INSERT ... RETURNING always returns the row

@@ -140,7 +140,9 @@ class ClusterNode:
         self._outbox = Outbox(self._redis)
         self._outbox.start()
         if self.postgres_dsn is not None:
-            self._pool = await postgres_pool(self.postgres_dsn)
+            # a dead hub's rooms are claimed at once (one fence claim each): a pool of 4
+            # queued them behind each other on a busy event loop
+            self._pool = await postgres_pool(self.postgres_dsn, max_size=12)
             async with self._pool.connection() as conn:
                 await migrate(conn)
         if self._storage_factory is not None:

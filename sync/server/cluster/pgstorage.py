@@ -8,6 +8,14 @@
   opened *after* the fence was claimed, so it sees every write of earlier owners.
 - Before opening its judge, a new owner ends the PostgreSQL sessions of earlier judges of
   the room (:func:`depose`): a paused one would hold row locks its new writes wait for.
+- A contender that sees the holder miss a renewal may **preload** the judge
+  (:meth:`PostgresRoomStorage.preload`): the same store opened ``read_only`` (no write
+  can be queued), in its own session named ``crdt-preload:...``. After its claim the
+  owner hands it to :meth:`PostgresRoomStorage.open_judge`, which in one round trip
+  renames the session to the judge's, ends earlier judges' sessions (:func:`depose`) and
+  reads the rows committed since the preload (one transaction, after the claim
+  committed: the fence makes them final), then replays only those
+  (:func:`~crdt_state.takeover.promote`); if that fails it opens the judge afresh.
 - A **replica** is built from :func:`~crdt_state.postgres.load_stored` (a read-only load,
   no lock): a follower state with the snapshot and the log applied.
 
@@ -22,21 +30,29 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from crdt_state import SharedState
+from crdt_state.errors import StorageError
 from crdt_state.postgres import load_stored, open_postgres
+from crdt_state.takeover import preload, promote
 from sync.server.cluster.context import NodeContext
 from sync.server.cluster.errors import ClusterUnavailable, Fenced
 from sync.server.cluster.ownership import Ownership
 
 log = logging.getLogger("crdt_state.cluster")
 
-__all__ = ["PositionHook", "PostgresRoomStorage", "fenced_position", "judge_dsn"]
+__all__ = [
+    "PositionHook",
+    "PostgresRoomStorage",
+    "fenced_position",
+    "judge_dsn",
+    "preload_name",
+]
 
 _FENCED_POSITION: Final = """
 UPDATE crdt_rooms SET stream_position = coalesce(%s, stream_position)
@@ -62,22 +78,52 @@ def fenced_position(
         raise Fenced(room, fence, int(current[0]) if current is not None else None)
 
 
+def _digest(room: str) -> str:
+    return hashlib.sha1(room.encode()).hexdigest()[:16]
+
+
 def judge_name(room: str, fence: int | None = None) -> str:
     """The ``application_name`` of a judge's PostgreSQL session (``None``: the prefix)."""
-    digest = hashlib.sha1(room.encode()).hexdigest()[:16]
-    return f"crdt-judge:{digest}:" + ("" if fence is None else str(fence))
+    return f"crdt-judge:{_digest(room)}:" + ("" if fence is None else str(fence))
 
 
-def judge_dsn(dsn: str, room: str, fence: int, lease_ttl: float) -> str:
+def preload_name(room: str) -> str:
+    """The ``application_name`` of a judge's session while it is preloaded (no :func:`depose`)."""
+    return f"crdt-preload:{_digest(room)}"
+
+
+def judge_dsn(dsn: str, room: str, fence: int | None, lease_ttl: float) -> str:
     """Build the connection string of a judge's PostgreSQL session from ``dsn``.
 
-    The session is named after its room and fence (see :func:`depose`), and ends any
+    The session is named after its room and fence (see :func:`depose`; a preloaded
+    judge's, ``fence`` ``None``, by :func:`preload_name` until its claim), and ends any
     transaction left idle for half a lease.
     """
     parts = conninfo_to_dict(dsn)
     timeout = max(100, int(lease_ttl * 500))
     options = f"{parts.get('options') or ''} -c idle_in_transaction_session_timeout={timeout}"
-    return make_conninfo(dsn, options=options.strip(), application_name=judge_name(room, fence))
+    name = preload_name(room) if fence is None else judge_name(room, fence)
+    return make_conninfo(dsn, options=options.strip(), application_name=name)
+
+
+def _take_over(room: str, fence: int) -> Callable[[psycopg.Connection[Any]], None]:
+    """The setup of a preloaded judge's session after the claim: named, then :func:`depose`.
+
+    Both in the promotion's one round trip (its results are not read).
+    """
+
+    def setup(conn: psycopg.Connection[Any]) -> None:
+        conn.execute("SELECT set_config('application_name', %s, false)", (judge_name(room, fence),))
+        conn.execute(_DEPOSE, (judge_name(room) + "%", judge_name(room, fence)))
+
+    return setup
+
+
+_DEPOSE: Final = (
+    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+    " WHERE application_name LIKE %s AND application_name <> %s"
+    " AND datname = current_database()"
+)
 
 
 async def depose(conn: psycopg.AsyncConnection[Any], room: str, fence: int) -> int:
@@ -91,12 +137,7 @@ async def depose(conn: psycopg.AsyncConnection[Any], room: str, fence: int) -> i
     them until it wakes up. Its commit would be refused by the fence anyway, so the new
     owner ends its session at once (the hubs share a role, which may do that).
     """
-    cur = await conn.execute(
-        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-        " WHERE application_name LIKE %s AND application_name <> %s"
-        " AND datname = current_database()",
-        (judge_name(room) + "%", judge_name(room, fence)),
-    )
+    cur = await conn.execute(_DEPOSE, (judge_name(room) + "%", judge_name(room, fence)))
     row = await cur.fetchone()
     return int(row[0]) if row is not None else 0
 
@@ -151,19 +192,57 @@ class PostgresRoomStorage:
                 replica.apply_update(change.update, agent=change.agent)
         return replica
 
+    async def preload(self, room: str, resolvers: Mapping[Any, object]) -> SharedState:
+        """The room's judge loaded ``read_only``, before this hub holds the room.
+
+        It refuses every write (``ReadOnlyStore``) until :meth:`open_judge` promotes it
+        after a claim; close it if it is not used.
+
+        Raises:
+            StorageError: PostgreSQL failed, or the room was never stored (nothing to load).
+        """
+        return await asyncio.to_thread(
+            preload,
+            judge_dsn(self.dsn, room, None, self.node.lease_ttl),
+            room,
+            compact_document=False,
+            resolvers=resolvers,
+        )
+
     async def open_judge(
-        self, room: str, ownership: Ownership, resolvers: Mapping[Any, object]
+        self,
+        room: str,
+        ownership: Ownership,
+        resolvers: Mapping[Any, object],
+        preloaded: SharedState | None = None,
     ) -> SharedState:
         """Open the room's PostgreSQL store as the judge under ``ownership``'s fence.
 
         The sessions of earlier judges of the room are ended first (when PostgreSQL
-        allows it), and every commit of the returned state checks the fence.
+        allows it), and every commit of the returned state checks the fence. A
+        ``preloaded`` judge (:meth:`preload`, loaded before the claim) is caught up with
+        the rows committed since its load and returned; when that fails it is closed and
+        the judge is opened afresh.
 
         Raises:
             Fenced: on a later commit, once another hub claimed the room.
         """
         fence = ownership.fence.value
         hook = PositionHook(room, fence)
+        if preloaded is not None:
+            try:
+                # after the claim committed: every row of an earlier fence is final. Named
+                # as the judge and earlier judges ended in the same round trip
+                caught = await asyncio.to_thread(
+                    promote, preloaded, hook, setup=_take_over(room, fence)
+                )
+            except (StorageError, psycopg.Error) as exc:
+                log.warning("room %r: preloaded judge not usable (%s), loading afresh", room, exc)
+                await asyncio.to_thread(preloaded.close)
+            else:
+                log.info("room %r: preloaded judge caught up %d change(s)", room, caught)
+                self._hooks[id(preloaded)] = hook
+                return preloaded
         try:
             async with self.node.pool.connection() as conn:
                 ended = await depose(conn, room, fence)

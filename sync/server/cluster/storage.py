@@ -5,8 +5,9 @@ A hub needs two kinds of state per room:
 - a **replica** (``SharedState(follower=True)``) on every hub serving the room: loaded
   read-only from the durable store when the hub joins the room, then kept current by the
   ``out`` stream; it answers sync step 1 and fans changes out to the hub's sessions;
-- a **judge** on the owner only: loaded after the fence was claimed, judging merges, and
-  writing every change to the store under that fence.
+- a **judge** on the owner only: loaded after the fence was claimed (or preloaded
+  read-only while the holder's lease ran out, then caught up after the claim), judging
+  merges, and writing every change to the store under that fence.
 
 :class:`RoomStorage` is that contract; :mod:`sync.server.cluster.pgstorage` is the
 PostgreSQL one that hubs use.
@@ -34,13 +35,26 @@ class RoomStorage(Protocol):
         """The room's committed content as a follower replica (read-only load)."""
         ...
 
+    async def preload(self, room: str, resolvers: Mapping[Any, object]) -> SharedState:
+        """The room's judge state loaded before a claim, refusing every write.
+
+        Only :meth:`open_judge` (after a claim) may make it take writes. Raises when
+        there is nothing to preload (the caller then opens the judge after its claim).
+        """
+        ...
+
     async def open_judge(
-        self, room: str, ownership: Ownership, resolvers: Mapping[Any, object]
+        self,
+        room: str,
+        ownership: Ownership,
+        resolvers: Mapping[Any, object],
+        preloaded: SharedState | None = None,
     ) -> SharedState:
         """Load the room's state for judging under ``ownership``, after the claim.
 
         Every write of the returned state commits only while ``ownership.fence`` is
-        the room's.
+        the room's. ``preloaded`` (from :meth:`preload`, owned by the callee from then
+        on) is caught up with what was committed since its load, or closed and replaced.
         """
         ...
 

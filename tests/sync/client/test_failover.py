@@ -8,7 +8,10 @@ handed over); the hub deduplicates re-sent merges on (writer, request id).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+import socket
+import struct
 from collections import Counter
 from pathlib import Path
 
@@ -146,3 +149,73 @@ async def test_the_client_goes_round_the_urls_again_after_the_last_one(tmp_path:
     finally:
         await a.stop()
         await b.stop()
+
+
+class ResettingProxy:
+    """A loopback TCP relay to ``port`` whose connections can be reset (RST), as a
+    SIGKILLed hub's are: the client sees no close frame."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.server: asyncio.Server | None = None
+        self.links: list[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = []
+
+    @property
+    def listening(self) -> int:
+        assert self.server is not None
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.port)
+        self.links.append((writer, up_writer))
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError, OSError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    def reset(self) -> None:
+        """Reset every relayed connection (SO_LINGER 0: an RST, no FIN)."""
+        for client, upstream in self.links:
+            sock = client.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.transport.abort()
+            upstream.transport.abort()
+        self.links.clear()
+
+    async def close(self) -> None:
+        self.reset()
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+async def test_a_synced_connection_reset_twice_moves_on_at_once_both_times(hub: sync.Hub) -> None:
+    port = int(hub.url("r").split(":")[2].split("/")[0])
+    a, b = ResettingProxy(port), ResettingProxy(port)
+    await a.start()
+    await b.start()
+    urls = [f"ws://127.0.0.1:{p.listening}/r" for p in (a, b)]
+    try:
+        async with sync.connect(urls, agent="x", reconnect=SLOW, timeout=5) as remote:
+            assert remote.url == urls[0]
+            a.reset()  # the hub behind a dies: the client moves to b at once
+            await eventually(lambda: remote.connected and remote.url == urls[1])
+            async with remote.fork() as branch:
+                branch["k"] = "via b"
+            # b dies as well, after syncing: back to a at once, not after a minute's
+            # backoff (a synced connection resets it, however it ended)
+            b.reset()
+            await eventually(lambda: remote.connected and remote.url == urls[0])
+            async with remote.fork() as branch:
+                branch["k"] = "via a"
+            assert (await hub.room("r")).state.snapshot() == {"k": "via a"}
+    finally:
+        await a.close()
+        await b.close()
