@@ -172,6 +172,9 @@ class ClusterNode:
                 task.cancel()
             if not task.cancelled() and task.exception() is not None:
                 log.warning("cluster task %s failed: %r", task.get_name(), task.exception())
+        if self._storage is not None:
+            with contextlib.suppress(Exception):
+                await self._storage.close()
         if self._outbox is not None:
             await self._outbox.stop()
         if self._pubsub is not None:

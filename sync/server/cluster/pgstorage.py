@@ -1,13 +1,22 @@
 """Cluster rooms in PostgreSQL: :class:`~crdt_state.postgres.PostgresStore`, one key per room.
 
-- The **judge** (owner only) is ``open_postgres(dsn, room, before_commit=hook)``: every
-  write transaction of its store ends with :func:`fenced_position`, one statement that
-  locks the room's ``crdt_rooms`` row, checks the owner's fencing number (raising
-  :class:`~sync.server.cluster.errors.Fenced`, which rolls the transaction back and fails
-  the store) and records the ``in`` position whose judgement is committed. The judge is
-  opened *after* the fence was claimed, so it sees every write of earlier owners.
+- The **judge** (owner only) is ``open_postgres(dsn, room, before_commit=hook,
+  writer=shared)``: its batches are written by the hub's one
+  :class:`~crdt_state.postgres.SharedWriter`, which stores the batches of every room the
+  hub owns that are ready at that moment in one transaction, each room's in its own
+  savepoint ending with :func:`fenced_position`: one statement that locks the room's
+  ``crdt_rooms`` row, checks the owner's fencing number (raising
+  :class:`~sync.server.cluster.errors.Fenced`, which rolls that room's savepoint back and
+  fails that room's store alone), records the ``in`` position whose judgement is
+  committed and the writing session's ``pg_backend_pid()``. Nothing is durable, so
+  nothing is answered or published, before the one ``COMMIT``. The judge is opened
+  *after* the fence was claimed, so it sees every write of earlier owners.
 - Before opening its judge, a new owner ends the PostgreSQL sessions of earlier judges of
   the room (:func:`depose`): a paused one would hold row locks its new writes wait for.
+  Those are the room's own connection (loading, queries, compaction: found by its
+  ``application_name``) and the session recorded by the last fenced write (another
+  hub's shared writer: ended only when it sits idle inside a transaction, since its other
+  rooms share it).
 - A **replica** is built from :func:`~crdt_state.postgres.load_stored` (a read-only load,
   no lock): a follower state with the snapshot and the log applied.
 
@@ -22,24 +31,33 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from crdt_state import SharedState
-from crdt_state.postgres import load_stored, open_postgres
+from crdt_state.postgres import SharedWriter, load_stored, open_postgres
+from crdt_state.postgres import WriterHook as Hook
 from sync.server.cluster.context import NodeContext
 from sync.server.cluster.errors import ClusterUnavailable, Fenced
 from sync.server.cluster.ownership import Ownership
 
 log = logging.getLogger("crdt_state.cluster")
 
-__all__ = ["PositionHook", "PostgresRoomStorage", "fenced_position", "judge_dsn"]
+__all__ = [
+    "PositionHook",
+    "PostgresRoomStorage",
+    "depose",
+    "fenced_position",
+    "fenced_positions",
+    "judge_dsn",
+]
 
 _FENCED_POSITION: Final = """
-UPDATE crdt_rooms SET stream_position = coalesce(%s, stream_position)
+UPDATE crdt_rooms SET stream_position = coalesce(%s, stream_position),
+    judge_pid = pg_backend_pid()
 WHERE room = %s AND fence = %s
 RETURNING fence
 """
@@ -51,7 +69,7 @@ def fenced_position(
     """Check ``fence`` and record ``position``, inside a write transaction.
 
     The check locks the room's row until commit; a ``position`` of ``None`` keeps the
-    stored one.
+    stored one. The session's server process is recorded too (see :func:`depose`).
 
     Raises:
         Fenced: ``fence`` is no longer the room's (another hub claimed it).
@@ -62,10 +80,55 @@ def fenced_position(
         raise Fenced(room, fence, int(current[0]) if current is not None else None)
 
 
+_FENCED_POSITIONS: Final = """
+UPDATE crdt_rooms AS r SET stream_position = coalesce(v.position, r.stream_position),
+    judge_pid = pg_backend_pid()
+FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS v (room, fence, position)
+WHERE r.room = v.room AND r.fence = v.fence
+RETURNING r.room, r.fence
+"""
+
+
+def fenced_positions(
+    conn: psycopg.Connection[Any], hooks: Sequence[tuple[Hook, int]]
+) -> list[BaseException | None]:
+    """:func:`fenced_position` for many rooms' hooks in one statement (a shared writer's check).
+
+    Every hook must be a :class:`PositionHook`. The rows are locked in the order of the
+    room names (two hubs' writers lock them in the same order). Returns, per hook, ``None``
+    when its fence holds (its row is now locked and its position recorded) or the
+    :class:`~sync.server.cluster.errors.Fenced` it would have raised.
+    """
+    checks = [hook for hook, _ in hooks if isinstance(hook, PositionHook)]
+    if len(checks) != len(hooks):
+        raise TypeError("fenced_positions() checks PositionHooks only")
+    rooms = sorted({(h.room, h.fence, h.position) for h in checks})
+    columns = tuple(list(column) for column in zip(*rooms, strict=True))
+    passed = {(str(r), int(f)) for r, f in conn.execute(_FENCED_POSITIONS, columns).fetchall()}
+    if all((h.room, h.fence) in passed for h in checks):
+        return [None] * len(checks)
+    stale = sorted({h.room for h in checks if (h.room, h.fence) not in passed})
+    rows = conn.execute(
+        "SELECT room, fence FROM crdt_rooms WHERE room = ANY(%s)", (stale,)
+    ).fetchall()
+    current = {str(room): int(fence) for room, fence in rows}
+    return [
+        None if (h.room, h.fence) in passed else Fenced(h.room, h.fence, current.get(h.room))
+        for h in checks
+    ]
+
+
 def judge_name(room: str, fence: int | None = None) -> str:
     """The ``application_name`` of a judge's PostgreSQL session (``None``: the prefix)."""
     digest = hashlib.sha1(room.encode()).hexdigest()[:16]
     return f"crdt-judge:{digest}:" + ("" if fence is None else str(fence))
+
+
+def _session_dsn(dsn: str, name: str, lease_ttl: float) -> str:
+    parts = conninfo_to_dict(dsn)
+    timeout = max(100, int(lease_ttl * 500))
+    options = f"{parts.get('options') or ''} -c idle_in_transaction_session_timeout={timeout}"
+    return make_conninfo(dsn, options=options.strip(), application_name=name)
 
 
 def judge_dsn(dsn: str, room: str, fence: int, lease_ttl: float) -> str:
@@ -74,13 +137,33 @@ def judge_dsn(dsn: str, room: str, fence: int, lease_ttl: float) -> str:
     The session is named after its room and fence (see :func:`depose`), and ends any
     transaction left idle for half a lease.
     """
-    parts = conninfo_to_dict(dsn)
-    timeout = max(100, int(lease_ttl * 500))
-    options = f"{parts.get('options') or ''} -c idle_in_transaction_session_timeout={timeout}"
-    return make_conninfo(dsn, options=options.strip(), application_name=judge_name(room, fence))
+    return _session_dsn(dsn, judge_name(room, fence), lease_ttl)
 
 
-async def depose(conn: psycopg.AsyncConnection[Any], room: str, fence: int) -> int:
+def writer_dsn(dsn: str, hub_id: str, lease_ttl: float) -> str:
+    """The connection string of a hub's shared writer session (named after the hub).
+
+    Like a judge's, it ends any transaction left idle for half a lease.
+    """
+    return _session_dsn(dsn, f"crdt-writer:{hub_id}"[:63], lease_ttl)
+
+
+_DEPOSE_WRITER: Final = """
+SELECT count(pg_terminate_backend(a.pid)) FROM crdt_rooms r
+JOIN pg_stat_activity a ON a.pid = r.judge_pid
+WHERE r.room = %s AND a.datname = current_database() AND NOT a.pid = ANY(%s)
+  AND a.state LIKE 'idle in transaction%%' AND a.state_change < now() - %s * interval '1 s'
+"""
+
+
+async def depose(
+    conn: psycopg.AsyncConnection[Any],
+    room: str,
+    fence: int,
+    *,
+    mine: list[int] | None = None,
+    idle: float = 0.1,
+) -> int:
     """End the PostgreSQL sessions of the room's earlier judges; how many were ended.
 
     Only sessions in this connection's database: another cluster on the same server
@@ -89,7 +172,14 @@ async def depose(conn: psycopg.AsyncConnection[Any], room: str, fence: int) -> i
     A judge paused in the middle of a write transaction (SIGSTOP, a long GC pause) holds
     the row locks of what it wrote so far, and the new owner's first writes would wait for
     them until it wakes up. Its commit would be refused by the fence anyway, so the new
-    owner ends its session at once (the hubs share a role, which may do that).
+    owner ends its session at once (the hubs share a role, which may do that). Two kinds:
+
+    - the room's own judge connections of earlier fences, found by ``application_name``;
+    - the session that made the room's last fenced write (``crdt_rooms.judge_pid``: a
+      hub's shared writer, which also writes other rooms), unless it is one of ``mine``
+      (this hub's own writer), and only while it has been idle inside a transaction for
+      more than ``idle`` seconds: a writer doing its work is left alone, a paused one is
+      ended.
     """
     cur = await conn.execute(
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
@@ -98,7 +188,10 @@ async def depose(conn: psycopg.AsyncConnection[Any], room: str, fence: int) -> i
         (judge_name(room) + "%", judge_name(room, fence)),
     )
     row = await cur.fetchone()
-    return int(row[0]) if row is not None else 0
+    ended = int(row[0]) if row is not None else 0
+    cur = await conn.execute(_DEPOSE_WRITER, (room, mine or [], idle))
+    row = await cur.fetchone()
+    return ended + (int(row[0]) if row is not None else 0)
 
 
 class PositionHook:
@@ -139,6 +232,23 @@ class PostgresRoomStorage:
         self.dsn = node.postgres_dsn
         self.node = node
         self._hooks: dict[int, PositionHook] = {}
+        self._writer: SharedWriter | None = None
+        self._opening = asyncio.Lock()
+
+    async def writer(self) -> SharedWriter:
+        """The hub's shared writer: one session for the write transactions of all its rooms."""
+        async with self._opening:
+            if self._writer is None:
+                dsn = writer_dsn(self.dsn, self.node.hub_id, self.node.lease_ttl)
+                self._writer = await asyncio.to_thread(SharedWriter, dsn, check=fenced_positions)
+            return self._writer
+
+    async def close(self) -> None:
+        """Close the shared writer (every judge is closed first)."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            await asyncio.to_thread(writer.close)
+            log.info("shared writer: %d batches in %d transactions", writer.parts, writer.rounds)
 
     async def open_replica(self, room: str) -> SharedState:
         """Load the room's stored snapshot and changes into a follower replica."""
@@ -164,9 +274,11 @@ class PostgresRoomStorage:
         """
         fence = ownership.fence.value
         hook = PositionHook(room, fence)
+        writer = await self.writer()
+        mine = [pid] if (pid := writer.pid) is not None else []
         try:
             async with self.node.pool.connection() as conn:
-                ended = await depose(conn, room, fence)
+                ended = await depose(conn, room, fence, mine=mine, idle=self.node.lease_ttl / 15)
         except psycopg.Error as exc:  # not allowed, or unavailable: the fence still holds
             log.warning("room %r: cannot end earlier judges' sessions: %s", room, exc)
             ended = 0
@@ -177,6 +289,7 @@ class PostgresRoomStorage:
             judge_dsn(self.dsn, room, fence, self.node.lease_ttl),
             room,
             before_commit=hook,
+            writer=writer,
             compact_document=False,  # clients keep replicas: the document keeps its identity
             resolvers=resolvers,
         )
