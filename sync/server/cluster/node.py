@@ -37,6 +37,7 @@ from sync.server.cluster.cluster_room import TRY_AGAIN_LATER, ClusterRoom, newes
 from sync.server.cluster.context import MergeAnswered
 from sync.server.cluster.errors import ClusterUnavailable
 from sync.server.cluster.follower import Follower
+from sync.server.cluster.inbox import Inbox
 from sync.server.cluster.keys import parse_room_key, room_key
 from sync.server.cluster.lease import UNAVAILABLE
 from sync.server.cluster.outbox import Outbox
@@ -104,12 +105,19 @@ class ClusterNode:
         self._pubsub: PubSub | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._outbox: Outbox | None = None
+        self._inbox: Inbox | None = None
 
     @property
     def redis(self) -> Redis:
         """The node's Redis client; only valid between :meth:`start` and :meth:`stop`."""
         assert self._redis is not None, "the cluster node is not started"
         return self._redis
+
+    @property
+    def inbox(self) -> Inbox:
+        """The reader of the ``in`` streams of the rooms this hub owns; only once started."""
+        assert self._inbox is not None, "the cluster node is not started"
+        return self._inbox
 
     @property
     def outbox(self) -> Outbox:
@@ -139,6 +147,7 @@ class ClusterNode:
         self._redis = redis_client(self.redis_url)
         self._outbox = Outbox(self._redis)
         self._outbox.start()
+        self._inbox = Inbox(self._redis.client())  # reads in a loop: a connection of its own
         if self.postgres_dsn is not None:
             self._pool = await postgres_pool(self.postgres_dsn)
             async with self._pool.connection() as conn:
@@ -154,6 +163,7 @@ class ClusterNode:
             asyncio.create_task(self._watch_answers(), name="cluster answers"),
             asyncio.create_task(self._watch_redis(), name="cluster redis"),
             asyncio.create_task(self._follow(), name="cluster follower"),
+            asyncio.create_task(self._read_in(), name="cluster inbox"),
         ]
         log.info("hub %s joined the cluster", self.hub_id)
 
@@ -270,6 +280,24 @@ class ClusterNode:
             finally:
                 with contextlib.suppress(Exception):
                     await redis.aclose()
+
+    async def _read_in(self) -> None:
+        """Read the ``in`` streams of every room this hub owns, with one ``XREAD`` for all.
+
+        An unexpected error is logged and reading starts again (the rooms' owners keep
+        their slots: the entries read are delivered, the next read starts after them).
+        """
+        inbox = self.inbox
+        try:
+            while True:
+                try:
+                    await inbox.run()
+                except Exception:
+                    log.exception("reading the owned rooms' in streams failed, starting again")
+                    await asyncio.sleep(0.1)
+        finally:
+            with contextlib.suppress(Exception):
+                await inbox.redis.aclose()
 
     async def _watch_answers(self) -> None:
         step = min(0.25, self.answer_timeout / 4)
