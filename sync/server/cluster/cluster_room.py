@@ -207,6 +207,7 @@ class ClusterRoom:
                     owner=node.hub_id,
                     ttl=node.lease_ttl,
                     on_busy=busy,
+                    renewals=node.renewals,
                 )
             except ClusterError as exc:
                 log.info("room %r: cannot contend (%s)", self.name, exc)

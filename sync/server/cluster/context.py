@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from sync.server._room import Room, Session
     from sync.server.cluster.inbox import Inbox
     from sync.server.cluster.outbox import Outbox
+    from sync.server.cluster.renewals import Renewals
     from sync.server.cluster.storage import RoomStorage
 
 __all__ = ["MergeAnswered", "NodeContext"]
@@ -49,6 +50,11 @@ class NodeContext(Protocol):
     @property
     def outbox(self) -> Outbox:
         """The node's pipelined Redis writes (``in`` entries, awareness, ``out`` scripts)."""
+        ...
+
+    @property
+    def renewals(self) -> Renewals:
+        """The node's lease renewals, sent together (one script call for many rooms)."""
         ...
 
     @property

@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Awaitable
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
 from .errors import ClusterUnavailable
 from .keys import OWNER, room_key
+
+if TYPE_CHECKING:
+    from .renewals import Renewals
 
 __all__ = ["RedisLease", "lease_holder", "new_token"]
 
@@ -79,7 +82,9 @@ class RedisLease:
     deadlines to keep.
     """
 
-    def __init__(self, redis: Redis, room: str, token: str, ttl: float) -> None:
+    def __init__(
+        self, redis: Redis, room: str, token: str, ttl: float, *, renewals: Renewals | None = None
+    ) -> None:
         if ttl < 0.01:
             raise ValueError(f"lease ttl must be at least 0.01 s, got {ttl!r}")
         if not token:
@@ -90,6 +95,7 @@ class RedisLease:
         self.ttl: Final = float(ttl)
         self.ttl_ms: Final = max(1, round(ttl * 1000))
         self.key: Final = room_key(room, OWNER)
+        self.renewals = renewals
         self._take = redis.register_script(_TAKE)
         self._renew = redis.register_script(_RENEW)
         self._release = redis.register_script(_RELEASE)
@@ -119,6 +125,8 @@ class RedisLease:
         False means the key expired or another holder took it: the lease is lost for good
         (a holder never re-creates its key; it acquires anew, with a new fence).
         """
+        if self.renewals is not None:  # with the hub's other renewals, in one call
+            return await self.renewals.renew(self)
         done = await _call(self._renew(keys=[self.key], args=[self.token, self.ttl_ms]))
         return int(done) == 1
 

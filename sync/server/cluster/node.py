@@ -38,9 +38,11 @@ from sync.server.cluster.context import MergeAnswered
 from sync.server.cluster.errors import ClusterUnavailable
 from sync.server.cluster.follower import Follower
 from sync.server.cluster.inbox import Inbox
+from sync.server.cluster.keeper import RENEWALS_PER_TTL
 from sync.server.cluster.keys import parse_room_key, room_key
 from sync.server.cluster.lease import UNAVAILABLE
 from sync.server.cluster.outbox import Outbox
+from sync.server.cluster.renewals import Renewals
 from sync.server.cluster.schema import migrate
 from sync.server.cluster.storage import RoomStorage
 from sync.server.cluster.streams import MERGE, UPDATE, InEntry, encode_in
@@ -106,6 +108,7 @@ class ClusterNode:
         self._tasks: list[asyncio.Task[None]] = []
         self._outbox: Outbox | None = None
         self._inbox: Inbox | None = None
+        self._renewals: Renewals | None = None
 
     @property
     def redis(self) -> Redis:
@@ -118,6 +121,12 @@ class ClusterNode:
         """The reader of the ``in`` streams of the rooms this hub owns; only once started."""
         assert self._inbox is not None, "the cluster node is not started"
         return self._inbox
+
+    @property
+    def renewals(self) -> Renewals:
+        """The lease renewals of the rooms this hub owns, gathered; only once started."""
+        assert self._renewals is not None, "the cluster node is not started"
+        return self._renewals
 
     @property
     def outbox(self) -> Outbox:
@@ -148,6 +157,9 @@ class ClusterNode:
         self._outbox = Outbox(self._redis)
         self._outbox.start()
         self._inbox = Inbox(self._redis.client())  # reads in a loop: a connection of its own
+        # a renewal waits up to half the keepers' interval: the keepers of the hub then
+        # renew in one or two calls per interval (see renewals.py)
+        self._renewals = Renewals(self._redis, self.lease_ttl / RENEWALS_PER_TTL / 2)
         if self.postgres_dsn is not None:
             self._pool = await postgres_pool(self.postgres_dsn)
             async with self._pool.connection() as conn:
@@ -185,6 +197,8 @@ class ClusterNode:
         if self._storage is not None:
             with contextlib.suppress(Exception):
                 await self._storage.close()
+        if self._renewals is not None:
+            await self._renewals.close()
         if self._outbox is not None:
             await self._outbox.stop()
         if self._pubsub is not None:
