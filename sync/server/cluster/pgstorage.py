@@ -3,14 +3,16 @@
 - The **judge** (owner only) is ``open_postgres(dsn, room, before_commit=hook,
   writer=shared)``: its batches are written by the hub's one
   :class:`~crdt_state.postgres.SharedWriter`, which stores the batches of every room the
-  hub owns that are ready at that moment in one transaction, each room's in its own
-  savepoint ending with :func:`fenced_position`: one statement that locks the room's
-  ``crdt_rooms`` row, checks the owner's fencing number (raising
-  :class:`~sync.server.cluster.errors.Fenced`, which rolls that room's savepoint back and
-  fails that room's store alone), records the ``in`` position whose judgement is
-  committed and the writing session's ``pg_backend_pid()``. Nothing is durable, so
-  nothing is answered or published, before the one ``COMMIT``. The judge is opened
-  *after* the fence was claimed, so it sees every write of earlier owners.
+  hub owns that are ready at that moment in one transaction. That transaction first runs
+  :func:`fenced_positions`: one statement that locks every one of those rooms'
+  ``crdt_rooms`` rows, checks each owner's fencing number and records the ``in``
+  position whose judgement is committed and the writing session's ``pg_backend_pid()``
+  (:func:`fenced_position` is the same for one room, the hook's own form). A room whose
+  fence is stale writes nothing and its store fails with
+  :class:`~sync.server.cluster.errors.Fenced` (its owner steps down); the others commit.
+  Nothing is durable, so nothing is answered or published, before the one ``COMMIT``.
+  The judge is opened *after* the fence was claimed, so it sees every write of earlier
+  owners.
 - Before opening its judge, a new owner ends the PostgreSQL sessions of earlier judges of
   the room (:func:`depose`): a paused one would hold row locks its new writes wait for.
   Those are the room's own connection (loading, queries, compaction: found by its
