@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
@@ -23,10 +23,7 @@ from redis.asyncio import Redis
 from .errors import ClusterUnavailable
 from .keys import OWNER, room_key
 
-if TYPE_CHECKING:
-    from .renewals import Renewals
-
-__all__ = ["RedisLease", "lease_holder", "new_token"]
+__all__ = ["RedisLease", "Renewer", "lease_holder", "new_token"]
 
 _T = TypeVar("_T")
 
@@ -68,6 +65,14 @@ UNAVAILABLE: Final = (redis_errors.ConnectionError, redis_errors.TimeoutError, O
 """What redis-py raises when the server cannot be reached or does not answer in time."""
 
 
+class Renewer(Protocol):
+    """Renews leases on their behalf (a hub's gathered renewals, ``renewals.Renewals``)."""
+
+    async def renew(self, lease: RedisLease) -> bool:
+        """As :meth:`RedisLease.renew` for ``lease``."""
+        ...
+
+
 def new_token(owner: str) -> str:
     """A fresh lease token: ``owner`` (a hub's name, for people) plus 64 random bits."""
     return f"{owner}#{secrets.token_hex(8)}"
@@ -83,7 +88,7 @@ class RedisLease:
     """
 
     def __init__(
-        self, redis: Redis, room: str, token: str, ttl: float, *, renewals: Renewals | None = None
+        self, redis: Redis, room: str, token: str, ttl: float, *, renewals: Renewer | None = None
     ) -> None:
         if ttl < 0.01:
             raise ValueError(f"lease ttl must be at least 0.01 s, got {ttl!r}")

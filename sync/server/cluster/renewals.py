@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from redis.asyncio import Redis
 
 from .errors import ClusterUnavailable
-from .lease import UNAVAILABLE
-
-if TYPE_CHECKING:
-    from .lease import RedisLease
+from .lease import UNAVAILABLE, RedisLease
 
 __all__ = ["Renewals"]
 
