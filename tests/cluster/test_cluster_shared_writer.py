@@ -151,3 +151,47 @@ async def test_a_new_owner_ends_a_writer_left_idle_in_a_transaction(
         assert fence.value < new.value
     finally:
         paused.close()
+
+
+async def test_the_writer_connects_again_after_its_session_was_ended(
+    pool: Pool, postgres_dsn: str
+) -> None:
+    """A deposed writer fails the round under way (its stores fail), then serves again."""
+    prefix = f"shared-again-{secrets.token_hex(4)}"
+    async with pool.connection() as conn:
+        fences = [await claim_fence(conn, f"{prefix}-{n}", "hub-a#1") for n in range(2)]
+    writer = await asyncio.to_thread(SharedWriter, postgres_dsn, check=fenced_positions)
+    judges: list[SharedState] = []
+    try:
+        first = await asyncio.to_thread(
+            open_postgres,
+            postgres_dsn,
+            fences[0].room,
+            before_commit=PositionHook(fences[0].room, fences[0].value),
+            writer=writer,
+        )
+        judges.append(first)
+        first.commit({"a": 1}, first.token, "agent")
+        ended = writer.pid
+        async with pool.connection() as conn:
+            await conn.execute("SELECT pg_terminate_backend(%s)", (ended,))
+        with pytest.raises(StorageError):  # the round on the ended session fails
+            first.commit({"a": 2}, first.token, "agent")
+        second = await asyncio.to_thread(
+            open_postgres,
+            postgres_dsn,
+            fences[1].room,
+            before_commit=PositionHook(fences[1].room, fences[1].value),
+            writer=writer,
+        )
+        judges.append(second)
+        second.commit({"b": 1}, second.token, "agent")  # a new session
+        assert writer.pid is not None and writer.pid != ended
+        stored = await asyncio.to_thread(load_stored, postgres_dsn, fences[1].room)
+        assert stored is not None and len(stored.changes) == 1
+        stored = await asyncio.to_thread(load_stored, postgres_dsn, fences[0].room)
+        assert stored is not None and len(stored.changes) == 1  # {"a": 2} was never stored
+    finally:
+        for judge in judges:
+            await asyncio.to_thread(judge.close)
+        await asyncio.to_thread(writer.close)
