@@ -23,6 +23,7 @@ __all__ = [
     "check_options",
     "connect",
     "failures",
+    "hook_refused",
     "prepare",
     "release",
     "run_hook",
@@ -166,7 +167,14 @@ def run_hook(
     try:
         hook(conn, ticket)
     except Exception as exc:
-        raise StorageError(
-            f"the before_commit hook refused the write: {exc}",
-            details={"database": where, "reason": "refused"},
-        ) from exc
+        raise hook_refused(exc, where) from exc
+
+
+def hook_refused(exc: BaseException, where: str) -> StorageError:
+    """The :class:`StorageError` (``"refused"``) of a write the hook refused with ``exc``."""
+    error = StorageError(
+        f"the before_commit hook refused the write: {exc}",
+        details={"database": where, "reason": "refused"},
+    )
+    error.__cause__ = exc
+    return error

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 
 try:
     import psycopg
@@ -42,8 +42,10 @@ from ._pg_connect import (
     safe_dsn,
 )
 from ._pg_reads import PgReads, compact
+from ._pg_shared import CheckHooks, Recorded, SharedWriter
+from ._pg_shared import Hook as WriterHook
 from ._pg_writer import write_batch
-from ._queued_items import Item
+from ._queued_items import Item, Written
 from ._queued_store import QueuedStore
 from .errors import ReadOnlyStore, StorageError
 from .journal import (
@@ -54,7 +56,17 @@ from .progress import ProgressLog
 from .state import SharedState
 from .version import VersionVector
 
-__all__ = ["PG_STORE_OPTIONS", "BeforeCommit", "PostgresStore", "load_stored", "open_postgres"]
+__all__ = [
+    "PG_STORE_OPTIONS",
+    "BeforeCommit",
+    "CheckHooks",
+    "PostgresStore",
+    "Recorded",
+    "SharedWriter",
+    "WriterHook",
+    "load_stored",
+    "open_postgres",
+]
 
 BeforeCommit = Callable[["psycopg.Connection[Any]", int], None]
 """``before_commit(conn, last_ticket)``: runs inside every write transaction, last.
@@ -72,6 +84,7 @@ PG_STORE_OPTIONS: Final = (
     "lock",
     "read_only",
     "connect_timeout",
+    "writer",
 )
 """The keyword options of :meth:`PostgresStore.open` (:func:`open_postgres` passes them on)."""
 
@@ -87,6 +100,12 @@ class PostgresStore(QueuedStore):
     :class:`StorageError`, whose ``__cause__`` is the original error: changes
     made in memory since are not stored, and nothing of the failed
     transaction is.
+
+    With a ``writer`` (a :class:`SharedWriter`), each batch is recorded as
+    statements and stored by that writer instead, in a transaction shared with
+    other stores' batches (the hook runs there first, on the writer's
+    connection; a batch it refuses fails this store alone); the store's own
+    connection then serves loading, queries and compaction.
     """
 
     def __init__(
@@ -101,8 +120,10 @@ class PostgresStore(QueuedStore):
         compact_document: bool = True,
         before_commit: BeforeCommit | None = None,
         read_only: bool = False,
+        writer: SharedWriter | None = None,
     ) -> None:
         self.key = key
+        self.writer = writer
         self.where = where
         self._conn = conn
         self._db = threading.Lock()  # guards the connection
@@ -135,6 +156,7 @@ class PostgresStore(QueuedStore):
         lock: bool | None = None,
         read_only: bool = False,
         connect_timeout: float = 5.0,
+        writer: SharedWriter | None = None,
     ) -> PostgresStore:
         """Connect to the database of ``dsn`` and open the state stored under ``key``.
 
@@ -155,6 +177,9 @@ class PostgresStore(QueuedStore):
                 refused; default: only when there is no ``before_commit`` hook.
             read_only: load and query only (no lock, no migration); writes raise.
             connect_timeout: seconds to wait for the server.
+            writer: store each batch through this shared writer (one transaction
+                for the batches of many stores, one savepoint each) instead of
+                this store's own connection; ``durability`` must be the writer's.
 
         Raises:
             StorageError: the server does not answer (``details["reason"]`` is
@@ -162,6 +187,8 @@ class PostgresStore(QueuedStore):
                 another writer holds ``key`` (``"in_use"``), or the tables are newer.
         """
         check_options(key, durability, keep_history, keep_conflicts)
+        if writer is not None and (writer.durability != durability or read_only):
+            raise ValueError("a writer needs a writable store of the writer's durability")
         where = f"{safe_dsn(dsn)}#{key}"
         conn = connect(dsn, where, connect_timeout)
         locked = lock if lock is not None else before_commit is None
@@ -176,6 +203,7 @@ class PostgresStore(QueuedStore):
             compact_document=compact_document,
             before_commit=before_commit,
             read_only=read_only,
+            writer=writer,
         )
 
     @property
@@ -217,13 +245,15 @@ class PostgresStore(QueuedStore):
         *,
         lock: bool | None = None,
         setup: Callable[[psycopg.Connection[Any]], None] | None = None,
+        writer: SharedWriter | None = None,
     ) -> StoredState:
         """Make this ``read_only`` store, which loaded its key, the key's writer.
 
         After :meth:`get_ready` (called here if not yet), one round trip: ``setup(conn)``,
         the lock if ``lock`` (default: without ``before_commit``), and one transaction
         reading what was committed since :meth:`load`. From then on the store takes
-        writes, each checked by ``before_commit``.
+        writes, each checked by ``before_commit``, and stored through ``writer`` when
+        given (as :meth:`open`'s ``writer``; it must have the store's durability).
 
         Returns:
             The log rows after the loaded ones (``changes``) and the newest remembered
@@ -239,6 +269,8 @@ class PostgresStore(QueuedStore):
                 "only a read_only store that loaded its key can take writes",
                 details={"database": self.where, "reason": "not_read_only"},
             )
+        if writer is not None and writer.durability != self.durability:
+            raise ValueError("a writer needs a writable store of the writer's durability")
         self.get_ready()
         locked = lock if lock is not None else before_commit is None
         with self._db:
@@ -248,6 +280,7 @@ class PostgresStore(QueuedStore):
             first = self._last_seq
             self._last_seq, self._log_rows = first + len(newer), rows
             self.before_commit = before_commit
+            self.writer = writer
             self.read_only = False
         return StoredState(first, VersionVector(), b"", newer, requests)
 
@@ -259,7 +292,7 @@ class PostgresStore(QueuedStore):
         failures = self._failures("cannot create the stored state")
         with self._db, failures, self._conn.transaction():
             pglog.create(self._conn, self.key, initial.snapshot_seq, token, initial.snapshot, rows)
-            self._hook(0)
+            self._hook(self._conn, 0)
         self._last_seq = initial.snapshot_seq
         self._ready = True
 
@@ -272,33 +305,48 @@ class PostgresStore(QueuedStore):
 
     # -- the writer thread ---------------------------------------------------------------
     def _write(self, batch: list[tuple[int, Item]]) -> None:
-        with self._db, self._failures("writing to PostgreSQL failed"):
-            self._commit(batch)
+        self._commit(batch)
 
     def _commit(self, batch: list[tuple[int, Item]]) -> None:
-        """Write one group of queued items in one transaction, in their order; then the hook."""
-        if self._refused is not None:  # the hook refused a compaction: refuse the same way
-            run_hook(self._refused, self._conn, 0, self.where)
-        # one pipeline for the whole transaction: its statements go out together, not
-        # one round trip (and one pipeline set-up per executemany) each
-        with self._conn.pipeline(), self._conn.transaction():
+        """Store one group of queued items in one transaction (or the shared writer's)."""
+        if self.writer is not None:  # recorded here, sent in the shared writer's transaction
+            if self._refused is not None:  # the hook refused a compaction: refuse the same way
+                run_hook(self._refused, self._conn, 0, self.where)
+            statements = Recorded()
             written = write_batch(
-                self._conn,
+                cast(Any, statements),  # stands for the connection: records, sends nothing
                 self.key,
                 [item for _, item in batch],
                 self._last_seq,
                 self._log_rows,
                 self.where,
             )
-            self._hook(batch[-1][0])
+            with self._failures("writing to PostgreSQL failed"):
+                self.writer.commit(statements, self.before_commit, batch[-1][0], self.where)
+        else:
+            # one pipeline for the whole transaction: its statements go out together,
+            # not one round trip (and one pipeline set-up per executemany) each
+            failures = self._failures("writing to PostgreSQL failed")
+            with self._db, failures, self._conn.pipeline(), self._conn.transaction():
+                written = self._store_batch(self._conn, batch)
         self._last_seq = written.last_seq
         self._log_rows = written.log_rows
         self.epochs += written.epochs
         self._stored_ticket = batch[-1][0]
 
-    def _hook(self, ticket: int) -> None:
+    def _store_batch(self, conn: psycopg.Connection[Any], batch: list[tuple[int, Item]]) -> Written:
+        """Write one group of queued items in their order, then the hook (inside a transaction)."""
+        if self._refused is not None:  # the hook refused a compaction: refuse the same way
+            run_hook(self._refused, conn, 0, self.where)
+        written = write_batch(
+            conn, self.key, [item for _, item in batch], self._last_seq, self._log_rows, self.where
+        )
+        self._hook(conn, batch[-1][0])
+        return written
+
+    def _hook(self, conn: psycopg.Connection[Any], ticket: int) -> None:
         if self.before_commit is not None:
-            run_hook(self.before_commit, self._conn, ticket, self.where)
+            run_hook(self.before_commit, conn, ticket, self.where)
 
     def _fold(self, fold: int, progress: ProgressLog) -> bool | None:
         with self._db, self._failures("compaction failed"):
@@ -308,7 +356,7 @@ class PostgresStore(QueuedStore):
                 self.key,
                 fold,
                 self.keep_conflicts,
-                lambda conn: self._hook(stored),
+                lambda conn: self._hook(conn, stored),
                 measure=self.compact_document,
                 on_change=progress.advance,
             )

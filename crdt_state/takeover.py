@@ -21,7 +21,7 @@ import psycopg
 
 from . import _durable
 from .errors import StorageError
-from .postgres import BeforeCommit, PostgresStore, open_postgres
+from .postgres import BeforeCommit, PostgresStore, SharedWriter, open_postgres
 from .state import SharedState
 
 __all__ = ["preload", "promote"]
@@ -51,12 +51,13 @@ def promote(
     *,
     lock: bool | None = None,
     setup: Callable[[psycopg.Connection[Any]], None] | None = None,
+    writer: SharedWriter | None = None,
 ) -> int:
     """Make a state opened ``read_only`` (by :func:`preload`) its key's writer.
 
     Call it once the old writer commits no more. The rows committed since the load are
     read in one transaction and replayed, with the newest remembered requests; then the
-    state takes writes, each checked by ``before_commit`` (``lock``, ``setup``: see
+    state takes writes, each checked by ``before_commit`` (``lock``, ``setup``, ``writer``: see
     :meth:`~crdt_state.postgres.PostgresStore.take_writes`).
 
     Returns:
@@ -67,7 +68,7 @@ def promote(
             any failure: the state is read-only or damaged; close it, open the key afresh.
     """
     store = _store(state)
-    newer = store.take_writes(before_commit, lock=lock, setup=setup)
+    newer = store.take_writes(before_commit, lock=lock, setup=setup, writer=writer)
     core = state._core
     _durable.extend(core, newer.changes, newer.requests, store.where)
     if core.doc.client_id in core.log.head_token:  # its fresh id was taken since the load

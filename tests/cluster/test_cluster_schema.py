@@ -41,7 +41,7 @@ async def test_migrate_creates_the_schema_once(fresh_dsn: str) -> None:
     async with await AsyncConnection.connect(fresh_dsn, autocommit=True) as conn:
         assert await schema_version(conn) == 0
         newest = len(MIGRATIONS)
-        assert await migrate(conn) == newest == 2
+        assert await migrate(conn) == newest == 3
         assert await tables(conn) == {"crdt_rooms", "crdt_schema"}
         await conn.execute("INSERT INTO crdt_rooms (room, fence, owner) VALUES ('r', 7, 'x')")
         assert await migrate(conn) == newest  # a second run changes nothing

@@ -39,6 +39,7 @@ class Node:
         self.postgres_dsn = dsn
         self.pool = pool
         self.lease_ttl = TTL
+        self.hub_id = "preload-test"
 
 
 def put(state: SharedState, key: str, value: int) -> None:
@@ -103,7 +104,11 @@ async def test_rows_committed_after_the_preload_are_in_the_new_judge_exactly_onc
         assert [judge.get(f"late{i}") for i in range(7)] == list(range(7))
         assert judge.get("too-soon") is None
 
-        await asyncio.to_thread(put, judge, "new-owner", 1)  # the new judge writes
+        shared = await new_storage.writer()
+        rounds = shared.rounds
+        # the new judge writes, through the hub's shared writer like a freshly opened one
+        await asyncio.to_thread(put, judge, "new-owner", 1)
+        assert shared.rounds == rounds + 1
         with pytest.raises(CrdtStateError):  # the old one is fenced
             await asyncio.to_thread(put, old_judge, "stale", 1)
         stored = await asyncio.to_thread(load_stored, postgres_dsn, room)

@@ -15,6 +15,9 @@ from redis.asyncio import Redis
 
 if TYPE_CHECKING:
     from sync.server._room import Room, Session
+    from sync.server.cluster.inbox import Inbox
+    from sync.server.cluster.outbox import Outbox
+    from sync.server.cluster.renewals import Renewals
     from sync.server.cluster.storage import RoomStorage
 
 __all__ = ["MergeAnswered", "NodeContext"]
@@ -37,6 +40,21 @@ class NodeContext(Protocol):
     @property
     def redis(self) -> Redis:
         """The node's Redis client (streams, leases, awareness)."""
+        ...
+
+    @property
+    def inbox(self) -> Inbox:
+        """The node's reader of the ``in`` streams of the rooms it owns."""
+        ...
+
+    @property
+    def outbox(self) -> Outbox:
+        """The node's pipelined Redis writes (``in`` entries, awareness, ``out`` scripts)."""
+        ...
+
+    @property
+    def renewals(self) -> Renewals:
+        """The node's lease renewals, sent together (one script call for many rooms)."""
         ...
 
     @property

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Awaitable
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from .errors import ClusterUnavailable
 from .keys import OWNER, room_key
 
-__all__ = ["RedisLease", "lease_holder", "new_token"]
+__all__ = ["RedisLease", "Renewer", "lease_holder", "new_token"]
 
 _T = TypeVar("_T")
 
@@ -65,6 +65,14 @@ UNAVAILABLE: Final = (redis_errors.ConnectionError, redis_errors.TimeoutError, O
 """What redis-py raises when the server cannot be reached or does not answer in time."""
 
 
+class Renewer(Protocol):
+    """Renews leases on their behalf (a hub's gathered renewals, ``renewals.Renewals``)."""
+
+    async def renew(self, lease: RedisLease) -> bool:
+        """As :meth:`RedisLease.renew` for ``lease``."""
+        ...
+
+
 def new_token(owner: str) -> str:
     """A fresh lease token: ``owner`` (a hub's name, for people) plus 64 random bits."""
     return f"{owner}#{secrets.token_hex(8)}"
@@ -79,7 +87,9 @@ class RedisLease:
     deadlines to keep.
     """
 
-    def __init__(self, redis: Redis, room: str, token: str, ttl: float) -> None:
+    def __init__(
+        self, redis: Redis, room: str, token: str, ttl: float, *, renewals: Renewer | None = None
+    ) -> None:
         if ttl < 0.01:
             raise ValueError(f"lease ttl must be at least 0.01 s, got {ttl!r}")
         if not token:
@@ -90,6 +100,7 @@ class RedisLease:
         self.ttl: Final = float(ttl)
         self.ttl_ms: Final = max(1, round(ttl * 1000))
         self.key: Final = room_key(room, OWNER)
+        self.renewals = renewals
         self._take = redis.register_script(_TAKE)
         self._renew = redis.register_script(_RENEW)
         self._release = redis.register_script(_RELEASE)
@@ -119,6 +130,8 @@ class RedisLease:
         False means the key expired or another holder took it: the lease is lost for good
         (a holder never re-creates its key; it acquires anew, with a new fence).
         """
+        if self.renewals is not None:  # with the hub's other renewals, in one call
+            return await self.renewals.renew(self)
         done = await _call(self._renew(keys=[self.key], args=[self.token, self.ttl_ms]))
         return int(done) == 1
 

@@ -37,9 +37,12 @@ from sync.server.cluster.cluster_room import TRY_AGAIN_LATER, ClusterRoom, newes
 from sync.server.cluster.context import MergeAnswered
 from sync.server.cluster.errors import ClusterUnavailable
 from sync.server.cluster.follower import Follower
+from sync.server.cluster.inbox import Inbox
+from sync.server.cluster.keeper import RENEWALS_PER_TTL
 from sync.server.cluster.keys import parse_room_key, room_key
 from sync.server.cluster.lease import UNAVAILABLE
 from sync.server.cluster.outbox import Outbox
+from sync.server.cluster.renewals import Renewals
 from sync.server.cluster.schema import migrate
 from sync.server.cluster.storage import RoomStorage
 from sync.server.cluster.streams import MERGE, UPDATE, InEntry, encode_in
@@ -104,12 +107,26 @@ class ClusterNode:
         self._pubsub: PubSub | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._outbox: Outbox | None = None
+        self._inbox: Inbox | None = None
+        self._renewals: Renewals | None = None
 
     @property
     def redis(self) -> Redis:
         """The node's Redis client; only valid between :meth:`start` and :meth:`stop`."""
         assert self._redis is not None, "the cluster node is not started"
         return self._redis
+
+    @property
+    def inbox(self) -> Inbox:
+        """The reader of the ``in`` streams of the rooms this hub owns; only once started."""
+        assert self._inbox is not None, "the cluster node is not started"
+        return self._inbox
+
+    @property
+    def renewals(self) -> Renewals:
+        """The lease renewals of the rooms this hub owns, gathered; only once started."""
+        assert self._renewals is not None, "the cluster node is not started"
+        return self._renewals
 
     @property
     def outbox(self) -> Outbox:
@@ -139,6 +156,10 @@ class ClusterNode:
         self._redis = redis_client(self.redis_url)
         self._outbox = Outbox(self._redis)
         self._outbox.start()
+        self._inbox = Inbox(self._redis.client())  # reads in a loop: a connection of its own
+        # a renewal waits up to half the keepers' interval: the keepers of the hub then
+        # renew in one or two calls per interval (see renewals.py)
+        self._renewals = Renewals(self._redis, self.lease_ttl / RENEWALS_PER_TTL / 2)
         if self.postgres_dsn is not None:
             # a dead hub's rooms are claimed at once (one fence claim each): a pool of 4
             # queued them behind each other on a busy event loop
@@ -156,6 +177,7 @@ class ClusterNode:
             asyncio.create_task(self._watch_answers(), name="cluster answers"),
             asyncio.create_task(self._watch_redis(), name="cluster redis"),
             asyncio.create_task(self._follow(), name="cluster follower"),
+            asyncio.create_task(self._read_in(), name="cluster inbox"),
         ]
         log.info("hub %s joined the cluster", self.hub_id)
 
@@ -174,6 +196,11 @@ class ClusterNode:
                 task.cancel()
             if not task.cancelled() and task.exception() is not None:
                 log.warning("cluster task %s failed: %r", task.get_name(), task.exception())
+        if self._storage is not None:
+            with contextlib.suppress(Exception):
+                await self._storage.close()
+        if self._renewals is not None:
+            await self._renewals.close()
         if self._outbox is not None:
             await self._outbox.stop()
         if self._pubsub is not None:
@@ -269,6 +296,24 @@ class ClusterNode:
             finally:
                 with contextlib.suppress(Exception):
                     await redis.aclose()
+
+    async def _read_in(self) -> None:
+        """Read the ``in`` streams of every room this hub owns, with one ``XREAD`` for all.
+
+        An unexpected error is logged and reading starts again (the rooms' owners keep
+        their slots: the entries read are delivered, the next read starts after them).
+        """
+        inbox = self.inbox
+        try:
+            while True:
+                try:
+                    await inbox.run()
+                except Exception:
+                    log.exception("reading the owned rooms' in streams failed, starting again")
+                    await asyncio.sleep(0.1)
+        finally:
+            with contextlib.suppress(Exception):
+                await inbox.redis.aclose()
 
     async def _watch_answers(self) -> None:
         step = min(0.25, self.answer_timeout / 4)

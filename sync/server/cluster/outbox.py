@@ -1,11 +1,12 @@
 """One hub's writes to Redis, sent in pipelined batches: one round trip for many.
 
 Every session of a hub forwards its writes (``XADD`` to a room's ``in`` stream) and its
-awareness (``PUBLISH``); sent one by one, each costs a Redis round trip and, when many are
-in flight at once, a pooled connection each. :class:`Outbox` queues them instead and one
-task sends whatever is queued as one non-transactional pipeline; while a batch is on its
-way the next one fills up, so the batches grow with the load and the round trips per
-write shrink.
+awareness (``PUBLISH``), and every room the hub owns publishes its judged batches
+(:meth:`Outbox.append_if_holder`, the ``out`` script); sent one by one, each costs a
+Redis round trip and, when many are in flight at once, a pooled connection each.
+:class:`Outbox` queues them instead and one task sends whatever is queued as one
+non-transactional pipeline; while a batch is on its way the next one fills up, so the
+batches grow with the load and the round trips per write shrink.
 
 Order: the commands of a batch are sent in the order they were queued, and one batch is
 sent only after the previous one was answered, so one session's writes reach the ``in``
@@ -23,13 +24,14 @@ from redis.asyncio import Redis
 
 from sync.server.cluster.errors import ClusterUnavailable
 from sync.server.cluster.lease import UNAVAILABLE
+from sync.server.cluster.streamio import APPEND_IF_HOLDER
 
 __all__ = ["MAX_BATCH", "Outbox"]
 
 MAX_BATCH: Final = 512
 """Most commands sent in one pipeline."""
 
-_Command = tuple[str, str, Any, "asyncio.Future[None] | None"]
+_Command = tuple[str, str, Any, "asyncio.Future[Any] | None"]
 
 
 class Outbox:
@@ -72,6 +74,33 @@ class Outbox:
         self._ready.set()
         await done
 
+    async def append_if_holder(
+        self,
+        lease_key: str,
+        token: str,
+        key: str,
+        fields: Mapping[str, bytes | str],
+        *,
+        maxlen: int,
+    ) -> str | None:
+        """As :func:`~sync.server.cluster.streamio.append_if_holder`, with the next batch.
+
+        Returns the new id, or ``None`` when the lease is not ``token``'s.
+
+        Raises:
+            ClusterUnavailable: Redis did not answer (the entry may or may not be stored).
+        """
+        args: list[bytes | str] = [lease_key, key, token, str(maxlen)]
+        for name, value in fields.items():
+            args += [name, value]
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.append(("eval", APPEND_IF_HOLDER, args, done))
+        self._ready.set()
+        added = await done
+        if added is None:
+            return None
+        return added.decode() if isinstance(added, bytes) else str(added)
+
     def publish(self, channel: str, message: bytes) -> None:
         """``PUBLISH`` ``message`` on ``channel`` with the next batch (lost if Redis is down)."""
         self._queue.append(("publish", channel, message, None))
@@ -100,6 +129,8 @@ class Outbox:
         for command, key, value, _ in batch:
             if command == "xadd":
                 pipe.xadd(key, value)
+            elif command == "eval":  # the script's text: Redis caches it by its digest
+                pipe.eval(key, 2, *value)
             else:
                 pipe.publish(key, value)
         try:
@@ -118,7 +149,7 @@ class Outbox:
             if isinstance(result, Exception):
                 done.set_exception(ClusterUnavailable("redis", f"redis refused: {result}"))
             else:
-                done.set_result(None)
+                done.set_result(result)
         if len(results) < len(batch):  # cannot happen with redis-py; never leave one hanging
             self._fail(batch, ClusterUnavailable("redis", "redis answered part of a batch"))
 

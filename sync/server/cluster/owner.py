@@ -6,7 +6,9 @@ the fence was claimed, whose store checks that fence inside every write transact
 
 One round:
 
-1. ``XREAD`` up to :data:`BATCH` entries of ``crdt:{room}:in`` after the last one judged;
+1. take up to :data:`BATCH` entries of ``crdt:{room}:in`` after the last one judged: from
+   the hub's :class:`~sync.server.cluster.inbox.Inbox` (one ``XREAD`` for every room the hub
+   owns) when given an ``inbox`` slot, else by an ``XREAD`` of its own;
 2. judge them in stream order with the single hub's code: a plain update is applied
    (``apply_update``), a merge request is judged
    (:func:`~sync.server._merge.judge_merge_unwaited`); each change is made in memory at
@@ -14,7 +16,8 @@ One round:
    PostgreSQL transaction can carry it;
 3. once every change is durable, ``XADD`` one entry to ``crdt:{room}:out`` with the
    accepted changes (one Yjs update), the answers, and the last ``in`` id, in a script
-   that adds it only while the room's lease still holds this owner's token. (Reading the
+   that adds it only while the room's lease still holds this owner's token (sent with the
+   hub's other Redis writes in one pipeline when given a ``publish`` function). (Reading the
    next batch in the same script was tried and dropped: the shorter cycle made batches
    smaller, so Redis commands and PostgreSQL commits per merge rose; see
    docs/architecture.md.)
@@ -30,8 +33,9 @@ identity makes its second judgement answer like the first without writing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Final
+from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
+from typing import Final, Protocol
 
 from pycrdt import merge_updates
 from redis.asyncio import Redis
@@ -39,6 +43,7 @@ from redis.asyncio import Redis
 from crdt_state import CrdtStateError, SharedState, StateUpdate
 from sync.server._merge import judge_merge_unwaited
 from sync.server.cluster.errors import ClusterError, LeaseLost, LossReason
+from sync.server.cluster.inbox import InSlot
 from sync.server.cluster.keys import room_key
 from sync.server.cluster.ownership import Ownership
 from sync.server.cluster.streamio import (
@@ -62,7 +67,7 @@ from sync.server.cluster.streams import (
 from sync.wire import protocol as p
 from sync.wire.errors import ProtocolError
 
-__all__ = ["BATCH", "RoomOwner", "StepDown", "last_published"]
+__all__ = ["BATCH", "Publish", "RoomOwner", "StepDown", "last_published"]
 
 log = logging.getLogger("crdt_state.cluster")
 
@@ -72,6 +77,26 @@ OUT_MAXLEN: Final = 10_000
 """About how many entries ``out`` keeps (a follower further behind reloads)."""
 STORAGE_CODES: Final = frozenset({"storage", "state_closed", "write_failed", "fenced"})
 """Merge-result error codes that mean the judge's storage failed, not the merge."""
+
+
+class Publish(Protocol):
+    """``publish(lease_key, token, out_key, fields, maxlen=...)``: the ``out`` script's call.
+
+    Returns the new entry's id, ``None`` when the lease is not ``token``'s (see
+    :func:`~sync.server.cluster.streamio.append_if_holder`).
+    """
+
+    def __call__(
+        self,
+        lease_key: str,
+        token: str,
+        key: str,
+        fields: Mapping[str, bytes | str],
+        *,
+        maxlen: int,
+    ) -> Awaitable[str | None]:
+        """Run the script; awaiting gives the new id or ``None``."""
+        ...
 
 
 class StepDown(ClusterError):
@@ -107,6 +132,9 @@ class RoomOwner:
             beyond this hub's replica (changes an earlier owner committed but did not
             live to publish; a merge judged again then writes nothing, so without it the
             replicas would never get them).
+        inbox: the room's slot in the hub's ``in`` reader, registered at ``start``
+            (``None``: read ``in`` with an ``XREAD`` of its own).
+        publish: how to run the ``out`` script (default: a call of its own on ``redis``).
     """
 
     def __init__(
@@ -120,8 +148,12 @@ class RoomOwner:
         block: float = 0.2,
         on_committed: Callable[[str], None] = lambda position: None,
         catch_up: bytes = b"",
+        inbox: InSlot | None = None,
+        publish: Publish | None = None,
     ) -> None:
         self.redis = redis
+        self.inbox = inbox
+        self.publish: Publish = publish or partial(append_if_holder, redis)
         self.ownership = ownership
         self.judge = judge
         self.position = start
@@ -159,9 +191,7 @@ class RoomOwner:
                 await self._publish(OutEntry(self.catch_up, self.position, self.fence))
             while not stop():
                 self.ownership.check()
-                entries = await read_after(
-                    self.redis, self._in, self.position, count=BATCH, block_ms=self.block_ms
-                )
+                entries = await self._read()
                 if not entries:
                     continue
                 out = await self._judge_batch(entries)
@@ -176,11 +206,18 @@ class RoomOwner:
         finally:
             unsubscribe()
 
+    async def _read(self) -> list[Entry]:
+        """The next entries of ``in`` (up to :data:`BATCH`; none after a while without)."""
+        if self.inbox is not None:
+            return await self.inbox.take(self.block_ms / 1000)
+        return await read_after(
+            self.redis, self._in, self.position, count=BATCH, block_ms=self.block_ms
+        )
+
     async def _publish(self, out: OutEntry) -> None:
         """Append ``out`` while the lease is this owner's; ``LeaseLost`` otherwise."""
         self.ownership.check()
-        published = await append_if_holder(
-            self.redis,
+        published = await self.publish(
             self.ownership.lease.key,
             self.ownership.token,
             self._out,

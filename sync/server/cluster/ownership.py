@@ -32,6 +32,7 @@ from .errors import ClusterUnavailable, LeaseLost, LossReason
 from .fence import Fence, claim_fence, fenced_transaction
 from .keeper import LeaseKeeper, lease_deadline
 from .lease import RedisLease, new_token
+from .renewals import Renewals
 
 __all__ = ["Ownership", "acquire", "try_acquire"]
 
@@ -124,6 +125,7 @@ async def try_acquire(
     on_lost: Callable[[LeaseLost], object] | None = None,
     clock: Callable[[], float] = time.monotonic,
     on_busy: Callable[[float], object] | None = None,
+    renewals: Renewals | None = None,
 ) -> Ownership | None:
     """Take ``room`` if its lease is free: lease, then a new fence, then a running keeper.
 
@@ -133,8 +135,9 @@ async def try_acquire(
     ``ClusterUnavailable`` when Redis or PostgreSQL does not answer (nothing is then held).
     ``on_busy`` is told, when another holder has the lease, the seconds its lease has
     left (from the same round trip): a contender sleeps that long, no longer.
+    ``renewals``: the hub's gathered renewals, which the keeper then renews through.
     """
-    lease = RedisLease(redis, room, new_token(owner), ttl)
+    lease = RedisLease(redis, room, new_token(owner), ttl, renewals=renewals)
     started = clock()
     left = await lease.take()
     if left is not None:

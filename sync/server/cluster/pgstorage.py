@@ -1,13 +1,24 @@
 """Cluster rooms in PostgreSQL: :class:`~crdt_state.postgres.PostgresStore`, one key per room.
 
-- The **judge** (owner only) is ``open_postgres(dsn, room, before_commit=hook)``: every
-  write transaction of its store ends with :func:`fenced_position`, one statement that
-  locks the room's ``crdt_rooms`` row, checks the owner's fencing number (raising
-  :class:`~sync.server.cluster.errors.Fenced`, which rolls the transaction back and fails
-  the store) and records the ``in`` position whose judgement is committed. The judge is
-  opened *after* the fence was claimed, so it sees every write of earlier owners.
+- The **judge** (owner only) is ``open_postgres(dsn, room, before_commit=hook,
+  writer=shared)``: its batches are written by the hub's one
+  :class:`~crdt_state.postgres.SharedWriter`, which stores the batches of every room the
+  hub owns that are ready at that moment in one transaction. That transaction first runs
+  :func:`fenced_positions`: one statement that locks every one of those rooms'
+  ``crdt_rooms`` rows, checks each owner's fencing number and records the ``in``
+  position whose judgement is committed and the writing session's ``pg_backend_pid()``
+  (:func:`fenced_position` is the same for one room, the hook's own form). A room whose
+  fence is stale writes nothing and its store fails with
+  :class:`~sync.server.cluster.errors.Fenced` (its owner steps down); the others commit.
+  Nothing is durable, so nothing is answered or published, before the one ``COMMIT``.
+  The judge is opened *after* the fence was claimed, so it sees every write of earlier
+  owners.
 - Before opening its judge, a new owner ends the PostgreSQL sessions of earlier judges of
   the room (:func:`depose`): a paused one would hold row locks its new writes wait for.
+  Those are the room's own connection (loading, queries, compaction: found by its
+  ``application_name``) and the session recorded by the last fenced write (another
+  hub's shared writer: ended only when it sits idle inside a transaction, since its other
+  rooms share it).
 - A contender that sees the holder miss a renewal may **preload** the judge
   (:meth:`PostgresRoomStorage.preload`): the same store opened ``read_only`` (no write
   can be queued), in its own session named ``crdt-preload:...``. After its claim the
@@ -30,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import psycopg
@@ -38,7 +49,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from crdt_state import SharedState
 from crdt_state.errors import StorageError
-from crdt_state.postgres import load_stored, open_postgres
+from crdt_state.postgres import SharedWriter, load_stored, open_postgres
+from crdt_state.postgres import WriterHook as Hook
 from crdt_state.takeover import preload, promote
 from sync.server.cluster.context import NodeContext
 from sync.server.cluster.errors import ClusterUnavailable, Fenced
@@ -49,13 +61,16 @@ log = logging.getLogger("crdt_state.cluster")
 __all__ = [
     "PositionHook",
     "PostgresRoomStorage",
+    "depose",
     "fenced_position",
+    "fenced_positions",
     "judge_dsn",
     "preload_name",
 ]
 
 _FENCED_POSITION: Final = """
-UPDATE crdt_rooms SET stream_position = coalesce(%s, stream_position)
+UPDATE crdt_rooms SET stream_position = coalesce(%s, stream_position),
+    judge_pid = pg_backend_pid()
 WHERE room = %s AND fence = %s
 RETURNING fence
 """
@@ -67,7 +82,7 @@ def fenced_position(
     """Check ``fence`` and record ``position``, inside a write transaction.
 
     The check locks the room's row until commit; a ``position`` of ``None`` keeps the
-    stored one.
+    stored one. The session's server process is recorded too (see :func:`depose`).
 
     Raises:
         Fenced: ``fence`` is no longer the room's (another hub claimed it).
@@ -76,6 +91,44 @@ def fenced_position(
     if row is None:
         current = conn.execute("SELECT fence FROM crdt_rooms WHERE room = %s", (room,)).fetchone()
         raise Fenced(room, fence, int(current[0]) if current is not None else None)
+
+
+_FENCED_POSITIONS: Final = """
+UPDATE crdt_rooms AS r SET stream_position = coalesce(v.position, r.stream_position),
+    judge_pid = pg_backend_pid()
+FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS v (room, fence, position)
+WHERE r.room = v.room AND r.fence = v.fence
+RETURNING r.room, r.fence
+"""
+
+
+def fenced_positions(
+    conn: psycopg.Connection[Any], hooks: Sequence[tuple[Hook, int]]
+) -> list[BaseException | None]:
+    """:func:`fenced_position` for many rooms' hooks in one statement (a shared writer's check).
+
+    Every hook must be a :class:`PositionHook`. The rows are locked in the order of the
+    room names (two hubs' writers lock them in the same order). Returns, per hook, ``None``
+    when its fence holds (its row is now locked and its position recorded) or the
+    :class:`~sync.server.cluster.errors.Fenced` it would have raised.
+    """
+    checks = [hook for hook, _ in hooks if isinstance(hook, PositionHook)]
+    if len(checks) != len(hooks):
+        raise TypeError("fenced_positions() checks PositionHooks only")
+    rooms = sorted({(h.room, h.fence, h.position) for h in checks})
+    columns = tuple(list(column) for column in zip(*rooms, strict=True))
+    passed = {(str(r), int(f)) for r, f in conn.execute(_FENCED_POSITIONS, columns).fetchall()}
+    if all((h.room, h.fence) in passed for h in checks):
+        return [None] * len(checks)
+    stale = sorted({h.room for h in checks if (h.room, h.fence) not in passed})
+    rows = conn.execute(
+        "SELECT room, fence FROM crdt_rooms WHERE room = ANY(%s)", (stale,)
+    ).fetchall()
+    current = {str(room): int(fence) for room, fence in rows}
+    return [
+        None if (h.room, h.fence) in passed else Fenced(h.room, h.fence, current.get(h.room))
+        for h in checks
+    ]
 
 
 def _digest(room: str) -> str:
@@ -92,6 +145,13 @@ def preload_name(room: str) -> str:
     return f"crdt-preload:{_digest(room)}"
 
 
+def _session_dsn(dsn: str, name: str, lease_ttl: float) -> str:
+    parts = conninfo_to_dict(dsn)
+    timeout = max(100, int(lease_ttl * 500))
+    options = f"{parts.get('options') or ''} -c idle_in_transaction_session_timeout={timeout}"
+    return make_conninfo(dsn, options=options.strip(), application_name=name)
+
+
 def judge_dsn(dsn: str, room: str, fence: int | None, lease_ttl: float) -> str:
     """Build the connection string of a judge's PostgreSQL session from ``dsn``.
 
@@ -99,22 +159,22 @@ def judge_dsn(dsn: str, room: str, fence: int | None, lease_ttl: float) -> str:
     judge's, ``fence`` ``None``, by :func:`preload_name` until its claim), and ends any
     transaction left idle for half a lease.
     """
-    parts = conninfo_to_dict(dsn)
-    timeout = max(100, int(lease_ttl * 500))
-    options = f"{parts.get('options') or ''} -c idle_in_transaction_session_timeout={timeout}"
     name = preload_name(room) if fence is None else judge_name(room, fence)
-    return make_conninfo(dsn, options=options.strip(), application_name=name)
+    return _session_dsn(dsn, name, lease_ttl)
 
 
-def _take_over(room: str, fence: int) -> Callable[[psycopg.Connection[Any]], None]:
+def _take_over(
+    room: str, fence: int, mine: list[int], idle: float
+) -> Callable[[psycopg.Connection[Any]], None]:
     """The setup of a preloaded judge's session after the claim: named, then :func:`depose`.
 
-    Both in the promotion's one round trip (its results are not read).
+    All in the promotion's one round trip (its results are not read).
     """
 
     def setup(conn: psycopg.Connection[Any]) -> None:
         conn.execute("SELECT set_config('application_name', %s, false)", (judge_name(room, fence),))
         conn.execute(_DEPOSE, (judge_name(room) + "%", judge_name(room, fence)))
+        conn.execute(_DEPOSE_WRITER, (room, mine, idle))
 
     return setup
 
@@ -126,7 +186,30 @@ _DEPOSE: Final = (
 )
 
 
-async def depose(conn: psycopg.AsyncConnection[Any], room: str, fence: int) -> int:
+def writer_dsn(dsn: str, hub_id: str, lease_ttl: float) -> str:
+    """The connection string of a hub's shared writer session (named after the hub).
+
+    Like a judge's, it ends any transaction left idle for half a lease.
+    """
+    return _session_dsn(dsn, f"crdt-writer:{hub_id}"[:63], lease_ttl)
+
+
+_DEPOSE_WRITER: Final = """
+SELECT count(pg_terminate_backend(a.pid)) FROM crdt_rooms r
+JOIN pg_stat_activity a ON a.pid = r.judge_pid
+WHERE r.room = %s AND a.datname = current_database() AND NOT a.pid = ANY(%s)
+  AND a.state LIKE 'idle in transaction%%' AND a.state_change < now() - %s * interval '1 s'
+"""
+
+
+async def depose(
+    conn: psycopg.AsyncConnection[Any],
+    room: str,
+    fence: int,
+    *,
+    mine: list[int] | None = None,
+    idle: float = 0.1,
+) -> int:
     """End the PostgreSQL sessions of the room's earlier judges; how many were ended.
 
     Only sessions in this connection's database: another cluster on the same server
@@ -135,11 +218,21 @@ async def depose(conn: psycopg.AsyncConnection[Any], room: str, fence: int) -> i
     A judge paused in the middle of a write transaction (SIGSTOP, a long GC pause) holds
     the row locks of what it wrote so far, and the new owner's first writes would wait for
     them until it wakes up. Its commit would be refused by the fence anyway, so the new
-    owner ends its session at once (the hubs share a role, which may do that).
+    owner ends its session at once (the hubs share a role, which may do that). Two kinds:
+
+    - the room's own judge connections of earlier fences, found by ``application_name``;
+    - the session that made the room's last fenced write (``crdt_rooms.judge_pid``: a
+      hub's shared writer, which also writes other rooms), unless it is one of ``mine``
+      (this hub's own writer), and only while it has been idle inside a transaction for
+      more than ``idle`` seconds: a writer doing its work is left alone, a paused one is
+      ended.
     """
     cur = await conn.execute(_DEPOSE, (judge_name(room) + "%", judge_name(room, fence)))
     row = await cur.fetchone()
-    return int(row[0]) if row is not None else 0
+    ended = int(row[0]) if row is not None else 0
+    cur = await conn.execute(_DEPOSE_WRITER, (room, mine or [], idle))
+    row = await cur.fetchone()
+    return ended + (int(row[0]) if row is not None else 0)
 
 
 class PositionHook:
@@ -180,6 +273,23 @@ class PostgresRoomStorage:
         self.dsn = node.postgres_dsn
         self.node = node
         self._hooks: dict[int, PositionHook] = {}
+        self._writer: SharedWriter | None = None
+        self._opening = asyncio.Lock()
+
+    async def writer(self) -> SharedWriter:
+        """The hub's shared writer: one session for the write transactions of all its rooms."""
+        async with self._opening:
+            if self._writer is None:
+                dsn = writer_dsn(self.dsn, self.node.hub_id, self.node.lease_ttl)
+                self._writer = await asyncio.to_thread(SharedWriter, dsn, check=fenced_positions)
+            return self._writer
+
+    async def close(self) -> None:
+        """Close the shared writer (every judge is closed first)."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            await asyncio.to_thread(writer.close)
+            log.info("shared writer: %d batches in %d transactions", writer.parts, writer.rounds)
 
     async def open_replica(self, room: str) -> SharedState:
         """Load the room's stored snapshot and changes into a follower replica."""
@@ -229,12 +339,19 @@ class PostgresRoomStorage:
         """
         fence = ownership.fence.value
         hook = PositionHook(room, fence)
+        writer = await self.writer()
+        mine = [pid] if (pid := writer.pid) is not None else []
+        idle = self.node.lease_ttl / 15
         if preloaded is not None:
             try:
                 # after the claim committed: every row of an earlier fence is final. Named
                 # as the judge and earlier judges ended in the same round trip
                 caught = await asyncio.to_thread(
-                    promote, preloaded, hook, setup=_take_over(room, fence)
+                    promote,
+                    preloaded,
+                    hook,
+                    setup=_take_over(room, fence, mine, idle),
+                    writer=writer,
                 )
             except (StorageError, psycopg.Error) as exc:
                 log.warning("room %r: preloaded judge not usable (%s), loading afresh", room, exc)
@@ -245,7 +362,7 @@ class PostgresRoomStorage:
                 return preloaded
         try:
             async with self.node.pool.connection() as conn:
-                ended = await depose(conn, room, fence)
+                ended = await depose(conn, room, fence, mine=mine, idle=idle)
         except psycopg.Error as exc:  # not allowed, or unavailable: the fence still holds
             log.warning("room %r: cannot end earlier judges' sessions: %s", room, exc)
             ended = 0
@@ -256,6 +373,7 @@ class PostgresRoomStorage:
             judge_dsn(self.dsn, room, fence, self.node.lease_ttl),
             room,
             before_commit=hook,
+            writer=writer,
             compact_document=False,  # clients keep replicas: the document keeps its identity
             resolvers=resolvers,
         )

@@ -13,7 +13,9 @@ Tables so far:
     one row per room ever claimed: ``fence`` (the fencing number, bumped by every claim),
     ``owner`` (the lease token of the last claimant), ``claimed_at``,
     ``stream_position`` (the last ``in`` entry whose judgement is committed: written by
-    the owner inside its fenced write transactions; see :mod:`sync.server.cluster.pgstorage`).
+    the owner inside its fenced write transactions; see :mod:`sync.server.cluster.pgstorage`),
+    ``judge_pid`` (the server process of the session that made the last fenced write: a
+    new owner ends it when it is left idle inside a transaction, see ``pgstorage.depose``).
 """
 
 from __future__ import annotations
@@ -59,6 +61,11 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         2,
         "the in-stream position committed with each room's state",
         ("ALTER TABLE crdt_rooms ADD COLUMN stream_position text",),
+    ),
+    Migration(
+        3,
+        "the PostgreSQL session of each room's last fenced write",
+        ("ALTER TABLE crdt_rooms ADD COLUMN judge_pid integer",),
     ),
 )
 

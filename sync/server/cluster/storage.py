@@ -69,3 +69,7 @@ class RoomStorage(Protocol):
     async def stored_position(self, room: str) -> str | None:
         """The last ``in`` id committed with the room's state (``None``: unknown)."""
         ...
+
+    async def close(self) -> None:
+        """Release what the storage holds for all rooms (after every room stopped)."""
+        ...

@@ -18,19 +18,23 @@ from sync.server.cluster.lease import UNAVAILABLE
 
 __all__ = [
     "Entry",
+    "APPEND_IF_HOLDER",
     "append_if_holder",
+    "entries_of",
     "newest",
     "read_after",
     "read_all",
     "trim_before",
 ]
 
-_APPEND_IF_HOLDER: Final = """
+APPEND_IF_HOLDER: Final = """
 if redis.call('get', KEYS[1]) ~= ARGV[1] then
   return false
 end
 return redis.call('xadd', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', unpack(ARGV, 3))
 """
+"""``XADD`` to ``KEYS[2]`` (``MAXLEN ~ ARGV[2]``, fields ``ARGV[3:]``) while ``KEYS[1]``
+holds ``ARGV[1]``; the new id, or nil."""
 
 Entry = tuple[str, Mapping[bytes | str, bytes | str]]
 """A stream entry: its id and its fields."""
@@ -40,7 +44,8 @@ def _id(raw: Any) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
-def _entries(raw: Any) -> list[Entry]:
+def entries_of(raw: Any) -> list[Entry]:
+    """The entries of a raw ``XREAD``/``XRANGE`` answer for one stream, ids as ``str``."""
     return [(_id(entry_id), fields or {}) for entry_id, fields in raw or ()]
 
 
@@ -55,7 +60,7 @@ async def read_after(
     if not got:
         return []
     first = got[0]
-    return _entries(first[1])
+    return entries_of(first[1])
 
 
 async def read_all(redis: Redis, key: str) -> list[Entry]:
@@ -64,7 +69,7 @@ async def read_all(redis: Redis, key: str) -> list[Entry]:
         got: Any = await redis.xrange(key)
     except UNAVAILABLE as exc:
         raise ClusterUnavailable("redis", f"redis did not answer: {exc}") from exc
-    return _entries(got)
+    return entries_of(got)
 
 
 async def newest(redis: Redis, key: str) -> Entry | None:
@@ -73,7 +78,7 @@ async def newest(redis: Redis, key: str) -> Entry | None:
         got: Any = await redis.xrevrange(key, count=1)
     except UNAVAILABLE as exc:
         raise ClusterUnavailable("redis", f"redis did not answer: {exc}") from exc
-    entries = _entries(got)
+    entries = entries_of(got)
     return entries[0] if entries else None
 
 
@@ -98,7 +103,7 @@ async def append_if_holder(
     args: list[bytes | str] = [token, str(maxlen)]
     for name, value in fields.items():
         args += [name, value]
-    script = redis.register_script(_APPEND_IF_HOLDER)
+    script = redis.register_script(APPEND_IF_HOLDER)
     try:
         done: Any = await script(keys=[lease_key, key], args=args)
     except UNAVAILABLE as exc:

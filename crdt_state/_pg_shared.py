@@ -1,0 +1,268 @@
+"""One PostgreSQL writer for many stores: their batches in one transaction.
+
+A :class:`SharedWriter` owns one connection. A store opened with ``writer=`` turns each
+batch of its group commit into the statements it would run (:class:`Recorded`, on its
+own writer thread: nothing is sent) and hands them to :meth:`SharedWriter.commit`. The
+first thread to hand one in while the connection is free leads a **round**: it takes
+every batch handed in so far, of every store, and stores them in **one** transaction;
+the threads that hand theirs in meanwhile wait, and one of them leads the next round
+with all of them (no thread of the writer's own: a lone batch costs no hand-over).
+A round:
+
+1. the stores' ``before_commit`` hooks first: all in one call of the writer's ``check``
+   when it has one (the hub cluster checks every room's fence in one statement), else
+   each hook in its own savepoint. A batch whose hook raises fails alone and writes
+   nothing; the others go on. (A hook that locks a row to guard the commit, like the
+   cluster's fence, holds that lock until the ``COMMIT``, wherever it runs in the
+   transaction.)
+2. the statements of the batches that passed, the same statement of every store sent
+   as one ``executemany`` (each store's statements keep their order), so a transaction
+   of many stores costs little more than one of a store;
+3. one ``COMMIT``. A failure in 2 or 3 (the connection lost, a statement refused) fails
+   every batch of the round: nothing of it is stored. Nobody is told a batch is stored
+   before the ``COMMIT`` returned.
+
+A lost connection is opened again for the next round. Knows SQL statements as text and
+parameters, not the rows: the stores record them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+
+from ._pg_connect import Durability, connect, hook_refused, prepare, safe_dsn
+from .errors import StorageError
+
+__all__ = ["CheckHooks", "Hook", "Recorded", "SharedWriter"]
+
+Hook = Callable[["psycopg.Connection[Any]", int], None]
+"""A store's ``before_commit(conn, last_ticket)``."""
+CheckHooks = Callable[
+    ["psycopg.Connection[Any]", Sequence[tuple[Hook, int]]], Sequence[BaseException | None]
+]
+"""``check(conn, [(hook, last_ticket), ...])``: runs those hooks' checks together inside
+the round's transaction; per hook, ``None`` (passed) or the error it would have raised."""
+
+
+class Recorded:
+    """The statements of one batch, recorded in order instead of sent.
+
+    Stands for a connection where the row writers of :mod:`crdt_state._pg_log` expect
+    one: ``execute(sql, params)`` and ``cursor().executemany(sql, rows)`` (they read
+    nothing back while writing).
+    """
+
+    def __init__(self) -> None:
+        self.statements: list[tuple[str, list[Any]]] = []
+
+    def execute(self, sql: str, params: Any = None) -> None:
+        """Record one execution of ``sql``."""
+        self.statements.append((sql, [params]))
+
+    def executemany(self, sql: str, rows: Sequence[Any]) -> None:
+        """Record ``sql`` for each of ``rows``."""
+        if rows:
+            self.statements.append((sql, list(rows)))
+
+    def cursor(self) -> Recorded:
+        """Itself (``conn.cursor().executemany(...)``)."""
+        return self
+
+
+class _Part:
+    """One store's batch in a round: its statements and hook, then its error."""
+
+    __slots__ = ("done", "error", "hook", "statements", "ticket", "where")
+    done: bool
+
+    def __init__(self, statements: Recorded, hook: Hook | None, ticket: int, where: str) -> None:
+        self.statements = statements.statements
+        self.hook = hook
+        self.ticket = ticket
+        self.where = where
+        self.error: BaseException | None = None
+        self.done = False
+
+
+class SharedWriter:
+    """One connection writing the batches of many stores (see the module doc).
+
+    Args:
+        dsn: the database (a libpq connection string or URL); its ``application_name``
+            and ``options`` apply to the writer's session.
+        durability: ``"full"`` or ``"normal"`` (``synchronous_commit`` of the session;
+            stores opened on this writer must have the same).
+        connect_timeout: seconds to wait for the server.
+        check: runs the hooks of a round together (see :data:`CheckHooks`); without
+            it each hook runs alone, in a savepoint.
+
+    Raises:
+        StorageError: the server does not answer, or its tables are newer.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        durability: Durability = "full",
+        connect_timeout: float = 5.0,
+        check: CheckHooks | None = None,
+    ) -> None:
+        self.dsn = dsn
+        self.where = safe_dsn(dsn)
+        self.durability = durability
+        self.connect_timeout = connect_timeout
+        self.check = check
+        self.rounds = 0
+        """Transactions tried so far."""
+        self.parts = 0
+        """Batches those transactions carried."""
+        self._conn: psycopg.Connection[Any] | None = None
+        self._lock = threading.Lock()
+        self._turn = threading.Condition(self._lock)  # a round ended
+        self._pending: list[_Part] = []
+        self._busy = False  # a round is under way
+        self._closing = False
+        self._connected()  # fail now, not at the first write, when the server is not there
+
+    @property
+    def pid(self) -> int | None:
+        """The server process of the writer's session now (``None`` while disconnected)."""
+        conn = self._conn
+        return None if conn is None or conn.closed else conn.info.backend_pid
+
+    @property
+    def waiting(self) -> int:
+        """Batches handed in and not taken by a round yet."""
+        with self._lock:
+            return len(self._pending)
+
+    def commit(self, statements: Recorded, hook: Hook | None, ticket: int, where: str) -> None:
+        """Store one batch in the next round's transaction; returns once it committed.
+
+        Args:
+            statements: the batch's statements, in order.
+            hook: the store's ``before_commit``, run first (``ticket`` is its argument).
+            ticket: the newest ticket of the batch.
+            where: the store, for messages.
+
+        Raises:
+            StorageError: the hook refused the batch (``details["reason"] == "refused"``,
+                ``__cause__`` the hook's error: nothing of the batch is stored), or the
+                writer is closed.
+            psycopg.Error: the round failed (nothing of it is stored).
+        """
+        part = _Part(statements, hook, ticket, where)
+        with self._lock:
+            if self._closing:
+                raise StorageError(
+                    "the PostgreSQL writer is closed", details={"database": self.where}
+                )
+            self._pending.append(part)
+            while self._busy and not part.done:
+                self._turn.wait()
+            if not part.done:  # the connection is free: lead a round with all handed in
+                self._busy = True
+                parts, self._pending = self._pending, []
+        if not part.done:
+            try:
+                self._round(parts)
+            finally:
+                with self._lock:
+                    for each in parts:
+                        each.done = True
+                    self._busy = False
+                    self._turn.notify_all()
+        if part.error is not None:
+            raise part.error
+
+    def close(self) -> None:
+        """Let the round under way end, then close the connection. Idempotent.
+
+        Batches handed in later raise :class:`StorageError`.
+        """
+        with self._lock:
+            self._closing = True
+            while self._busy or self._pending:
+                self._turn.wait()
+        if self._conn is not None:
+            self._conn.close()
+
+    # -- a round (on the leading thread) ----------------------------------------------
+
+    def _connected(self) -> psycopg.Connection[Any]:
+        conn = self._conn
+        if conn is None or conn.closed or conn.broken:
+            if conn is not None:
+                conn.close()
+            self._conn = None
+            conn = connect(self.dsn, self.where, self.connect_timeout)
+            prepare(conn, "", self.where, durability=self.durability, lock=False, read_only=False)
+            self._conn = conn
+        return conn
+
+    def _round(self, parts: list[_Part]) -> None:
+        """Store ``parts`` in one transaction; each that fails gets its error."""
+        self.rounds += 1
+        self.parts += len(parts)
+        try:
+            conn = self._connected()
+            with conn.pipeline(), conn.transaction():
+                passed = self._checked(conn, parts)
+                for sql, rows in merged([part.statements for part in passed]):
+                    conn.cursor().executemany(sql, rows)
+        except BaseException as exc:  # the round failed: nothing of it is stored
+            for part in parts:
+                if part.error is None:
+                    part.error = exc
+
+    def _checked(self, conn: psycopg.Connection[Any], parts: list[_Part]) -> list[_Part]:
+        """Run the hooks; the parts that passed (the others have their error)."""
+        hooked = [part for part in parts if part.hook is not None]
+        if self.check is not None and hooked:
+            errors = self.check(conn, [(part.hook, part.ticket) for part in hooked])  # type: ignore[misc]
+            for part, error in zip(hooked, errors, strict=True):
+                if error is not None:
+                    part.error = hook_refused(error, part.where)
+        else:
+            for part in hooked:
+                assert part.hook is not None
+                try:
+                    with conn.transaction():  # a savepoint: a failed statement fails it alone
+                        part.hook(conn, part.ticket)
+                except Exception as exc:
+                    if conn.broken or isinstance(exc, psycopg.OperationalError):
+                        raise  # the connection failed: the whole round does
+                    part.error = hook_refused(exc, part.where)
+        return [part for part in parts if part.error is None]
+
+
+def merged(batches: Sequence[Sequence[tuple[str, list[Any]]]]) -> list[tuple[str, list[Any]]]:
+    """The statements of ``batches`` as few ``executemany`` calls, each batch's order kept.
+
+    Repeatedly takes the statement at the front of the first batch that has one left, and
+    from every batch the leading statements of that same text: batches of the same shape
+    (a log insert, a blame upsert, ...) become one call per statement. Batches write
+    disjoint rows (each its own key), so only each batch's own order matters.
+    """
+    fronts = [0] * len(batches)
+    out: list[tuple[str, list[Any]]] = []
+    while True:
+        sql = next(
+            (b[f][0] for b, f in zip(batches, fronts, strict=True) if f < len(b)),
+            None,
+        )
+        if sql is None:
+            return out
+        rows: list[Any] = []
+        for i, batch in enumerate(batches):
+            front = fronts[i]
+            while front < len(batch) and batch[front][0] == sql:
+                rows.extend(batch[front][1])
+                front += 1
+            fronts[i] = front
+        out.append((sql, rows))

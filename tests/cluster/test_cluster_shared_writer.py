@@ -1,0 +1,197 @@
+"""One hub, one PostgreSQL writer: the batches of several rooms in one fenced transaction.
+
+Real PostgreSQL. Three judges share a :class:`~crdt_state.postgres.SharedWriter`; the
+writer is held busy while each of them hands it a batch, so the three batches go in one
+transaction. Another hub has meanwhile claimed one of the rooms: that room's batch is
+refused by its fence (nothing of it written, its store failed), and the other two
+commit in the same transaction, their position and the writer's session recorded. Both
+ways of running the hooks: the cluster's one statement for all rooms, and one savepoint
+per hook.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+
+from crdt_state import SharedState, StorageError
+from crdt_state.postgres import CheckHooks, Recorded, SharedWriter, load_stored, open_postgres
+from sync.server.cluster import Fenced, claim_fence
+from sync.server.cluster.pgstorage import PositionHook, depose, fenced_positions
+
+Pool = AsyncConnectionPool[AsyncConnection[Any]]
+
+
+def _errors(state: SharedState) -> list[BaseException | None]:
+    """What ``state.when_durable`` reports for everything changed so far (waits for it)."""
+    told: list[BaseException | None] = []
+    done = threading.Event()
+
+    def record(error: BaseException | None) -> None:
+        told.append(error)
+        done.set()
+
+    state.when_durable(record)
+    assert done.wait(10), "durability was never reported"
+    return told
+
+
+def _wait_pending(writer: SharedWriter, count: int) -> None:
+    deadline = time.monotonic() + 10
+    while writer.waiting < count:
+        assert time.monotonic() < deadline, f"{writer.waiting} of {count} batches handed in"
+        time.sleep(0.005)
+
+
+GATE = 0x7E57_0001
+"""The advisory lock the test holds to keep the writer busy in a round."""
+
+
+@pytest.mark.parametrize("check", [fenced_positions, None], ids=["one-check", "savepoints"])
+async def test_a_fenced_room_fails_alone_in_a_shared_transaction(
+    pool: Pool, postgres_dsn: str, check: CheckHooks | None
+) -> None:
+    prefix = f"shared-{secrets.token_hex(4)}"
+    rooms = [f"{prefix}-{n}" for n in range(3)]
+    async with pool.connection() as conn:
+        fences = [await claim_fence(conn, room, "hub-a#1") for room in rooms]
+    writer = await asyncio.to_thread(SharedWriter, postgres_dsn, check=check)
+    judges: list[SharedState] = []
+    try:
+        for room, fence in zip(rooms, fences, strict=True):
+            hook = PositionHook(room, fence.value)
+            judges.append(
+                await asyncio.to_thread(
+                    open_postgres, postgres_dsn, room, before_commit=hook, writer=writer
+                )
+            )
+            hook.committed(f"{fence.value}-7")  # recorded by the next write
+        async with pool.connection() as conn:  # another hub takes the middle room
+            taken = await claim_fence(conn, rooms[1], "hub-b#2")
+        rounds, parts = writer.rounds, writer.parts
+        gate = await asyncio.to_thread(psycopg.connect, postgres_dsn, autocommit=True)
+        gate.execute("SELECT pg_advisory_lock(%s)", (GATE,))
+        waits = Recorded()  # a round that waits for the test's lock
+        waits.execute("SELECT pg_advisory_xact_lock(%s)", (GATE,))
+        busy = threading.Thread(target=writer.commit, args=(waits, None, 0, "gate"))
+        busy.start()
+        try:
+            deadline = time.monotonic() + 10
+            while writer.rounds == rounds:  # the writer is inside the busy round
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+            for n, judge in enumerate(judges):
+                judge.commit({"n": n}, judge.token, "agent", wait=False)
+            _wait_pending(writer, 3)
+        finally:
+            gate.close()  # the lock goes with the session
+            busy.join(10)
+        outcomes = [await asyncio.to_thread(_errors, judge) for judge in judges]
+        assert (writer.rounds, writer.parts) == (rounds + 2, parts + 4)  # busy, then all three
+        assert outcomes[0] == [None] and outcomes[2] == [None]
+        refused = outcomes[1][0]
+        assert isinstance(refused, StorageError)
+        assert isinstance(refused.__cause__, Fenced)
+        assert (refused.__cause__.fence, refused.__cause__.current) == (1, taken.value)
+        for n in (0, 2):
+            stored = await asyncio.to_thread(load_stored, postgres_dsn, rooms[n])
+            assert stored is not None and len(stored.changes) == 1
+        stored = await asyncio.to_thread(load_stored, postgres_dsn, rooms[1])
+        assert stored is not None and stored.changes == []  # only the creation, before
+        with pytest.raises(StorageError):  # the deposed room's store refuses every later write
+            judges[1].commit({"n": 9}, judges[1].token, "agent")
+        judges[0].commit({"m": 1}, judges[0].token, "agent")  # the others go on
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT room, stream_position, judge_pid FROM crdt_rooms"
+                " WHERE room = ANY(%s) ORDER BY room",
+                (rooms,),
+            )
+            rows = await cur.fetchall()
+        assert rows[0] == (rooms[0], "1-7", writer.pid)
+        assert rows[2] == (rooms[2], "1-7", writer.pid)
+        assert rows[1][1] is None  # the refused position was never recorded
+    finally:
+        for judge in judges:
+            await asyncio.to_thread(judge.close)
+        await asyncio.to_thread(writer.close)
+
+
+async def test_a_new_owner_ends_a_writer_left_idle_in_a_transaction(
+    pool: Pool, postgres_dsn: str
+) -> None:
+    """The recorded session is ended only when it sits inside a transaction, and not ours."""
+    room = f"shared-depose-{secrets.token_hex(4)}"
+    async with pool.connection() as conn:
+        fence = await claim_fence(conn, room, "hub-a#1")
+    paused = await asyncio.to_thread(psycopg.connect, postgres_dsn, autocommit=True)
+    try:
+        paused.execute(
+            "UPDATE crdt_rooms SET judge_pid = pg_backend_pid() WHERE room = %s", (room,)
+        )
+        async with pool.connection() as conn:
+            new = await claim_fence(conn, room, "hub-b#2")
+            assert await depose(conn, room, new.value, idle=0.0) == 0  # idle, no transaction
+            paused.execute("BEGIN")
+            paused.execute("SELECT 1 FROM crdt_rooms WHERE room = %s", (room,))
+            time.sleep(0.2)
+            assert await depose(conn, room, new.value, mine=[paused.info.backend_pid]) == 0
+            assert await depose(conn, room, new.value, idle=5.0) == 0  # not long enough
+            assert await depose(conn, room, new.value, idle=0.1) == 1
+        with pytest.raises(psycopg.OperationalError):
+            paused.execute("SELECT 1")
+        assert fence.value < new.value
+    finally:
+        paused.close()
+
+
+async def test_the_writer_connects_again_after_its_session_was_ended(
+    pool: Pool, postgres_dsn: str
+) -> None:
+    """A deposed writer fails the round under way (its stores fail), then serves again."""
+    prefix = f"shared-again-{secrets.token_hex(4)}"
+    async with pool.connection() as conn:
+        fences = [await claim_fence(conn, f"{prefix}-{n}", "hub-a#1") for n in range(2)]
+    writer = await asyncio.to_thread(SharedWriter, postgres_dsn, check=fenced_positions)
+    judges: list[SharedState] = []
+    try:
+        first = await asyncio.to_thread(
+            open_postgres,
+            postgres_dsn,
+            fences[0].room,
+            before_commit=PositionHook(fences[0].room, fences[0].value),
+            writer=writer,
+        )
+        judges.append(first)
+        first.commit({"a": 1}, first.token, "agent")
+        ended = writer.pid
+        async with pool.connection() as conn:
+            await conn.execute("SELECT pg_terminate_backend(%s)", (ended,))
+        with pytest.raises(StorageError):  # the round on the ended session fails
+            first.commit({"a": 2}, first.token, "agent")
+        second = await asyncio.to_thread(
+            open_postgres,
+            postgres_dsn,
+            fences[1].room,
+            before_commit=PositionHook(fences[1].room, fences[1].value),
+            writer=writer,
+        )
+        judges.append(second)
+        second.commit({"b": 1}, second.token, "agent")  # a new session
+        assert writer.pid is not None and writer.pid != ended
+        stored = await asyncio.to_thread(load_stored, postgres_dsn, fences[1].room)
+        assert stored is not None and len(stored.changes) == 1
+        stored = await asyncio.to_thread(load_stored, postgres_dsn, fences[0].room)
+        assert stored is not None and len(stored.changes) == 1  # {"a": 2} was never stored
+    finally:
+        for judge in judges:
+            await asyncio.to_thread(judge.close)
+        await asyncio.to_thread(writer.close)
