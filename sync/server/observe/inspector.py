@@ -173,13 +173,13 @@ class Inspector:
         self, room: Room, agent: str | None, frame: bytes, watched: bool
     ) -> tuple[str, list[str], dict[str, Any] | None] | None:
         """A merge result: its status, its conflicts' policies, the feed event if watched."""
-        from sync.server.observe.events import merge_event
-
         room.last_merge = time.time()
         if not watched and _accepted(frame):
             # the common case, nobody watching: an ok result lists no conflicts, so the
             # metrics need nothing else from the frame
             return "ok", [], None
+        from sync.server.observe.events import merge_event
+
         event = merge_event(frame, agent)
         if event is None:
             return None
