@@ -6,7 +6,9 @@ processes (asyncio, one :func:`sync.client.remote.connect` replica and websocket
 agent). Each agent loops: fork, set its own key ``a<i>`` to its loop counter,
 ``await branch.amerge()``. Reported: acknowledged merges per second, p50/p99
 latency of one fork-edit-merge round trip, CPU use of the hub and of the
-client processes (a process near 100 % is the bottleneck), and ``lost``:
+client processes (a process near 100 % is the bottleneck), the hub's CPU per
+acknowledged merge and the part of it on its event-loop thread (the rest runs on
+the rooms' SQLite writer threads), and ``lost``:
 after the run a fresh reader joins every room and counts the agents whose key
 does not hold the last value the hub acknowledged to them (must be 0).
 
@@ -107,6 +109,10 @@ class Server:
         """User + system CPU time of the server so far (Linux /proc; 0 elsewhere)."""
         return cpu_seconds(self.proc.pid)
 
+    def main_thread_seconds(self) -> float:
+        """The same for the server's main thread only (our hub's event loop)."""
+        return cpu_seconds(self.proc.pid, self.proc.pid)
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -117,10 +123,14 @@ class Server:
                 self.proc.wait(10)
 
 
-def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU time of process ``pid`` so far (Linux /proc; 0 elsewhere)."""
+def cpu_seconds(pid: int | None, thread: int | None = None) -> float:
+    """User + system CPU time of process ``pid`` so far (Linux /proc; 0 elsewhere).
+
+    With ``thread``: of that thread of the process only (``thread=pid``: its main thread).
+    """
+    where = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(where).read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
@@ -358,6 +368,8 @@ class MergeRow:
     client_cpu: float
     other_cpu: float
     hub_us: float
+    loop_us: float = 0.0
+    """Of ``hub_us``, the hub's event-loop thread (the rest: the rooms' SQLite writers)."""
 
 
 def run_merges(
@@ -387,10 +399,11 @@ def run_merges(
         for chan in chans:
             chan.send((go, seconds, pace))
         time.sleep(max(0.0, go - time.perf_counter()))
-        hub0, busy0 = hub.cpu_seconds(), machine_busy()
+        hub0, loop0, busy0 = hub.cpu_seconds(), hub.main_thread_seconds(), machine_busy()
         client0 = sum(cpu_seconds(proc.pid) for proc in workers)
         time.sleep(max(0.0, go + seconds - time.perf_counter()))
         hub_cpu, busy = hub.cpu_seconds() - hub0, machine_busy() - busy0
+        loop_cpu = hub.main_thread_seconds() - loop0
         client_cpu = sum(cpu_seconds(proc.pid) for proc in workers) - client0
         reports: list[AgentReport] = [chan.recv() for chan in chans]
         for proc in workers:
@@ -418,6 +431,7 @@ def run_merges(
             client_cpu=client_cpu / seconds,
             other_cpu=max(0.0, busy - hub_cpu - client_cpu) / seconds,
             hub_us=hub_cpu / max(1, len(latencies)) * 1e6,
+            loop_us=loop_cpu / max(1, len(latencies)) * 1e6,
         )
     finally:
         hub.stop()
@@ -606,7 +620,7 @@ def _print_merges(rows: list[MergeRow]) -> None:
         f"{'agents':8} {'state':8} {'offered':>7} {'agents':>6} {'rooms':>5} {'procs':>5} "
         f"{'merges':>7} {'merges/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'lost':>4} {'refused':>7} "
         f"{'hub cpu':>7} {'client cpu':>10} "
-        f"{'other cpu':>9} {'hub us/merge':>12}"
+        f"{'other cpu':>9} {'hub us/merge':>12} {'of it loop':>10}"
     )
     print(head)
     print("-" * len(head))
@@ -616,7 +630,8 @@ def _print_merges(rows: list[MergeRow]) -> None:
             f"{r.kind:8} {r.label:8} {offered:>7} {r.agents:>6} {r.rooms:>5} {r.procs:>5} "
             f"{r.merges:>7} {r.rate:>9.0f} {r.p50 * 1e3:>7.1f} {r.p99 * 1e3:>7.1f} "
             f"{r.lost:>4} {r.refused:>7} "
-            f"{r.hub_cpu:>7.0%} {r.client_cpu:>10.0%} {r.other_cpu:>9.0%} {r.hub_us:>12.0f}"
+            f"{r.hub_cpu:>7.0%} {r.client_cpu:>10.0%} {r.other_cpu:>9.0%} {r.hub_us:>12.0f} "
+            f"{r.loop_us:>10.0f}"
         )
 
 

@@ -122,9 +122,12 @@ _TABLES: Final = frozenset({"meta", "snapshot", "log", "blame", "conflicts"})
 
 
 # -- encodings ---------------------------------------------------------------------
+_KEY_ENCODER: Final = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
+
+
 def path_key(path: Path) -> str:
     """The stored form of a path: a compact ASCII JSON array."""
-    return json.dumps(list(path), ensure_ascii=True, separators=(",", ":"))
+    return _KEY_ENCODER.encode(list(path))
 
 
 def descendants_range(path: Path) -> tuple[str, str]:

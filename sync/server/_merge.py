@@ -20,6 +20,7 @@ from crdt_state import (
     CrdtStateError,
     MergeResult,
     SharedState,
+    StorageError,
     VersionVector,
     resolvers,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "judge_merge",
     "judge_merge_unwaited",
     "refused_reply",
+    "storage_failed_reply",
     "unsettled_default",
 ]
 
@@ -240,6 +242,20 @@ def refused_reply(request: p.MergeRequest, state: SharedState, code: str, messag
     The token is the room's current one; ``message`` is for people.
     """
     return _error_reply(request, state, code, message)
+
+
+def storage_failed_reply(
+    request: p.MergeRequest, state: SharedState, error: BaseException
+) -> bytes:
+    """The error result of a merge judged with ``wait=False`` whose change was not stored.
+
+    What :func:`judge_merge` answers when the durability wait raises ``error`` (a
+    :class:`~crdt_state.StorageError`: code ``storage``); the token is the room's
+    current one.
+    """
+    if not isinstance(error, Exception):  # stores report StorageError; be safe anyway
+        error = StorageError(f"the change could not be stored: {error!r}")
+    return _refusal(error, request, state, request.agent or "")
 
 
 def _error_reply(request: p.MergeRequest, state: SharedState, code: str, message: str) -> bytes:

@@ -33,6 +33,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 from pycrdt import merge_updates
 from websockets.asyncio.server import ServerConnection, broadcast
@@ -142,6 +143,12 @@ def _write_now(ws: ServerConnection, frames: Sequence[bytes]) -> None:
         ws.logger.warning("could not write to connection: %s", exc)
 
 
+FailedReply: TypeAlias = Callable[[BaseException], bytes]
+"""Builds the reply that replaces a merge's answer when its change could not be stored."""
+
+_Frame: TypeAlias = tuple[Session, bytes, FailedReply | None]
+
+
 @dataclass(slots=True, eq=False)
 class _Round:
     """Frames queued together, sent together once ``ready``.
@@ -149,14 +156,18 @@ class _Round:
     ``update`` goes to every session joined at sending time, then each of
     ``frames`` to its session. ``replies`` says whether ``frames`` are merge
     replies (sent even if the round's changes failed to be stored: their
-    tokens name only changes of earlier rounds) or durable content (dropped then).
+    tokens name only changes of earlier rounds; a reply given a
+    :data:`FailedReply` is replaced by what it builds from the error) or durable
+    content (dropped then). ``sent`` is done once the round's frames are queued
+    for their sessions.
     """
 
     update: bytes | None
-    frames: list[tuple[Session, bytes]]
+    frames: list[_Frame]
     replies: bool = True
     ready: bool = False
     error: BaseException | None = None
+    sent: asyncio.Future[None] | None = None
 
 
 class Room:
@@ -173,7 +184,9 @@ class Room:
         self._loop_thread = threading.get_ident()
         self._unsubscribe = state.subscribe(self._on_change)
         self._updates: list[bytes] = []  # changes not yet sent, oldest first
-        self._replies: list[tuple[Session, bytes]] = []  # to send after them
+        self._replies: list[_Frame] = []  # to send after them
+        self._replies_durable = False  # a reply in _replies waits for the changes so far
+        self._sent: asyncio.Future[None] | None = None  # of the round _replies will be in
         self._flush_scheduled = False
         self._rounds: deque[_Round] = deque()  # queued, oldest first; sent once ready
         self._storage_failed = False
@@ -224,8 +237,30 @@ class Room:
         It is sent once the update frames queued before it are sent, so once the
         changes they carry are durable.
         """
-        self._replies.append((session, frame))
+        self._replies.append((session, frame, None))
         self._schedule()
+
+    def reply_once_durable(
+        self, session: Session, frame: bytes, failed: FailedReply
+    ) -> asyncio.Future[None]:
+        """Queue ``frame`` for ``session`` once every change made so far is durable.
+
+        For the answer of a merge made with ``wait=False``: it goes out with the update
+        frame carrying the merge (the pending changes of this loop iteration are sent as
+        one frame, then the replies), once the state reported every change made before
+        this call durable; if one of them cannot be stored, ``failed(error)`` is sent
+        instead. Call from the loop thread only.
+
+        Returns:
+            A future (shared by the replies of one round) done once the frame is
+            queued for the session, that is once the merge is durable or failed.
+        """
+        self._replies.append((session, frame, failed))
+        self._replies_durable = True
+        self._schedule()
+        if self._sent is None:
+            self._sent = self._loop.create_future()
+        return self._sent
 
     def send_durable(self, session: Session, frame: bytes) -> None:
         """Queue ``frame`` for ``session`` once every change made so far is durable.
@@ -237,7 +272,7 @@ class Room:
         changes, if they can never be stored.
         """
         self.flush()  # what is queued so far goes first
-        self._queue(_Round(None, [(session, frame)], replies=False), durable=True)
+        self._queue(_Round(None, [(session, frame, None)], replies=False), durable=True)
 
     def flush(self) -> None:
         """Queue the pending changes as one update frame to every session, then the replies.
@@ -249,6 +284,8 @@ class Room:
         self._flush_scheduled = False
         updates, self._updates = self._updates, []
         replies, self._replies = self._replies, []
+        durable, self._replies_durable = self._replies_durable, False
+        sent, self._sent = self._sent, None
         if not updates and not replies:
             return
         frame: bytes | None = None
@@ -256,7 +293,7 @@ class Room:
             frame = encode_update(
                 updates[0] if len(updates) == 1 else bytes(merge_updates(*updates))
             )
-        self._queue(_Round(frame, replies), durable=frame is not None)
+        self._queue(_Round(frame, replies, sent=sent), durable=durable or frame is not None)
 
     def _queue(self, round_: _Round, *, durable: bool) -> None:
         self._rounds.append(round_)
@@ -295,15 +332,20 @@ class Room:
         sessions = list(self.sessions.values())
         out: dict[int, tuple[Session, list[bytes]]] = {}
         for round_ in rounds:
-            failed = round_.error is not None
-            if round_.update is not None and not failed:
+            error = round_.error
+            if round_.update is not None and error is None:
                 for session in sessions:
                     out.setdefault(session.id, (session, []))[1].append(round_.update)
-            if round_.replies or not failed:
-                for session, frame in round_.frames:
+            if round_.replies or error is None:
+                for session, frame, failed in round_.frames:
+                    if error is not None and failed is not None:
+                        frame = failed(error)
                     out.setdefault(session.id, (session, []))[1].append(frame)
         for session, frames in out.values():
             session.enqueue_many(frames)
+        for round_ in rounds:
+            if round_.sent is not None and not round_.sent.done():
+                round_.sent.set_result(None)
 
     def broadcast(self, frame: bytes, *, exclude: int | None = None) -> None:
         """Queue ``frame`` for every session but ``exclude`` (event-loop thread only)."""

@@ -37,7 +37,12 @@ from sync.server._expiry import EXPIRED_TOKEN, TOKEN_EXPIRED_REASON, expire_at, 
 from sync.server._handshake import peer_address
 from sync.server._json_model import NON_JSON_TYPE, non_json_content
 from sync.server._logmask import masking_logger
-from sync.server._merge import DOCUMENT_TOO_LARGE, judge_merge, refused_reply
+from sync.server._merge import (
+    DOCUMENT_TOO_LARGE,
+    judge_merge_unwaited,
+    refused_reply,
+    storage_failed_reply,
+)
 from sync.server._merge_limits import limits_refusal, too_large_reply
 from sync.server._room import Room, Session
 from sync.server._rooms import RoomRegistry
@@ -399,15 +404,25 @@ class Hub:
                 return
             max_document = self.limits.max_document
             started = time.perf_counter()
-            done = await judge_merge(
+            request = event.request
+            done = judge_merge_unwaited(
                 state,
-                event.request,
+                request,
                 agent=session.label,
                 scope=session.writer,
                 too_large=lambda extra: room.would_exceed(extra, max_document),
             )
-            room.reply(session, done)  # after the update frame carrying the merge
-            self.inspector.merge_judged(room, event.request.agent or session.label, done, started)
+            if state.store is None:  # in memory: durable at once
+                room.reply(session, done)  # after the update frame carrying the merge
+            else:
+                # with the update frame carrying the merge, once it is durable; the
+                # connection's next message is read only then (one merge waits at a time)
+                await room.reply_once_durable(
+                    session, done, lambda error: storage_failed_reply(request, state, error)
+                )
+            self.inspector.merge_judged(
+                room, request.agent or session.label, done, started, durable=True
+            )
 
 
 def _cluster_node(

@@ -98,7 +98,9 @@ class Inspector:
         return sum(map(len, self._feeds.values()))
 
     # -- hooks the hub calls --------------------------------------------------------------
-    def merge_judged(self, room: Room, agent: str, frame: bytes, started: float) -> None:
+    def merge_judged(
+        self, room: Room, agent: str, frame: bytes, started: float, *, durable: bool = False
+    ) -> None:
         """Record one merge the hub judged and tell the room's feeds.
 
         Args:
@@ -106,6 +108,9 @@ class Inspector:
             agent: the agent that sent it.
             frame: its result frame.
             started: the ``time.perf_counter()`` when judging began.
+            durable: the merge is durable already (its answer was released): the
+                durable-commit latency is the time until now, without waiting on the
+                room's state for it.
         """
         now = time.perf_counter()
         feeds = self._feeds.get(room.name)
@@ -114,7 +119,9 @@ class Inspector:
             return
         status, policies, event = seen
         self.metrics.merge_judged(status, policies, now - started)
-        if status != "error":
+        if status != "error" and durable:
+            self.metrics.durable_after(now - started)
+        elif status != "error":
             metrics = self.metrics
             room.state.when_durable(
                 lambda error: (
@@ -166,13 +173,13 @@ class Inspector:
         self, room: Room, agent: str | None, frame: bytes, watched: bool
     ) -> tuple[str, list[str], dict[str, Any] | None] | None:
         """A merge result: its status, its conflicts' policies, the feed event if watched."""
-        from sync.server.observe.events import merge_event
-
         room.last_merge = time.time()
         if not watched and _accepted(frame):
             # the common case, nobody watching: an ok result lists no conflicts, so the
             # metrics need nothing else from the frame
             return "ok", [], None
+        from sync.server.observe.events import merge_event
+
         event = merge_event(frame, agent)
         if event is None:
             return None

@@ -152,3 +152,50 @@ async def test_changes_that_cannot_be_stored_are_sent_to_no_one(
         assert not observer.of(p.SyncUpdate) and not writer.of(p.SyncUpdate)
         for peer in (observer, writer):
             await peer.close()
+
+
+async def test_a_connection_has_one_merge_waiting_for_the_disk_at_a_time(
+    tmp_path: Path, disk: threading.Event
+) -> None:
+    """The next merge of a connection is judged once the previous one is durable."""
+    async with Hub(port=0, db=tmp_path / "hub") as hub:
+        url = hub.url("one-at-a-time")
+        writer = await join(url)
+        await eventually(lambda: bool(writer.of(p.SyncStep2)))
+        state = hub.rooms["one-at-a-time"].state
+        disk.clear()
+        await writer.ws.send(merge_request(1, "x", 1))
+        await writer.ws.send(merge_request(2, "y", 2))
+        await eventually(lambda: state.get("x") == 1)
+        await asyncio.sleep(0.3)
+        assert state.get("y") is None, "the second merge was judged before the first was stored"
+        assert not writer.of(p.MergeReply)
+        disk.set()
+        await eventually(lambda: len(writer.of(p.MergeReply)) == 2)
+        replies = writer.of(p.MergeReply)
+        assert [r.request_id for r in replies] == [1, 2]
+        assert all(r.status is p.MergeStatus.OK for r in replies)
+        assert state.get("y") == 2
+        await writer.close()
+
+
+async def test_a_merge_that_writes_nothing_is_answered_once_remembered_on_disk(
+    tmp_path: Path, disk: threading.Event
+) -> None:
+    """A merge with no change to store is answered once its request id is stored."""
+    async with Hub(port=0, db=tmp_path / "hub") as hub:
+        url = hub.url("nothing")
+        writer = await join(url)
+        await eventually(lambda: bool(writer.of(p.SyncStep2)))
+        disk.clear()
+        request = p.encode_merge_request(
+            3, "w", b"\x00", [WireChange(ChangeKind.DELETE, ("absent",))], writer="w"
+        )
+        await writer.ws.send(request)
+        await asyncio.sleep(0.3)
+        assert not writer.of(p.MergeReply), "answered before its request id was stored"
+        disk.set()
+        await eventually(lambda: bool(writer.of(p.MergeReply)))
+        reply = writer.of(p.MergeReply)[0]
+        assert reply.status is p.MergeStatus.OK and reply.applied == ()
+        await writer.close()

@@ -183,8 +183,28 @@ async def test_tokens_never_reach_the_hub_logs(
 
 
 # -- item 4: poison merges -----------------------------------------------------------------------
+def _poisoned(changes: Mapping[Any, Any] | Iterable[Change]) -> list[Any]:
+    ops = list(changes.items() if isinstance(changes, Mapping) else changes)
+    if any(getattr(op, "path", ("",))[0] == "boom" for op in ops):
+        raise RuntimeError("a bug inside the state")
+    return ops
+
+
 class PoisonState(SharedState):
-    """A state with a bug: merging the path ``boom`` raises an unexpected exception."""
+    """A state with a bug: merging the path ``boom`` raises an unexpected exception.
+
+    Both ways to merge are poisoned (the hub commits with ``wait=False``, an
+    embedding program may await ``acommit``).
+    """
+
+    def commit(
+        self,
+        changes: Mapping[Any, Any] | Iterable[Change],
+        base: VersionVector,
+        agent: str,
+        **options: Any,
+    ) -> MergeResult:
+        return super().commit(_poisoned(changes), base, agent, **options)
 
     async def acommit(
         self,
@@ -193,10 +213,7 @@ class PoisonState(SharedState):
         agent: str,
         **options: Any,
     ) -> MergeResult:
-        ops = list(changes.items() if isinstance(changes, Mapping) else changes)
-        if any(getattr(op, "path", ("",))[0] == "boom" for op in ops):
-            raise RuntimeError("a bug inside the state")
-        return await super().acommit(ops, base, agent, **options)
+        return await super().acommit(_poisoned(changes), base, agent, **options)
 
 
 async def test_a_poison_merge_gets_internal_error_not_a_1011_close(
