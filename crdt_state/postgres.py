@@ -36,6 +36,7 @@ from ._pg_connect import (
     check_options,
     connect,
     failures,
+    hook_refused,
     prepare,
     release,
     run_hook,
@@ -45,7 +46,7 @@ from ._pg_reads import PgReads, compact
 from ._pg_shared import CheckHooks, Recorded, SharedWriter
 from ._pg_shared import Hook as WriterHook
 from ._pg_writer import write_batch
-from ._queued_items import Item, Written
+from ._queued_items import Item
 from ._queued_store import QueuedStore
 from .errors import ReadOnlyStore, StorageError
 from .journal import (
@@ -131,7 +132,7 @@ class PostgresStore(QueuedStore):
         self.durability = durability
         self.before_commit = before_commit
         self.read_only = read_only
-        self._refused: BeforeCommit | None = None  # raises what the hook raised on compaction
+        self._refused: Exception | None = None  # what the hook raised on a compaction
         self._stored_ticket = 0  # the newest ticket committed (what compactions pass the hook)
         self._set_up = False  # a reader's connection set up as a writer's (get_ready)
         super().__init__(
@@ -305,44 +306,34 @@ class PostgresStore(QueuedStore):
 
     # -- the writer thread ---------------------------------------------------------------
     def _write(self, batch: list[tuple[int, Item]]) -> None:
-        self._commit(batch)
+        """Store one group of queued items in one transaction (or the shared writer's).
 
-    def _commit(self, batch: list[tuple[int, Item]]) -> None:
-        """Store one group of queued items in one transaction (or the shared writer's)."""
-        if self.writer is not None:  # recorded here, sent in the shared writer's transaction
-            if self._refused is not None:  # the hook refused a compaction: refuse the same way
-                run_hook(self._refused, self._conn, 0, self.where)
-            statements = Recorded()
+        Without a shared writer, one pipeline carries the whole transaction (its
+        statements go out together, not one round trip each), the hook last; with one,
+        the statements are recorded here and sent in the writer's transaction.
+        """
+        if self._refused is not None:  # the hook refused a compaction: refuse the same way
+            raise hook_refused(self._refused, self.where) from self._refused
+        ticket, items = batch[-1][0], [item for _, item in batch]
+        failed = self._failures("writing to PostgreSQL failed")
+        if self.writer is not None:
+            recorded = Recorded()  # stands for the connection: records, sends nothing
             written = write_batch(
-                cast(Any, statements),  # stands for the connection: records, sends nothing
-                self.key,
-                [item for _, item in batch],
-                self._last_seq,
-                self._log_rows,
-                self.where,
+                cast(Any, recorded), self.key, items, self._last_seq, self._log_rows, self.where
             )
-            with self._failures("writing to PostgreSQL failed"):
-                self.writer.commit(statements, self.before_commit, batch[-1][0], self.where)
+            with failed:
+                self.writer.commit(recorded, self.before_commit, ticket, self.where)
         else:
-            # one pipeline for the whole transaction: its statements go out together,
-            # not one round trip (and one pipeline set-up per executemany) each
-            failures = self._failures("writing to PostgreSQL failed")
-            with self._db, failures, self._conn.pipeline(), self._conn.transaction():
-                written = self._store_batch(self._conn, batch)
+            conn = self._conn
+            with self._db, failed, conn.pipeline(), conn.transaction():
+                written = write_batch(
+                    conn, self.key, items, self._last_seq, self._log_rows, self.where
+                )
+                self._hook(conn, ticket)
         self._last_seq = written.last_seq
         self._log_rows = written.log_rows
         self.epochs += written.epochs
-        self._stored_ticket = batch[-1][0]
-
-    def _store_batch(self, conn: psycopg.Connection[Any], batch: list[tuple[int, Item]]) -> Written:
-        """Write one group of queued items in their order, then the hook (inside a transaction)."""
-        if self._refused is not None:  # the hook refused a compaction: refuse the same way
-            run_hook(self._refused, conn, 0, self.where)
-        written = write_batch(
-            conn, self.key, [item for _, item in batch], self._last_seq, self._log_rows, self.where
-        )
-        self._hook(conn, batch[-1][0])
-        return written
+        self._stored_ticket = ticket
 
     def _hook(self, conn: psycopg.Connection[Any], ticket: int) -> None:
         if self.before_commit is not None:
@@ -367,7 +358,7 @@ class PostgresStore(QueuedStore):
     def _compaction_failed(self, error: StorageError) -> None:
         cause = error.__cause__
         if error.details.get("reason") == "refused" and isinstance(cause, Exception):
-            self._refused = _raiser(cause)  # a stale owner: its next write fails too
+            self._refused = cause  # a stale owner: its next write fails too
 
     def _failures(self, what: str) -> failures:
         return failures(what, self.where)
@@ -376,13 +367,6 @@ class PostgresStore(QueuedStore):
         """Close the connection (releasing the lock)."""
         with self._db:
             release(self._conn, locked=not self.read_only)
-
-
-def _raiser(error: Exception) -> BeforeCommit:
-    def refuse(conn: psycopg.Connection[Any], ticket: int) -> None:
-        raise error
-
-    return refuse
 
 
 def load_stored(dsn: str, key: str, *, connect_timeout: float = 5.0) -> StoredState | None:

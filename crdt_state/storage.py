@@ -239,7 +239,7 @@ class SqliteStore(QueuedStore):
     # -- the writer thread (see crdt_state._group_commit) ------------------------------
     def _write(self, batch: list[tuple[int, Item]]) -> None:
         with self._db:
-            self._commit(batch)  # looked up per call: tests slow it down
+            self._commit(batch)
 
     def _commit(self, batch: list[tuple[int, Item]]) -> None:
         """Write one group of queued items in one transaction, in their order."""

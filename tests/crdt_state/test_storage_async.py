@@ -109,13 +109,13 @@ def test_when_durable_waits_for_every_change_made_so_far(
     SharedState().when_durable(in_memory.append)
     assert in_memory == [None]  # nothing to wait for: at once
     disk = threading.Event()
-    commit = stores.store_class._commit
+    commit = stores.store_class._write
 
     def gated(self: Any, batch: Any) -> None:
         disk.wait(10)
         commit(self, batch)
 
-    monkeypatch.setattr(stores.store_class, "_commit", gated)
+    monkeypatch.setattr(stores.store_class, "_write", gated)
     place = stores.fresh()
     state = place.open()
     nothing_yet: list[BaseException | None] = []
@@ -155,7 +155,7 @@ def test_when_durable_reports_changes_that_will_never_be_stored(
     def broken(self: Any, batch: Any) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(stores.store_class, "_commit", broken)
+    monkeypatch.setattr(stores.store_class, "_write", broken)
     state = stores.fresh().open()
     with pytest.raises(StorageError) as info:
         state.commit({"x": 1}, state.token, "a")  # in memory, never in the store
