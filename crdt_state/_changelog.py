@@ -351,24 +351,24 @@ class ChangeLog:
     ) -> bool:
         """True when an entry after ``base_seq`` is unseen, so a merge there is no fast-forward.
 
-        Unseen: not covered by ``token``, and, for a merge built on ``chain``
-        (whose retained entries are ``links``, see :meth:`made_by`), neither a
-        link nor an entry whose every write a later link overwrote (as
-        :func:`unseen_by_chain` judges). Usually answered by the first entry
-        after the base. Raises like :meth:`since`.
+        Unseen: not covered by ``token``, and, for a merge built on ``chain`` (whose
+        retained entries are ``links``, see :meth:`made_by`), neither a link nor an entry
+        whose every write a later link overwrote (as :func:`unseen_by_chain` judges).
+        Usually answered by the first entry after the base. Raises like :meth:`since`.
         """
         self._check_base(base_seq)
         count = self._head_seq - base_seq
         if not count or (token is None and not chain):
             return count > 0
+        since = self._entries[base_seq - self._first_seq + 1 :]
+        if token is not None and not chain and not links:  # the common case: any unseen entry
+            return not all(entry.covered_by(token) for entry in since)
         later = [e for e in links if e.seq > base_seq]
         if chain and len({e.seq for e in later}) == count:
             return False  # everything since the base is the chain's own
         if token is not None:
             later = [e for e in later if not e.covered_by(token)]
-        entries = self._entries
-        for i in range(base_seq - self._first_seq + 1, len(entries)):
-            entry = entries[i]
+        for entry in since:
             if token is not None and entry.covered_by(token):
                 continue
             if chain and entry.request in chain:

@@ -21,7 +21,6 @@ from ._sql_params import (
     conflict_params,
     history_filters,
     log_params,
-    paths_json,
 )
 from ._sqlite_file import (
     descendants_range,
@@ -141,10 +140,8 @@ def append_changes(conn: sqlite3.Connection, changes: Sequence[StateUpdate]) -> 
     if not changes:
         return
     tokens = [c.token.to_state() for c in changes]
-    conn.executemany(
-        f"INSERT INTO log ({LOG_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        log_params(changes, tokens),
-    )
+    log_rows = log_params(changes, tokens)
+    conn.executemany(f"INSERT INTO log ({LOG_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", log_rows)
     conn.executemany(
         "INSERT OR REPLACE INTO blame (path, seq, agent, time, token) VALUES (?, ?, ?, ?, ?)",
         [
@@ -156,15 +153,16 @@ def append_changes(conn: sqlite3.Connection, changes: Sequence[StateUpdate]) -> 
     for change, token in zip(changes, tokens, strict=True):
         if change.conflicts:
             append_conflicts(conn, change.conflicts, token, change.time, True)
-    requests = [(c, t) for c, t in zip(changes, tokens, strict=True) if c.request_id is not None]
+    requests = [  # a change's paths column, already encoded for its log row
+        (c.writer or "", c.request_id, c.seq, t, row[6], int(not c.conflicts))
+        for c, t, row in zip(changes, tokens, log_rows, strict=True)
+        if c.request_id is not None
+    ]
     if requests:
         conn.executemany(
             "INSERT OR REPLACE INTO writer_requests (writer, id, seq, token, paths, clean)"
             " VALUES (?, ?, ?, ?, ?, ?)",
-            [
-                (c.writer or "", c.request_id, c.seq, t, paths_json(c.paths), int(not c.conflicts))
-                for c, t in requests
-            ],
+            requests,
         )
 
 

@@ -151,6 +151,8 @@ def _commit_options(
 
 
 def _ok_reply(request: p.MergeRequest, result: MergeResult) -> bytes:
+    if not result.conflicts:
+        return p.encode_ok_result(request.request_id, result.token.to_state(), result.applied)
     return p.encode_merge_result(
         request.request_id,
         p.MergeStatus.CONFLICT if result.conflicts else p.MergeStatus.OK,

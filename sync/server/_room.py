@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 from typing import TypeAlias
 
 from pycrdt import merge_updates
-from websockets.asyncio.server import ServerConnection, broadcast
-from websockets.protocol import State
+from websockets.asyncio.server import ServerConnection
 
 from crdt_state import SharedState, StateUpdate
+from sync.server._framing import FrameCache, write_frames
 from sync.server._outbound import Outbox
 from sync.server.auth import Grant
 from sync.wire.awareness import removal_update, safe_clients
@@ -97,11 +97,12 @@ class Session:
         """Queue ``frame`` for sending (event-loop thread only)."""
         self.enqueue_many((frame,))
 
-    def enqueue_many(self, frames: Sequence[bytes]) -> None:
+    def enqueue_many(self, frames: Sequence[bytes], cache: FrameCache | None = None) -> None:
         """Queue ``frames`` for sending, in order (event-loop thread only).
 
         When nothing waits before them, they are written at once, together
-        (one write to the socket for all of them).
+        (one write to the socket for all of them; ``cache``: see
+        :func:`~sync.server._framing.write_frames`).
         """
         if self.overflowed or not frames:
             return
@@ -112,7 +113,7 @@ class Session:
             and self.outbox.empty()
             and ws.transport.get_write_buffer_size() < self.write_limit
         ):
-            _write_now(ws, frames)
+            write_frames(ws, frames, cache)
             return
         for frame in frames:
             if not self.outbox.put(frame):
@@ -125,22 +126,6 @@ class Session:
 
 def _nothing() -> None:
     """A closed room's listener removal (done already)."""
-
-
-def _write_now(ws: ServerConnection, frames: Sequence[bytes]) -> None:
-    """Write binary ``frames`` to ``ws`` in one socket write (as ``broadcast`` does, batched)."""
-    if len(frames) == 1:
-        broadcast((ws,), frames[0])
-        return
-    if ws.protocol.state is not State.OPEN or ws.send_in_progress is not None:
-        return  # closing: frames to a closing connection are dropped, like broadcast()
-    try:
-        for frame in frames:
-            ws.protocol.send_binary(frame)
-        data = ws.protocol.data_to_send()
-        ws.transport.write(b"".join(data))
-    except Exception as exc:  # the connection broke: its handler sees it and cleans up
-        ws.logger.warning("could not write to connection: %s", exc)
 
 
 FailedReply: TypeAlias = Callable[[BaseException], bytes]
@@ -341,8 +326,9 @@ class Room:
                     if error is not None and failed is not None:
                         frame = failed(error)
                     out.setdefault(session.id, (session, []))[1].append(frame)
+        cache: FrameCache = {}  # the update frames, framed once for every session
         for session, frames in out.values():
-            session.enqueue_many(frames)
+            session.enqueue_many(frames, cache)
         for round_ in rounds:
             if round_.sent is not None and not round_.sent.done():
                 round_.sent.set_result(None)

@@ -38,6 +38,7 @@ __all__ = [
     "WirePath",
     "decode_change_set",
     "decode_result_body",
+    "encode_applied_body",
     "encode_change_set",
     "encode_result_body",
 ]
@@ -167,6 +168,12 @@ def encode_result_body(
         "error": None if error is None else {"code": error.code, "message": error.message},
     }
     return _dump(body)
+
+
+def encode_applied_body(applied: Sequence[WirePath]) -> bytes:
+    """``encode_result_body(applied, (), None)``, byte for byte (an ok result's body)."""
+    paths: list[JsonValue] = [list(path) for path in applied]
+    return b'{"applied":' + _dump(paths) + b',"conflicts":[],"error":null}'
 
 
 def _slot_value(value: JsonValue | Missing) -> JsonValue:

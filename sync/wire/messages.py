@@ -173,6 +173,8 @@ class MergeRequest:
     policies: tuple[tuple[int, str], ...] = ()
 
     def __post_init__(self) -> None:
+        if not (self.policies or self.writer or self.chain):
+            return  # a plain request: every rule below holds for empty fields
         bad = ErrorCode.INVALID_MERGE_REQUEST
         indexes = [i for i, _ in self.policies]
         if any(not isinstance(i, int) or not 0 <= i < len(self.changes) for i in indexes):

@@ -38,6 +38,7 @@ from sync.wire.changes import (
     WirePath,
     decode_change_set,
     decode_result_body,
+    encode_applied_body,
     encode_change_set,
     encode_result_body,
 )
@@ -96,6 +97,7 @@ __all__ = [
     "encode_awareness",
     "encode_merge_request",
     "encode_merge_result",
+    "encode_ok_result",
     "encode_message",
     "encode_permission_denied",
     "encode_query_awareness",
@@ -238,6 +240,30 @@ def encode_merge_result(
     """Encode a merge result; the status rules of :class:`MergeReply` are enforced."""
     result = MergeReply(request_id, status, token, tuple(applied), tuple(conflicts), error)
     return encode_message(result)
+
+
+_RESULT_HEAD: Final = encode_var_uint(MessageType.MERGE) + encode_var_uint(MergeStep.RESULT)
+_OK: Final = encode_var_uint(MergeStatus.OK)
+
+
+def encode_ok_result(request_id: int, token: bytes, applied: Sequence[WirePath]) -> bytes:
+    """``encode_merge_result(request_id, MergeStatus.OK, token, applied)``, byte for byte.
+
+    The hub's answer to a merge that met no conflict, without building the
+    :class:`MergeReply` (whose status rules an ok result with no conflicts and no
+    error always meets); raises what that call raises for a bad ``token`` or
+    ``request_id``.
+    """
+    validate_state_vector(token)
+    return b"".join(
+        (
+            _RESULT_HEAD,
+            encode_var_uint(request_id),
+            _OK,
+            encode_var_bytes(token),
+            encode_var_bytes(encode_applied_body(applied)),
+        )
+    )
 
 
 def encode_message(message: Message) -> bytes:
