@@ -18,12 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from redis.asyncio import Redis
 
-from sync.server.cluster.keys import parse_room_key, room_key
+from sync.server.cluster.keys import room_key
 from sync.server.cluster.lease import UNAVAILABLE
+from sync.server.cluster.streamio import read_rooms
 
 if TYPE_CHECKING:
     from sync.server.cluster.cluster_room import ClusterRoom
@@ -77,23 +78,14 @@ class Follower:
             return
         try:
             self.reads += 1
-            got: Any = await self.redis.xread(
-                streams,  # type: ignore[arg-type]
-                count=COUNT,
-                block=int(BLOCK * 1000),
-            )
+            got = await read_rooms(self.redis, streams, count=COUNT, block=BLOCK)
         except UNAVAILABLE as exc:
             log.info("redis unavailable while following (%s): reloading the replicas", exc)
             for room in list(self.rooms.values()):
                 self._resync(room)
             await asyncio.sleep(BLOCK)
             return
-        for raw_key, entries in got or ():
-            key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
-            try:
-                name, _ = parse_room_key(key)
-            except ValueError:
-                continue
+        for name, entries in got:
             target = self.rooms.get(name)
             if target is None or name in self._resyncs:
                 continue

@@ -21,14 +21,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any, Final
+from typing import Final
 
 from redis.asyncio import Redis
 
 from sync.server.cluster.errors import ClusterUnavailable
-from sync.server.cluster.keys import parse_room_key, room_key
+from sync.server.cluster.keys import room_key
 from sync.server.cluster.lease import UNAVAILABLE
-from sync.server.cluster.streamio import Entry, entries_of
+from sync.server.cluster.streamio import Entry, entries_of, read_rooms
 
 __all__ = ["BLOCK", "InSlot", "Inbox"]
 
@@ -143,23 +143,14 @@ class Inbox:
         streams = {room_key(name, "in"): slot.position for name, slot in reading.items()}
         try:
             self.reads += 1
-            got: Any = await self.redis.xread(
-                streams,  # type: ignore[arg-type]
-                count=COUNT,
-                block=int(BLOCK * 1000),
-            )
+            got = await read_rooms(self.redis, streams, count=COUNT, block=BLOCK)
         except UNAVAILABLE as exc:
             error = ClusterUnavailable("redis", f"redis did not answer: {exc}")
             for slot in reading.values():
                 slot._fail(error)
             await asyncio.sleep(BLOCK)
             return
-        for raw_key, raw_entries in got or ():
-            key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
-            try:
-                name, _ = parse_room_key(key)
-            except ValueError:
-                continue
+        for name, raw_entries in got:
             read = reading.get(name)
             if read is not None and self.slots.get(name) is read:  # not replaced meanwhile
                 read._deliver(entries_of(raw_entries))

@@ -14,6 +14,7 @@ from typing import Any, Final
 from redis.asyncio import Redis
 
 from sync.server.cluster.errors import ClusterUnavailable
+from sync.server.cluster.keys import parse_room_key
 from sync.server.cluster.lease import UNAVAILABLE
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "newest",
     "read_after",
     "read_all",
+    "read_rooms",
     "trim_before",
 ]
 
@@ -47,6 +49,26 @@ def _id(raw: Any) -> str:
 def entries_of(raw: Any) -> list[Entry]:
     """The entries of a raw ``XREAD``/``XRANGE`` answer for one stream, ids as ``str``."""
     return [(_id(entry_id), fields or {}) for entry_id, fields in raw or ()]
+
+
+async def read_rooms(
+    redis: Redis, streams: Mapping[str, str], *, count: int, block: float
+) -> list[tuple[str, Any]]:
+    """One ``XREAD BLOCK`` over several rooms' streams (key -> position to read after).
+
+    Returns ``(room name, raw entries)`` for each stream that had entries (the raw
+    entries as :func:`entries_of` takes them); a key that is no room's is skipped.
+    Redis failures are raised as redis-py raises them (the callers react differently).
+    """
+    got: Any = await redis.xread(streams, count=count, block=int(block * 1000))  # type: ignore[arg-type]
+    rooms = []
+    for raw_key, raw_entries in got or ():
+        try:
+            name, _ = parse_room_key(_id(raw_key))
+        except ValueError:
+            continue
+        rooms.append((name, raw_entries))
+    return rooms
 
 
 async def read_after(
