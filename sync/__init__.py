@@ -60,6 +60,7 @@ from sync.wire import (
     SyncStep2,
     SyncUpdate,
     UnknownMessage,
+    UnsentMerges,
     WireChange,
     WireConflict,
     WirePath,
@@ -71,6 +72,7 @@ from sync.wire import (
 __all__ = [
     "AuthError",
     "HubUnreachable",
+    "UnsentMerges",
     "InvalidHubURL",
     "WriteDenied",
     "BlockingBranch",

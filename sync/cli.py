@@ -252,7 +252,12 @@ async def _run_hub(args: argparse.Namespace) -> None:
     gc.freeze()
     gc.set_threshold(10_000, 20, 20)
     print(f"crdt-state hub on ws://{args.host}:{hub.port}/<room>", flush=True)
-    where = f"directory {os.path.abspath(args.db)}" if args.db else "memory only (--db '')"
+    if args.postgres is not None:
+        where = "PostgreSQL, shared with the cluster's other hubs (--db not used)"
+    elif args.db:
+        where = f"directory {os.path.abspath(args.db)}"
+    else:
+        where = "memory only (--db '')"
     print(f"rooms stored in {where}", flush=True)
     if args.secret is None:
         print(

@@ -30,7 +30,13 @@ from crdt_state import (
 )
 from crdt_state import resolvers as builtin
 from sync.client._overlay import Overlay
-from sync.client.remote import CONNECT_TIMEOUT, RemoteBranch, RemoteState, RemoteToken
+from sync.client.remote import (
+    CLOSE_TIMEOUT,
+    CONNECT_TIMEOUT,
+    RemoteBranch,
+    RemoteState,
+    RemoteToken,
+)
 
 __all__ = ["BlockingBranch", "BlockingRemote", "connect_blocking"]
 
@@ -359,11 +365,16 @@ class BlockingRemote:
         return "<Blocking" + repr(self.remote)[1:]
 
     # -- lifecycle ---------------------------------------------------------------------
-    def close(self) -> None:
-        """Disconnect and stop the background thread (idempotent)."""
+    def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """Disconnect and stop the background thread (idempotent).
+
+        As :meth:`RemoteState.close <sync.client.remote.RemoteState.close>`: waits up to
+        ``timeout`` s for pending merges and raises ``UnsentMerges`` when, without a
+        ``local`` file, some never reached a hub.
+        """
         if self._loop.is_running():
             try:
-                self._call(self.remote.close())
+                self._call(self.remote.close(timeout))
             finally:
                 self._stop_loop()
 
@@ -375,8 +386,14 @@ class BlockingRemote:
     def __enter__(self) -> BlockingRemote:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        elif self._loop.is_running():
+            try:
+                self._call(self.remote.close_after_error())
+            finally:
+                self._stop_loop()
 
 
 def connect_blocking(

@@ -71,7 +71,7 @@ from sync.client._remote_reads import RemoteReads
 from sync.client._urls import hub_urls
 from sync.client.branch import RemoteBranch, RemoteToken
 from sync.client.core import ClientCore
-from sync.wire.errors import HubUnreachable, RemoteError
+from sync.wire.errors import HubUnreachable, RemoteError, UnsentMerges
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -86,6 +86,8 @@ log = logging.getLogger("crdt_state.client")
 T = TypeVar("T")
 
 CONNECT_TIMEOUT = 10.0
+CLOSE_TIMEOUT = 10.0
+"""How long closing a client waits for its pending merges (see :meth:`RemoteState.close`)."""
 """Seconds :func:`connect` and :func:`~sync.client.blocking.connect_blocking` wait for the
 first sync with a hub."""
 
@@ -189,19 +191,45 @@ class RemoteState(RemoteReads):
         if link.fatal is not None:
             raise link.fatal
 
-    async def close(self) -> None:
-        """Disconnect; queued merges stay in the local file (if any)."""
+    async def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """Disconnect, after the merges that have not ended yet, for up to ``timeout`` s.
+
+        While it waits the client keeps (re)connecting, to another hub of its list if
+        its own is gone, and re-sends what was not answered. What is still pending
+        then stays queued in the ``local`` file, if the client has one (the next client
+        on that file sends it).
+
+        Raises:
+            UnsentMerges: without a ``local`` file, when merges were still pending: they
+                are lost (after disconnecting; ``timeout=0`` does not wait).
+        """
+        if self.pending and timeout > 0:
+            with contextlib.suppress(TimeoutError):
+                await self.wait_idle(timeout)
+        unsent = self.pending
         await self.presence.stop()
         await self._link.close()
         self._release_waiters()
         self._core.save()
+        if unsent and not self._local:
+            raise UnsentMerges(self.agent, unsent, tuple(map(self._link.shown, self._link.urls)))
+
+    async def close_after_error(self) -> None:
+        """Disconnect at once while an error propagates: lost merges are logged, not raised."""
+        try:
+            await self.close(timeout=0)
+        except UnsentMerges as lost:
+            log.warning("%s", lost)
 
     async def __aenter__(self) -> RemoteState:
         await self.start()
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+    async def __aexit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            await self.close()
+        else:
+            await self.close_after_error()
 
     @property
     def connected(self) -> bool:
@@ -402,5 +430,7 @@ async def connect(
     await remote.start(timeout)
     try:
         yield remote
-    finally:
-        await remote.close()
+    except BaseException:
+        await remote.close_after_error()
+        raise
+    await remote.close()

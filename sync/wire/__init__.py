@@ -32,6 +32,7 @@ from sync.wire.errors import (
     ProtocolError,
     RemoteError,
     SyncError,
+    UnsentMerges,
     WriteDenied,
 )
 from sync.wire.protocol import (
@@ -74,6 +75,7 @@ __all__ = [
     "PermissionDenied",
     "InvalidHubURL",
     "HubUnreachable",
+    "UnsentMerges",
     "WriteDenied",
     "ProtocolError",
     "QueryAwareness",

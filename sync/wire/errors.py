@@ -31,6 +31,7 @@ __all__ = [
     "CloseCode",
     "ErrorCode",
     "HubUnreachable",
+    "UnsentMerges",
     "InvalidHubURL",
     "ProtocolError",
     "RemoteError",
@@ -209,3 +210,30 @@ class HubUnreachable(SyncError, ConnectionError):
         self.last_error = last_error
         where = " or ".join(urls)
         super().__init__(f"could not sync with {where} in {timeout:g} s (last: {last_error})")
+
+
+class UnsentMerges(SyncError):
+    """A client closed while merges had not reached the hub, with nowhere to keep them.
+
+    Code ``unsent_merges``. Raised by closing a client without a ``local`` file (the
+    end of ``async with sync.connect(...)``, ``close()``) after it waited for them (see
+    :meth:`~sync.client.remote.RemoteState.close`); they are not applied anywhere. Each
+    merge whose caller was still waiting had already ended as ``pending``.
+
+    Attributes:
+        agent: the client's agent.
+        count: how many merges were lost.
+        urls: the hub URLs (tokens masked).
+    """
+
+    code = "unsent_merges"
+
+    def __init__(self, agent: str, count: int, urls: tuple[str, ...]) -> None:
+        self.agent = agent
+        self.count = count
+        self.urls = urls
+        super().__init__(
+            f"agent {agent!r} closed with {count} merge(s) that no hub of {' or '.join(urls)}"
+            " acknowledged; without a local file they are lost (wait with"
+            " remote.wait_idle(), or give connect() local=FILE to keep them queued)"
+        )

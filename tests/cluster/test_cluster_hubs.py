@@ -56,6 +56,8 @@ async def test_a_merge_on_one_hub_is_seen_on_the_other(two_hubs: HubCluster) -> 
             await on_a.acommit({"n": i, ("log", f"k{i}"): i}, on_a.token)
             delays.append(await until(lambda i=i: on_b.get("n") == i))
         print(f"cross-hub visibility after ack: max {max(delays) * 1000:.1f} ms")
+        # the banner names where the rooms live: PostgreSQL, not a --db directory
+        assert "rooms stored in PostgreSQL" in a.log.read_text()
         async with on_b.fork() as branch:
             branch.set("from_b", True)
         await until(lambda: on_a.get("from_b") is True)

@@ -219,3 +219,64 @@ async def test_a_synced_connection_reset_twice_moves_on_at_once_both_times(hub: 
     finally:
         await a.close()
         await b.close()
+
+
+async def test_leaving_connect_waits_for_pending_merges_while_the_client_fails_over(
+    tmp_path: Path,
+) -> None:
+    """The README's cluster snippet: a merge cut off by a dead hub still lands at exit."""
+    db = tmp_path / "hub.db"
+    a, b = RestartableHub(db), RestartableHub(db)
+    await a.start()
+    try:
+        async with sync.connect([a.url("r"), b.url("r")], agent="x", reconnect=FAST) as remote:
+            async with remote.fork() as branch:
+                branch["k"] = "first"
+            await a.stop()  # the hub in use is gone: the next merge can only wait
+            assert (await _set(remote, "k", "second")).pending
+            await b.start()  # the other hub of the list comes up while the client closes
+        assert remote.pending == 0
+        assert (await b.state("r"))["k"] == "second"
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+async def test_closing_with_merges_no_hub_took_raises_unsent_merges(tmp_path: Path) -> None:
+    db = tmp_path / "hub.db"
+    a = RestartableHub(db)
+    await a.start()
+    try:
+        with pytest.raises(sync.UnsentMerges) as info:
+            async with sync.connect(a.url("r"), agent="x", reconnect=FAST) as remote:
+                await a.stop()
+                assert (await _set(remote, "k", 1)).pending
+                await remote.close(timeout=0.3)  # what leaving the block does, after 10 s
+        assert info.value.code == "unsent_merges" and info.value.count == 1
+        assert info.value.agent == "x" and info.value.urls == (a.url("r"),)
+        assert "local" in str(info.value)
+    finally:
+        await a.stop()
+
+
+async def test_an_error_in_the_block_is_not_replaced_by_unsent_merges(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = tmp_path / "hub.db"
+    a = RestartableHub(db)
+    await a.start()
+    try:
+        with pytest.raises(KeyError):
+            async with sync.connect(a.url("r"), agent="x", reconnect=FAST) as remote:
+                await a.stop()
+                assert (await _set(remote, "k", 1)).pending
+                raise KeyError("the agent's own error")
+        assert "unsent" in caplog.text or "no hub" in caplog.text
+    finally:
+        await a.stop()
+
+
+async def _set(remote: RemoteState, key: str, value: object) -> MergeResult:
+    branch = remote.fork()
+    branch[key] = value
+    return await branch.amerge()
