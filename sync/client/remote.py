@@ -192,18 +192,20 @@ class RemoteState(RemoteReads):
             raise link.fatal
 
     async def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
-        """Disconnect, after the merges that have not ended yet, for up to ``timeout`` s.
+        """Disconnect; without a ``local`` file, after the pending merges (up to ``timeout`` s).
 
-        While it waits the client keeps (re)connecting, to another hub of its list if
-        its own is gone, and re-sends what was not answered. What is still pending
-        then stays queued in the ``local`` file, if the client has one (the next client
-        on that file sends it).
+        With a ``local`` file, merges that have not ended stay queued in it (the next
+        client on that file sends them) and closing does not wait. Without one they
+        would be lost, so closing first waits for them while the client keeps
+        (re)connecting, to another hub of its list if its own is gone, and re-sends
+        what was not answered.
 
         Raises:
-            UnsentMerges: without a ``local`` file, when merges were still pending: they
-                are lost (after disconnecting; ``timeout=0`` does not wait).
+            UnsentMerges: without a ``local`` file, when merges were still pending after
+                the wait: they are lost (raised after disconnecting; ``timeout=0`` does
+                not wait).
         """
-        if self.pending and timeout > 0:
+        if self.pending and timeout > 0 and not self._local:
             with contextlib.suppress(TimeoutError):
                 await self.wait_idle(timeout)
         unsent = self.pending
