@@ -177,6 +177,7 @@ class ResettingProxy:
                 while data := await src.read(65536):
                     dst.write(data)
                     await dst.drain()
+                dst.write_eof()  # pass the end on, or the hub waits its close timeout
 
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
 
