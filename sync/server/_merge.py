@@ -33,7 +33,6 @@ from sync.wire.errors import ProtocolError
 
 __all__ = [
     "client_policies",
-    "judge_merge",
     "judge_merge_unwaited",
     "refused_reply",
     "storage_failed_reply",
@@ -47,7 +46,7 @@ INTERNAL_ERROR = "internal_error"
 """The error code of a merge whose judging failed unexpectedly (a bug, not bad input)."""
 
 
-async def judge_merge(
+def judge_merge_unwaited(
     state: SharedState,
     request: p.MergeRequest,
     *,
@@ -55,7 +54,12 @@ async def judge_merge(
     scope: str,
     too_large: Callable[[int], bool],
 ) -> bytes:
-    """Judge ``request`` against ``state``; returns the merge result frame.
+    """Judge ``request`` against ``state`` without waiting for durability; the result frame.
+
+    Runs at once (no await). The change is made in memory and handed to the store; the
+    caller must not send the frame before ``state.when_durable`` reported every change
+    made so far durable (one wait for a whole batch; :func:`storage_failed_reply` is
+    the answer when that wait fails).
 
     Args:
         state: the room's state.
@@ -68,34 +72,11 @@ async def judge_merge(
 
     Returns:
         The encoded merge result: ok, conflict (settled conflicts listed) or error
-        (nothing written; the stable code in ``error.code``). An unexpected exception
-        while judging (a bug in a policy or in the state, not bad input) is logged with
-        its traceback and answered with the error ``internal_error``: the request gets
-        a final answer, the connection stays open, and nothing is re-sent in a loop.
-        The merge is durable when this returns.
-    """
-    try:
-        ops, base, options = _commit_arguments(state, request, agent, scope, too_large)
-        result = await state.acommit(ops, base, **options)
-    except Exception as exc:
-        return _refusal(exc, request, state, agent)
-    return _ok_reply(request, result)
-
-
-def judge_merge_unwaited(
-    state: SharedState,
-    request: p.MergeRequest,
-    *,
-    agent: str,
-    scope: str,
-    too_large: Callable[[int], bool],
-) -> bytes:
-    """:func:`judge_merge` without waiting for durability (no await: runs at once).
-
-    The change is made in memory and handed to the store; the caller must not send
-    the frame before ``state.when_durable`` reported every change made so far durable
-    (one wait for a whole batch). A storage failure the commit raises at once is
-    answered as an error frame, as :func:`judge_merge` does.
+        (nothing written; the stable code in ``error.code``, a storage failure the
+        commit raises at once included). An unexpected exception while judging (a bug
+        in a policy or in the state, not bad input) is logged with its traceback and
+        answered with the error ``internal_error``: the request gets a final answer,
+        the connection stays open, and nothing is re-sent in a loop.
     """
     try:
         ops, base, options = _commit_arguments(state, request, agent, scope, too_large)
@@ -118,8 +99,7 @@ def _commit_arguments(
 ) -> tuple[list[Change], VersionVector, dict[str, Any]]:
     """What judging ``request`` commits: its changes, its base, the commit's options.
 
-    The part :func:`judge_merge` and :func:`judge_merge_unwaited` share before they
-    commit, each in its way.
+    The part of :func:`judge_merge_unwaited` before it commits.
 
     Raises:
         _TooLarge: the changes would take the document past its size limit.
@@ -251,9 +231,9 @@ def storage_failed_reply(
 ) -> bytes:
     """The error result of a merge judged with ``wait=False`` whose change was not stored.
 
-    What :func:`judge_merge` answers when the durability wait raises ``error`` (a
-    :class:`~crdt_state.StorageError`: code ``storage``); the token is the room's
-    current one.
+    The answer when the durability wait after :func:`judge_merge_unwaited` raises
+    ``error`` (a :class:`~crdt_state.StorageError`: code ``storage``); the token is the
+    room's current one.
     """
     if not isinstance(error, Exception):  # stores report StorageError; be safe anyway
         error = StorageError(f"the change could not be stored: {error!r}")
