@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from sync.wire._plain_request import decode_plain_request
 from sync.wire.changes import (
     ErrorRecord,
     WireChange,
@@ -337,7 +338,19 @@ def decode_message(data: bytes) -> Message:
     unknown substeps, malformed state vectors or JSON payloads (see
     :class:`~sync.wire.errors.ErrorCode`). Unknown outer types are returned as
     :class:`UnknownMessage`.
+
+    A merge request of the common shape is read by a one-pass decoder
+    (:func:`~sync.wire._plain_request.decode_plain_request`) that answers exactly as
+    this general one would; everything else takes the general path.
     """
+    request = decode_plain_request(data)
+    if request is not None:
+        return request
+    return _decode_general(data)
+
+
+def _decode_general(data: bytes) -> Message:
+    """:func:`decode_message` without its fast path for common merge requests."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ProtocolError(
             ErrorCode.UNSUPPORTED_FRAME,
