@@ -39,7 +39,7 @@ __all__ = ["commit", "merge", "prepare_changes"]
 def prepare_changes(core: StateCore, changes: Mapping[Any, Any] | Iterable[Change]) -> list[Change]:
     """A change set as ``core`` would merge it (see :meth:`SharedState.prepare`)."""
     items: Iterable[Change]
-    if isinstance(changes, Mapping):
+    if type(changes) is not list and isinstance(changes, Mapping):
         items = [
             Change("delete", parse_path(p)) if v is MISSING else Change("set", parse_path(p), v)
             for p, v in changes.items()
@@ -52,7 +52,10 @@ def prepare_changes(core: StateCore, changes: Mapping[Any, Any] | Iterable[Chang
             raise TypeError(f"changes must be Change objects, got {type(op).__name__}")
         path = parse_path(op.path)
         if op.kind == "set":
-            ops.append(Change("set", path, core.prepare_value(path, op.value)))
+            value = core.prepare_value(path, op.value)
+            # unchanged (a scalar, a tuple path): the change itself, not a copy of it
+            same = value is op.value and path is op.path and type(op) is Change
+            ops.append(op if same else Change("set", path, value))
         elif op.kind == "delete":
             ops.append(Change("delete", path))
         elif op.kind == "append":
@@ -61,7 +64,8 @@ def prepare_changes(core: StateCore, changes: Mapping[Any, Any] | Iterable[Chang
             ops.append(Change("append", path, core.prepare_items(path, list(op.value))))
         else:
             raise CrdtStateError(f"unknown change kind {op.kind!r}", path=path)
-    check_disjoint(ops)
+    if len(ops) > 1:
+        check_disjoint(ops)
     return ops
 
 

@@ -36,6 +36,13 @@ def check_commit(changes: object, base: object, agent: object) -> None:
             non-empty str, or ``changes`` neither a mapping nor an iterable of
             :class:`Change` (``path``: the first path changed, when known).
     """
+    if type(changes) is list and type(base) is VersionVector and type(agent) is str and agent:
+        return  # the common call (a hub's), which passes every check: no ABC checks
+    _check_commit(changes, base, agent)
+
+
+def _check_commit(changes: object, base: object, agent: object) -> None:
+    """:func:`check_commit` without its shortcut for the common argument types."""
     paths = list(changes) if isinstance(changes, Mapping) else []
     where = paths[0] if paths and isinstance(paths[0], str | tuple) else None
     where = (where,) if isinstance(where, str) else where

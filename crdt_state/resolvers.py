@@ -278,13 +278,26 @@ class PolicyTable:
         self.default: Policy = as_policy(default)
         self._parent = parent
         self._cache: dict[Path, Policy] = {}
+        self._last_overlay: tuple[object, PolicyTable] | None = None
 
     def overlay(
         self, resolvers: Mapping[Any, object] | None = None, default: object | None = None
     ) -> PolicyTable:
-        """A table whose rules (and default, when given) take precedence over this one's."""
+        """A table whose rules (and default, when given) take precedence over this one's.
+
+        Tables never change after construction, so an overlay with no rules of its
+        own and the same default object as the last one is that same table (a hub
+        overlays its default on every merge).
+        """
         if not resolvers and default is None:
             return self
+        if resolvers is None:
+            last = self._last_overlay
+            if last is not None and last[0] is default:
+                return last[1]
+            table = PolicyTable(None, default, parent=self)
+            self._last_overlay = (default, table)
+            return table
         return PolicyTable(resolvers, self.default if default is None else default, parent=self)
 
     def _lookup(self, path: Path) -> Policy | None:
