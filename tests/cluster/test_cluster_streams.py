@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from redis.asyncio import Redis
 
 from sync.server.cluster import Fenced, room_key
+from sync.server.cluster.keys import parse_room_key
 from sync.server.cluster.pgstorage import depose, fenced_position, judge_dsn, judge_name
-from sync.server.cluster.streamio import append_if_holder, read_after
+from sync.server.cluster.streamio import append_if_holder, read_after, read_rooms, stream_key
 from sync.server.cluster.streams import (
     Answer,
     AnswerKind,
@@ -254,3 +255,27 @@ def test_judge_sessions_are_named_by_room_and_fence(postgres_dsn: str) -> None:
     assert name == (judge_name("streams/named", 4),)
     assert name is not None and name[0].startswith(judge_name("streams/named"))
     assert idle == ("1s",)
+
+
+@given(st.text(min_size=1, max_size=30) | st.text(alphabet="{}%:ab/", min_size=1, max_size=12))
+def test_stream_keys_as_bytes_are_the_room_keys(room: str) -> None:
+    """The remembered bytes keys of the rooms' reads are the keys, and parse back."""
+    for part in ("in", "out"):
+        key = stream_key(room, part)
+        assert key == room_key(room, part).encode()
+        assert parse_room_key(key.decode()) == (room, part)
+
+
+async def test_one_read_over_rooms_names_each_room_by_its_key(redis: Redis) -> None:
+    rooms = ["streams/read a", "streams/{odd}%", "streams/\u00e9"]
+    keys = [room_key(room, "out") for room in rooms]
+    await redis.delete(*keys)
+    try:
+        for n, key in enumerate(keys):
+            await redis.xadd(key, {"e": str(n)})
+        got = await read_rooms(redis, dict.fromkeys(rooms, "0-0"), "out", count=10, block=0.01)
+        assert {name: [f[b"e"] for _, f in entries] for name, entries in got} == {
+            room: [str(n).encode()] for n, room in enumerate(rooms)
+        }
+    finally:
+        await redis.delete(*keys)

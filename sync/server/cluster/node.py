@@ -45,6 +45,7 @@ from sync.server.cluster.outbox import Outbox
 from sync.server.cluster.renewals import Renewals
 from sync.server.cluster.schema import migrate
 from sync.server.cluster.storage import RoomStorage
+from sync.server.cluster.streamio import stream_key
 from sync.server.cluster.streams import MERGE, UPDATE, InEntry, encode_in
 from sync.wire import protocol as p
 from sync.wire.awareness import removal_update, safe_clients
@@ -252,7 +253,7 @@ class ClusterNode:
     async def _append(self, room: Room, session: Session, kind: str, data: bytes) -> None:
         entry = InEntry(kind, data, self.hub_id, session.id, session.label, session.writer)
         try:
-            await self.outbox.append(room_key(room.name, "in"), encode_in(entry))
+            await self.outbox.append(stream_key(room.name, "in"), encode_in(entry))
         except ClusterUnavailable as exc:
             log.info("room %r: cannot forward a write (%s), closing its session", room.name, exc)
             self.close_session(session, TRY_AGAIN_LATER, "cluster unavailable")

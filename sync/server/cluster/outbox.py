@@ -31,7 +31,14 @@ __all__ = ["MAX_BATCH", "Outbox"]
 MAX_BATCH: Final = 512
 """Most commands sent in one pipeline."""
 
-_Command = tuple[str, str, Any, "asyncio.Future[Any] | None"]
+_Command = tuple[str, str | bytes, Any, "asyncio.Future[Any] | None"]
+_SCRIPT: Final = APPEND_IF_HOLDER.encode()
+"""The ``out`` script's text as bytes: redis-py packs a ``str`` argument several times
+slower than bytes (see :func:`~sync.server.cluster.streamio.read_rooms`)."""
+
+
+def _raw(value: str | bytes) -> bytes:
+    return value.encode() if isinstance(value, str) else value
 
 
 class Outbox:
@@ -63,7 +70,7 @@ class Outbox:
             self._task = None
         self._fail(self._take_all(), ClusterUnavailable("redis", "the hub is stopping"))
 
-    async def append(self, key: str, fields: Mapping[str, bytes | str]) -> None:
+    async def append(self, key: str | bytes, fields: Mapping[str, bytes | str]) -> None:
         """``XADD`` ``fields`` to ``key``; returns once Redis stored it.
 
         Raises:
@@ -90,11 +97,11 @@ class Outbox:
         Raises:
             ClusterUnavailable: Redis did not answer (the entry may or may not be stored).
         """
-        args: list[bytes | str] = [lease_key, key, token, str(maxlen)]
+        args: list[bytes] = [lease_key.encode(), key.encode(), token.encode(), b"%d" % maxlen]
         for name, value in fields.items():
-            args += [name, value]
+            args += [name.encode(), _raw(value)]
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append(("eval", APPEND_IF_HOLDER, args, done))
+        self._queue.append(("eval", _SCRIPT, args, done))
         self._ready.set()
         added = await done
         if added is None:
@@ -130,7 +137,7 @@ class Outbox:
             if command == "xadd":
                 pipe.xadd(key, value)
             elif command == "eval":  # the script's text: Redis caches it by its digest
-                pipe.eval(key, 2, *value)
+                pipe.eval(key, 2, *value)  # type: ignore[arg-type]
             else:
                 pipe.publish(key, value)
         try:
