@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Final
 
 from redis.asyncio import Redis
 
+from sync.server.cluster.clients import CALL_TIMEOUT
 from sync.server.cluster.lease import UNAVAILABLE
 from sync.server.cluster.streamio import read_rooms
 
@@ -77,7 +78,8 @@ class Follower:
             return
         try:
             self.reads += 1
-            got = await read_rooms(self.redis, positions, "out", count=COUNT, block=BLOCK)
+            async with asyncio.timeout(BLOCK + CALL_TIMEOUT):  # the client has none
+                got = await read_rooms(self.redis, positions, "out", count=COUNT, block=BLOCK)
         except UNAVAILABLE as exc:
             log.info("redis unavailable while following (%s): reloading the replicas", exc)
             for room in list(self.rooms.values()):

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from redis.asyncio import Redis
 
+from sync.server.cluster.clients import CALL_TIMEOUT
 from sync.server.cluster.errors import ClusterUnavailable
 from sync.server.cluster.lease import UNAVAILABLE
 from sync.server.cluster.streamio import APPEND_IF_HOLDER
@@ -46,10 +47,13 @@ class Outbox:
 
     Args:
         redis: the cluster's Redis.
+        timeout: longest wait for one pipeline's answers (seconds); then its writes fail
+            with ``ClusterUnavailable`` (the client need not have a timeout of its own).
     """
 
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, *, timeout: float = CALL_TIMEOUT) -> None:
         self.redis = redis
+        self.timeout = timeout
         self._queue: list[_Command] = []
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -141,8 +145,9 @@ class Outbox:
             else:
                 pipe.publish(key, value)
         try:
-            results: list[Any] = await pipe.execute(raise_on_error=False)
-        except UNAVAILABLE as exc:
+            async with asyncio.timeout(self.timeout):  # the client has none (stream_client)
+                results: list[Any] = await pipe.execute(raise_on_error=False)
+        except UNAVAILABLE as exc:  # TimeoutError included
             self._fail(batch, ClusterUnavailable("redis", f"redis did not answer: {exc}"))
             return
         except Exception as exc:  # a bug or an unexpected reply: fail the batch, go on
