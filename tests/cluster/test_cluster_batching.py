@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
+import time
 from collections.abc import Mapping
 
 import pytest
 from redis.asyncio import Redis
 
 from sync.server.cluster import ClusterUnavailable, redis_client, room_key
-from sync.server.cluster.follower import Follower
+from sync.server.cluster.clients import CALL_TIMEOUT, stream_client
+from sync.server.cluster.follower import BLOCK, Follower
 from sync.server.cluster.outbox import Outbox
 from sync.server.cluster.streamio import read_all
 
@@ -41,6 +44,56 @@ async def test_outbox_fails_its_writes_when_redis_does_not_answer() -> None:
     finally:
         await outbox.stop()
         await client.aclose()
+
+
+class SilentServer:
+    """A server that accepts connections and reads, but never answers (a hung Redis)."""
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"redis://127.0.0.1:{port}/0"
+
+    async def __aexit__(self, *_: object) -> None:
+        self.server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(Exception):
+            while await reader.read(65536):
+                pass
+        writer.close()
+
+
+async def test_calls_without_a_socket_timeout_still_fail_when_redis_hangs() -> None:
+    """The outbox's and the follower's client has no socket timeout (stream_client): their
+    own bounds fail the writes, and send every followed room to reload, as a timeout did."""
+    async with SilentServer() as url:
+        client = stream_client(url, timeout=0.5)
+        outbox = Outbox(client, timeout=0.3)
+        outbox.start()
+        try:
+            started = time.monotonic()
+            with pytest.raises(ClusterUnavailable):
+                await outbox.append(room_key("hung", "in"), {"n": "1"})
+            assert time.monotonic() - started < 2
+            room = FakeRoom("hung")
+            follower = Follower(client.client(), {"hung": room})  # type: ignore[dict-item]
+            reloaded = asyncio.Event()
+
+            async def resync() -> None:
+                reloaded.set()
+
+            room.resync = resync  # type: ignore[method-assign]
+            task = asyncio.create_task(follower.run())
+            try:
+                await asyncio.wait_for(reloaded.wait(), BLOCK + CALL_TIMEOUT + 2)
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        finally:
+            await outbox.stop()
+            await client.aclose()
 
 
 class FakeRoom:

@@ -7,11 +7,14 @@ import asyncio
 import psycopg
 import pytest
 from cluster_servers import create_database, drop_database, postgres_admin_dsn
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from redis.asyncio import Redis
 
 from sync.server.cluster import Fenced, room_key
+from sync.server.cluster.keys import parse_room_key
 from sync.server.cluster.pgstorage import depose, fenced_position, judge_dsn, judge_name
-from sync.server.cluster.streamio import append_if_holder, read_after
+from sync.server.cluster.streamio import append_if_holder, read_after, read_rooms, stream_key
 from sync.server.cluster.streams import (
     Answer,
     AnswerKind,
@@ -23,6 +26,7 @@ from sync.server.cluster.streams import (
     encode_in,
     encode_out,
 )
+from sync.wire.lib0 import encode_var_bytes, encode_var_string, encode_var_uint
 
 
 def as_redis_returns(fields: dict[str, bytes | str]) -> dict[bytes, bytes]:
@@ -33,6 +37,7 @@ def as_redis_returns(fields: dict[str, bytes | str]) -> dict[bytes, bytes]:
 def test_in_entries_round_trip() -> None:
     entry = InEntry("m", b"\x64\x00\xff", "hub-1:42:ab", 7, "conn-7", "f" * 32)
     assert decode_in(as_redis_returns(encode_in(entry))) == entry
+    assert decode_in(legacy_in(entry)) == entry
     update = InEntry("u", b"", "h", 0, "conn-0", "w")
     assert decode_in(encode_in(update)) == update  # str keys, as decode_responses gives
 
@@ -63,10 +68,115 @@ def test_bad_in_entries_are_refused_with_a_code(fields: dict[bytes, bytes]) -> N
     assert info.value.code == "bad_stream_entry"
 
 
+def legacy_in(entry: InEntry) -> dict[bytes, bytes]:
+    """``entry`` in the earlier layout, one field per part (a hub of the previous release)."""
+    return {
+        b"k": entry.kind.encode(),
+        b"d": entry.data,
+        b"h": entry.hub.encode(),
+        b"s": str(entry.session).encode(),
+        b"a": entry.agent.encode(),
+        b"w": entry.scope.encode(),
+    }
+
+
+def legacy_out(entry: OutEntry) -> dict[bytes, bytes]:
+    """``entry`` in the earlier layout, one field per part (a hub of the previous release)."""
+    packed = bytearray()
+    for answer in entry.answers:
+        packed += encode_var_string(answer.hub)
+        packed += encode_var_uint(answer.session)
+        packed += encode_var_uint(int(answer.kind))
+        packed += encode_var_bytes(answer.payload)
+    return {
+        b"u": entry.update,
+        b"i": entry.last_in.encode(),
+        b"f": str(entry.fence).encode(),
+        b"r": bytes(packed),
+    }
+
+
+def test_entries_are_one_field() -> None:
+    entry = InEntry("m", b"\x64", "hub-1", 7, "conn-7", "w")
+    assert list(encode_in(entry)) == ["e"]
+    assert list(encode_out(OutEntry(b"\x01", "1-0", 1))) == ["e"]
+
+
+texts = st.text(max_size=12)
+in_entries = st.builds(
+    InEntry,
+    kind=st.sampled_from(["u", "m"]),
+    data=st.binary(max_size=64),
+    hub=texts,
+    session=st.integers(0, 2**53 - 1),
+    agent=texts,
+    scope=texts,
+)
+answers_st = st.builds(
+    Answer,
+    hub=texts,
+    session=st.integers(0, 2**53 - 1),
+    kind=st.sampled_from(list(AnswerKind)),
+    payload=st.binary(max_size=32),
+)
+out_entries = st.builds(
+    OutEntry,
+    update=st.binary(max_size=64),
+    last_in=st.from_regex(r"\A[0-9]{1,13}-[0-9]{1,4}\Z"),
+    fence=st.integers(0, 2**53 - 1),
+    answers=st.lists(answers_st, max_size=4).map(tuple),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(in_entries)
+def test_packed_in_entries_read_as_the_earlier_layout(entry: InEntry) -> None:
+    """The packed field decodes to what the earlier one-field-per-part layout gives."""
+    packed = decode_in(as_redis_returns(encode_in(entry)))
+    assert packed == decode_in(legacy_in(entry)) == entry
+
+
+@settings(max_examples=300, deadline=None)
+@given(out_entries)
+def test_packed_out_entries_read_as_the_earlier_layout(entry: OutEntry) -> None:
+    """The packed field decodes to what the earlier one-field-per-part layout gives."""
+    assert decode_out(as_redis_returns(encode_out(entry))) == decode_out(legacy_out(entry))
+    assert decode_out(encode_out(entry)) == entry
+
+
+@settings(max_examples=300, deadline=None)
+@given(in_entries, st.data())
+def test_damaged_packed_in_entries_are_refused_or_read_whole(
+    entry: InEntry, data: st.DataObject
+) -> None:
+    """Cut anywhere or with a byte changed, a packed entry is refused with the code, never
+    read as something else with a different length of parts."""
+    packed = encode_in(entry)["e"]
+    assert isinstance(packed, bytes)
+    cut = data.draw(st.integers(0, len(packed) - 1))
+    try:
+        got = decode_in({b"e": packed[:cut]})
+    except StreamEntryError as exc:
+        assert exc.code == "bad_stream_entry"
+    else:  # only the data (the rest) may have been cut short
+        assert got.data == entry.data[: len(got.data)]
+
+
+def test_bad_packed_entries_are_refused() -> None:
+    good_in = encode_in(InEntry("u", b"x", "h", 1, "a", "w"))["e"]
+    good_out = encode_out(OutEntry(b"", "1-0", 1, (Answer("h", 1, AnswerKind.REPLY, b"x"),)))
+    packed_out = good_out["e"]
+    assert isinstance(good_in, bytes) and isinstance(packed_out, bytes)
+    for bad in (b"", b"\x02" + good_in[1:], good_in[:1] + b"x" + good_in[2:], good_in[:3]):
+        with pytest.raises(StreamEntryError):
+            decode_in({b"e": bad})
+    for bad in (b"", b"\x02" + packed_out[1:], packed_out[:-1], packed_out[:2]):
+        with pytest.raises(StreamEntryError):
+            decode_out({b"e": bad})
+
+
 def test_bad_out_entries_are_refused() -> None:
-    good = as_redis_returns(
-        encode_out(OutEntry(b"", "1-0", 1, (Answer("h", 1, AnswerKind.REPLY, b"x"),)))
-    )
+    good = legacy_out(OutEntry(b"", "1-0", 1, (Answer("h", 1, AnswerKind.REPLY, b"x"),)))
     with pytest.raises(StreamEntryError):
         decode_out({**good, b"r": good[b"r"][:-1]})  # an answer cut short
     with pytest.raises(StreamEntryError):
@@ -145,3 +255,27 @@ def test_judge_sessions_are_named_by_room_and_fence(postgres_dsn: str) -> None:
     assert name == (judge_name("streams/named", 4),)
     assert name is not None and name[0].startswith(judge_name("streams/named"))
     assert idle == ("1s",)
+
+
+@given(st.text(min_size=1, max_size=30) | st.text(alphabet="{}%:ab/", min_size=1, max_size=12))
+def test_stream_keys_as_bytes_are_the_room_keys(room: str) -> None:
+    """The remembered bytes keys of the rooms' reads are the keys, and parse back."""
+    for part in ("in", "out"):
+        key = stream_key(room, part)
+        assert key == room_key(room, part).encode()
+        assert parse_room_key(key.decode()) == (room, part)
+
+
+async def test_one_read_over_rooms_names_each_room_by_its_key(redis: Redis) -> None:
+    rooms = ["streams/read a", "streams/{odd}%", "streams/\u00e9"]
+    keys = [room_key(room, "out") for room in rooms]
+    await redis.delete(*keys)
+    try:
+        for n, key in enumerate(keys):
+            await redis.xadd(key, {"e": str(n)})
+        got = await read_rooms(redis, dict.fromkeys(rooms, "0-0"), "out", count=10, block=0.01)
+        assert {name: [f[b"e"] for _, f in entries] for name, entries in got} == {
+            room: [str(n).encode()] for n, room in enumerate(rooms)
+        }
+    finally:
+        await redis.delete(*keys)

@@ -58,3 +58,12 @@ def test_foreign_keys_do_not_parse(key: str) -> None:
 )
 def test_hash_tag_follows_the_redis_cluster_rule(key: str, tag: str | None) -> None:
     assert hash_tag(key) == tag
+
+
+@given(rooms)
+def test_the_plain_name_fast_paths_equal_the_general_escaping(room: str) -> None:
+    """A name without ``%{}`` is its own tag, and a tag without ``%`` its own name: the
+    fast paths give what escaping every character (and unescaping it) gives."""
+    general = "".join({"%": "%25", "{": "%7B", "}": "%7D"}.get(ch, ch) for ch in room)
+    assert room_tag(room) == general
+    assert parse_room_key(f"crdt:{{{general}}}:in") == (room, "in")

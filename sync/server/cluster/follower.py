@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Final
 
 from redis.asyncio import Redis
 
-from sync.server.cluster.keys import room_key
+from sync.server.cluster.clients import CALL_TIMEOUT
 from sync.server.cluster.lease import UNAVAILABLE
 from sync.server.cluster.streamio import read_rooms
 
@@ -65,20 +65,21 @@ class Follower:
                 task.cancel()
 
     async def _round(self) -> None:
-        streams: dict[str, str] = {}
+        positions: dict[str, str] = {}
         for name, room in list(self.rooms.items()):
             if name in self._resyncs:
                 continue
             if room.stale:
                 self._resync(room)
                 continue
-            streams[room_key(name, "out")] = room.position
-        if not streams:
+            positions[name] = room.position
+        if not positions:
             await asyncio.sleep(BLOCK)
             return
         try:
             self.reads += 1
-            got = await read_rooms(self.redis, streams, count=COUNT, block=BLOCK)
+            async with asyncio.timeout(BLOCK + CALL_TIMEOUT):  # the client has none
+                got = await read_rooms(self.redis, positions, "out", count=COUNT, block=BLOCK)
         except UNAVAILABLE as exc:
             log.info("redis unavailable while following (%s): reloading the replicas", exc)
             for room in list(self.rooms.values()):

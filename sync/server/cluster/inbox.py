@@ -25,8 +25,8 @@ from typing import Final
 
 from redis.asyncio import Redis
 
+from sync.server.cluster.clients import CALL_TIMEOUT
 from sync.server.cluster.errors import ClusterUnavailable
-from sync.server.cluster.keys import room_key
 from sync.server.cluster.lease import UNAVAILABLE
 from sync.server.cluster.streamio import Entry, entries_of, read_rooms
 
@@ -140,10 +140,11 @@ class Inbox:
                 async with asyncio.timeout(BLOCK):
                     await self._changed.wait()
             return
-        streams = {room_key(name, "in"): slot.position for name, slot in reading.items()}
+        positions = {name: slot.position for name, slot in reading.items()}
         try:
             self.reads += 1
-            got = await read_rooms(self.redis, streams, count=COUNT, block=BLOCK)
+            async with asyncio.timeout(BLOCK + CALL_TIMEOUT):  # the client has none
+                got = await read_rooms(self.redis, positions, "in", count=COUNT, block=BLOCK)
         except UNAVAILABLE as exc:
             error = ClusterUnavailable("redis", f"redis did not answer: {exc}")
             for slot in reading.values():

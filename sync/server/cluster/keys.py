@@ -32,6 +32,8 @@ def room_tag(room: str) -> str:
     """
     if not isinstance(room, str) or not room:
         raise ValueError(f"a room name must be a non-empty string, got {room!r}")
+    if "%" not in room and "{" not in room and "}" not in room:  # the usual name: as is
+        return room
     return "".join(_ESCAPES.get(ch, ch) for ch in room)
 
 
@@ -72,6 +74,8 @@ def hash_tag(key: str) -> str | None:
 
 
 def _unescape(tag: str, key: str) -> str:
+    if "%" not in tag:  # the usual tag: nothing escaped
+        return tag
     out: list[str] = []
     i = 0
     while i < len(tag):

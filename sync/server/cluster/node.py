@@ -32,7 +32,7 @@ from redis.asyncio.client import PubSub
 
 from crdt_state import SharedState
 from sync.server._room import Room, Session
-from sync.server.cluster.clients import postgres_pool, redis_client
+from sync.server.cluster.clients import postgres_pool, redis_client, stream_client
 from sync.server.cluster.cluster_room import TRY_AGAIN_LATER, ClusterRoom, newest_out_id
 from sync.server.cluster.context import MergeAnswered
 from sync.server.cluster.errors import ClusterUnavailable
@@ -45,6 +45,7 @@ from sync.server.cluster.outbox import Outbox
 from sync.server.cluster.renewals import Renewals
 from sync.server.cluster.schema import migrate
 from sync.server.cluster.storage import RoomStorage
+from sync.server.cluster.streamio import stream_key
 from sync.server.cluster.streams import MERGE, UPDATE, InEntry, encode_in
 from sync.wire import protocol as p
 from sync.wire.awareness import removal_update, safe_clients
@@ -102,6 +103,8 @@ class ClusterNode:
         self.rooms: dict[str, ClusterRoom] = {}
         self._storage_factory = storage
         self._redis: Redis | None = None
+        self._streams: Redis | None = None
+        """The client of the outbox, the inbox and the follower (see ``stream_client``)."""
         self._pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
         self._storage: RoomStorage | None = None
         self._pubsub: PubSub | None = None
@@ -154,9 +157,12 @@ class ClusterNode:
             ClusterUnavailable: a server did not answer.
         """
         self._redis = redis_client(self.redis_url)
-        self._outbox = Outbox(self._redis)
+        # the busiest loops' calls are bounded by their own asyncio.timeout (a socket
+        # timeout costs each command a task in redis-py; see clients.stream_client)
+        self._streams = stream_client(self.redis_url)
+        self._outbox = Outbox(self._streams)
         self._outbox.start()
-        self._inbox = Inbox(self._redis.client())  # reads in a loop: a connection of its own
+        self._inbox = Inbox(self._streams.client())  # reads in a loop: a connection of its own
         # a renewal waits up to half the keepers' interval: the keepers of the hub then
         # renew in one or two calls per interval (see renewals.py)
         self._renewals = Renewals(self._redis, self.lease_ttl / RENEWALS_PER_TTL / 2)
@@ -209,6 +215,9 @@ class ClusterNode:
         if self._redis is not None:
             with contextlib.suppress(Exception):
                 await self._redis.aclose()
+        if self._streams is not None:
+            with contextlib.suppress(Exception):
+                await self._streams.aclose()
         if self._pool is not None:
             await self._pool.close()
 
@@ -252,7 +261,7 @@ class ClusterNode:
     async def _append(self, room: Room, session: Session, kind: str, data: bytes) -> None:
         entry = InEntry(kind, data, self.hub_id, session.id, session.label, session.writer)
         try:
-            await self.outbox.append(room_key(room.name, "in"), encode_in(entry))
+            await self.outbox.append(stream_key(room.name, "in"), encode_in(entry))
         except ClusterUnavailable as exc:
             log.info("room %r: cannot forward a write (%s), closing its session", room.name, exc)
             self.close_session(session, TRY_AGAIN_LATER, "cluster unavailable")
@@ -285,7 +294,8 @@ class ClusterNode:
         while True:
             # one connection of its own: a pooled call costs ~30 us more CPU (taking the
             # connection, checking it, giving it back), and the follower reads in a loop
-            redis = self.redis.client()
+            assert self._streams is not None
+            redis = self._streams.client()
             try:
                 await Follower(redis, self.rooms).run()
             except Exception:

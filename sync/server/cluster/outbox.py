@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from redis.asyncio import Redis
 
+from sync.server.cluster.clients import CALL_TIMEOUT
 from sync.server.cluster.errors import ClusterUnavailable
 from sync.server.cluster.lease import UNAVAILABLE
 from sync.server.cluster.streamio import APPEND_IF_HOLDER
@@ -31,7 +32,14 @@ __all__ = ["MAX_BATCH", "Outbox"]
 MAX_BATCH: Final = 512
 """Most commands sent in one pipeline."""
 
-_Command = tuple[str, str, Any, "asyncio.Future[Any] | None"]
+_Command = tuple[str, str | bytes, Any, "asyncio.Future[Any] | None"]
+_SCRIPT: Final = APPEND_IF_HOLDER.encode()
+"""The ``out`` script's text as bytes: redis-py packs a ``str`` argument several times
+slower than bytes (see :func:`~sync.server.cluster.streamio.read_rooms`)."""
+
+
+def _raw(value: str | bytes) -> bytes:
+    return value.encode() if isinstance(value, str) else value
 
 
 class Outbox:
@@ -39,10 +47,13 @@ class Outbox:
 
     Args:
         redis: the cluster's Redis.
+        timeout: longest wait for one pipeline's answers (seconds); then its writes fail
+            with ``ClusterUnavailable`` (the client need not have a timeout of its own).
     """
 
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, *, timeout: float = CALL_TIMEOUT) -> None:
         self.redis = redis
+        self.timeout = timeout
         self._queue: list[_Command] = []
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -63,7 +74,7 @@ class Outbox:
             self._task = None
         self._fail(self._take_all(), ClusterUnavailable("redis", "the hub is stopping"))
 
-    async def append(self, key: str, fields: Mapping[str, bytes | str]) -> None:
+    async def append(self, key: str | bytes, fields: Mapping[str, bytes | str]) -> None:
         """``XADD`` ``fields`` to ``key``; returns once Redis stored it.
 
         Raises:
@@ -90,11 +101,11 @@ class Outbox:
         Raises:
             ClusterUnavailable: Redis did not answer (the entry may or may not be stored).
         """
-        args: list[bytes | str] = [lease_key, key, token, str(maxlen)]
+        args: list[bytes] = [lease_key.encode(), key.encode(), token.encode(), b"%d" % maxlen]
         for name, value in fields.items():
-            args += [name, value]
+            args += [name.encode(), _raw(value)]
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append(("eval", APPEND_IF_HOLDER, args, done))
+        self._queue.append(("eval", _SCRIPT, args, done))
         self._ready.set()
         added = await done
         if added is None:
@@ -130,12 +141,13 @@ class Outbox:
             if command == "xadd":
                 pipe.xadd(key, value)
             elif command == "eval":  # the script's text: Redis caches it by its digest
-                pipe.eval(key, 2, *value)
+                pipe.eval(key, 2, *value)  # type: ignore[arg-type]
             else:
                 pipe.publish(key, value)
         try:
-            results: list[Any] = await pipe.execute(raise_on_error=False)
-        except UNAVAILABLE as exc:
+            async with asyncio.timeout(self.timeout):  # the client has none (stream_client)
+                results: list[Any] = await pipe.execute(raise_on_error=False)
+        except UNAVAILABLE as exc:  # TimeoutError included
             self._fail(batch, ClusterUnavailable("redis", f"redis did not answer: {exc}"))
             return
         except Exception as exc:  # a bug or an unexpected reply: fail the batch, go on

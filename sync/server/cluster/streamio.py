@@ -14,7 +14,7 @@ from typing import Any, Final
 from redis.asyncio import Redis
 
 from sync.server.cluster.errors import ClusterUnavailable
-from sync.server.cluster.keys import parse_room_key
+from sync.server.cluster.keys import parse_room_key, room_key
 from sync.server.cluster.lease import UNAVAILABLE
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "read_after",
     "read_all",
     "read_rooms",
+    "stream_key",
     "trim_before",
 ]
 
@@ -51,23 +52,48 @@ def entries_of(raw: Any) -> list[Entry]:
     return [(_id(entry_id), fields or {}) for entry_id, fields in raw or ()]
 
 
+_KEYS: dict[tuple[str, str], bytes] = {}
+"""Stream keys as bytes by (room, part): read calls name every followed room's key."""
+_MAX_KEYS: Final = 65_536
+
+
+def stream_key(room: str, part: str) -> bytes:
+    """``room_key(room, part)`` as bytes, remembered (cleared past :data:`_MAX_KEYS`)."""
+    key = _KEYS.get((room, part))
+    if key is None:
+        if len(_KEYS) >= _MAX_KEYS:
+            _KEYS.clear()
+        key = _KEYS[(room, part)] = room_key(room, part).encode()
+    return key
+
+
 async def read_rooms(
-    redis: Redis, streams: Mapping[str, str], *, count: int, block: float
+    redis: Redis, positions: Mapping[str, str], part: str, *, count: int, block: float
 ) -> list[tuple[str, Any]]:
-    """One ``XREAD BLOCK`` over several rooms' streams (key -> position to read after).
+    """One ``XREAD BLOCK`` over the ``part`` streams of rooms (name -> read after).
 
     Returns ``(room name, raw entries)`` for each stream that had entries (the raw
     entries as :func:`entries_of` takes them); a key that is no room's is skipped.
+    Keys and positions are sent as bytes: redis-py packs a ``str`` argument several
+    times slower (an ``XREAD`` of 20 rooms: ~88 µs of CPU with ``str``, ~21 with bytes).
     Redis failures are raised as redis-py raises them (the callers react differently).
     """
+    names: dict[bytes, str] = {}
+    streams: dict[bytes, bytes] = {}
+    for name, position in positions.items():
+        key = stream_key(name, part)
+        names[key] = name
+        streams[key] = position.encode()
     got: Any = await redis.xread(streams, count=count, block=int(block * 1000))  # type: ignore[arg-type]
     rooms = []
     for raw_key, raw_entries in got or ():
-        try:
-            name, _ = parse_room_key(_id(raw_key))
-        except ValueError:
-            continue
-        rooms.append((name, raw_entries))
+        known = names.get(raw_key) if isinstance(raw_key, bytes) else None
+        if known is None:
+            try:
+                known, _ = parse_room_key(_id(raw_key))
+            except ValueError:
+                continue
+        rooms.append((known, raw_entries))
     return rooms
 
 
