@@ -7,6 +7,7 @@ Rows come back as the named records of the storage interface
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import time
 import zlib
@@ -42,6 +43,7 @@ __all__ = [
     "conflict_rows",
     "count_log",
     "history_rows",
+    "insert_rows",
     "load",
     "recent_requests",
     "release_free_pages",
@@ -132,18 +134,49 @@ def count_log(conn: sqlite3.Connection) -> int:
 
 
 # -- writing -------------------------------------------------------------------
+ROWS_PER_STATEMENT = 32
+"""Rows one multi-row ``INSERT`` takes at most (7 columns: 224 parameters, far below
+SQLite's smallest limit of 999); more rows take several statements."""
+
+
+@functools.lru_cache(maxsize=256)
+def _values_sql(head: str, width: int, count: int) -> str:
+    row = "(" + ", ".join("?" * width) + ")"
+    return f"{head} VALUES {', '.join([row] * count)}"
+
+
+def insert_rows(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[Any]]) -> None:
+    """``head VALUES (...), (...), ...``: ``rows`` in their order, in few statements.
+
+    Equal to ``conn.executemany(head + " VALUES (?, ...)", rows)`` (rows are inserted
+    in order, so with ``OR REPLACE`` a later row of the same key wins), but one
+    statement per :data:`ROWS_PER_STATEMENT` rows: the sqlite3 module releases and
+    takes back the GIL twice for every statement step, which ``executemany`` does
+    per row; each time is a hand-off with the event loop's thread when a hub runs
+    on that thread.
+    """
+    if not rows:
+        return
+    width = len(rows[0])
+    for start in range(0, len(rows), ROWS_PER_STATEMENT):
+        chunk = rows[start : start + ROWS_PER_STATEMENT]
+        sql = _values_sql(head, width, len(chunk))
+        conn.execute(sql, [value for row in chunk for value in row])
+
+
 def append_changes(conn: sqlite3.Connection, changes: Sequence[StateUpdate]) -> None:
     """Append changes (oldest first) with their blame, request ids and audited conflicts.
 
-    A few statements for all of them (``executemany`` per table).
+    A few statements for all of them (:func:`insert_rows` per table).
     """
     if not changes:
         return
     tokens = [c.token.to_state() for c in changes]
     log_rows = log_params(changes, tokens)
-    conn.executemany(f"INSERT INTO log ({LOG_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", log_rows)
-    conn.executemany(
-        "INSERT OR REPLACE INTO blame (path, seq, agent, time, token) VALUES (?, ?, ?, ?, ?)",
+    insert_rows(conn, f"INSERT INTO log ({LOG_COLUMNS})", log_rows)
+    insert_rows(
+        conn,
+        "INSERT OR REPLACE INTO blame (path, seq, agent, time, token)",
         [
             (path_key(p), c.seq, c.agent, c.time, t)
             for c, t in zip(changes, tokens, strict=True)
@@ -158,12 +191,11 @@ def append_changes(conn: sqlite3.Connection, changes: Sequence[StateUpdate]) -> 
         for c, t, row in zip(changes, tokens, log_rows, strict=True)
         if c.request_id is not None
     ]
-    if requests:
-        conn.executemany(
-            "INSERT OR REPLACE INTO writer_requests (writer, id, seq, token, paths, clean)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            requests,
-        )
+    insert_rows(
+        conn,
+        "INSERT OR REPLACE INTO writer_requests (writer, id, seq, token, paths, clean)",
+        requests,
+    )
 
 
 def remember_request(
@@ -204,10 +236,10 @@ def append_conflicts(
     applied: bool,
 ) -> None:
     """Add conflicts (and their resolutions) to the audit log."""
-    conn.executemany(
+    insert_rows(
+        conn,
         "INSERT INTO conflicts (time, path, base, current, incoming, current_agent,"
-        " incoming_agent, policy, resolution, applied, token)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " incoming_agent, policy, resolution, applied, token)",
         [(*row, int(applied), token) for row in conflict_params(conflicts, when)],
     )
 

@@ -1,0 +1,94 @@
+"""The writer threads that all group commits of a process share.
+
+A :class:`~crdt_state._group_commit.GroupCommit` with items to write submits
+one *job* (a callable that writes one batch of that queue) here; a few threads
+run the jobs in the order they came. A queue is submitted once at a time: its
+job, once done, submits it again (at the back) when more items came meanwhile,
+so one queue's batches are written one after the other, in order, and a busy
+queue does not keep the others waiting for more than one batch.
+
+Why shared: a hub holds one durable state per room. A thread per state meant,
+with 20 rooms, 20 threads contending for the GIL with the event loop's thread
+(each SQLite statement step releases and takes it back) and committing batches
+as small as one merge each; a few threads take turns over the rooms, each
+room's batch grows while the others commit, and the loop's thread competes
+with a few threads instead of one per room. A slow batch (a large compaction,
+a slow disk) holds up one thread, not the others (:data:`THREADS`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Final
+
+__all__ = ["THREADS", "on_writer_thread", "submit"]
+
+THREADS: Final = 4
+"""Writer threads a process starts at most (they start as jobs come, and stay)."""
+
+Job = Callable[[], None]
+
+
+class _Pool:
+    """Jobs in order and the threads that run them (started on demand, daemons)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.work = threading.Condition(self.lock)
+        self.jobs: deque[Job] = deque()
+        self.threads = 0
+        self.idle = 0
+
+    def submit(self, job: Job) -> None:
+        with self.lock:
+            self.jobs.append(job)
+            if self.idle > 0:
+                self.work.notify()
+                return
+            if self.threads >= THREADS:
+                return  # a busy thread takes it next
+            self.threads += 1
+        threading.Thread(target=self.run, name="crdt-state-writer", daemon=True).start()
+
+    def run(self) -> None:
+        _local.writer = True
+        try:
+            while True:
+                with self.lock:
+                    while not self.jobs:
+                        self.idle += 1
+                        self.work.wait()
+                        self.idle -= 1
+                    job = self.jobs.popleft()
+                job()  # a job reports its own failures to its queue; it never raises
+        finally:  # it did raise after all: let a new thread take this one's place
+            with self.lock:
+                self.threads -= 1
+
+
+_local = threading.local()
+_pool = _Pool()
+
+
+def submit(job: Job) -> None:
+    """Run ``job`` on a writer thread, after the jobs submitted before it.
+
+    ``job`` must not raise (an exception would end its thread).
+    """
+    _pool.submit(job)
+
+
+def on_writer_thread() -> bool:
+    """True on one of the writer threads (a durability callback, say)."""
+    return getattr(_local, "writer", False)
+
+
+def _forked() -> None:  # the child has none of the parent's threads: start afresh
+    global _pool
+    _pool = _Pool()
+
+
+os.register_at_fork(after_in_child=_forked)
