@@ -21,7 +21,11 @@ from hypothesis import strategies as st
 
 from crdt_state import SharedState, StorageError
 from crdt_state._group_commit import GroupCommit
-from crdt_state._sqlite_log import ROWS_PER_STATEMENT, insert_rows
+from crdt_state._sqlite_file import _SCHEMA
+from crdt_state._sqlite_log import ROWS_PER_STATEMENT, insert_rows, prepare_batch_rows
+from crdt_state._sqlite_writes import write_batch
+from crdt_state.conflicts import StateUpdate
+from crdt_state.version import VersionVector
 
 
 class Target:
@@ -247,3 +251,88 @@ def test_insert_rows_stores_what_executemany_stores(
         )
         conn.close()
     assert tables[0] == tables[1]
+
+
+_PATHS = st.lists(st.tuples(st.sampled_from(["x", "y", "z"])), min_size=1, max_size=3, unique=True)
+
+
+@st.composite
+def _batches(draw: st.DrawFn) -> list[list[StateUpdate]]:
+    """Batches of consecutive changes: shared paths, request ids or none, now and then
+    more rows than one statement takes."""
+    seq, out = 0, []
+    for _ in range(draw(st.integers(1, 4))):
+        batch = []
+        for _ in range(draw(st.sampled_from([1, 2, 5, 50]))):
+            seq += 1
+            batch.append(
+                StateUpdate(
+                    seq=seq,
+                    update=draw(st.binary(min_size=1, max_size=6)),
+                    token=VersionVector({7: seq, 9: draw(st.integers(0, 3))}),
+                    agent=draw(st.one_of(st.none(), st.sampled_from(["a", "b"]))),
+                    paths=tuple(tuple(p) for p in draw(_PATHS)),
+                    origin=draw(st.sampled_from(["local", "remote"])),
+                    time=draw(st.floats(0, 2e9, allow_nan=False)),
+                    request_id=draw(st.one_of(st.none(), st.integers(1, 5))),
+                    writer=draw(st.one_of(st.none(), st.sampled_from(["w", "v"]))),
+                )
+            )
+        out.append(batch)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches=_batches())
+def test_a_batch_at_once_stores_what_the_transaction_stores(
+    batches: list[list[StateUpdate]],
+) -> None:
+    """``write_batch(at_once=True)`` (one statement through the batch view) equals the
+    general path: the same rows in every table, rowids included, the same ``Written``."""
+    dumps = []
+    for at_once in (True, False):
+        conn = sqlite3.connect(":memory:", isolation_level=None)
+        for statement in _SCHEMA:
+            conn.execute(statement)
+        if at_once:
+            prepare_batch_rows(conn)
+        last_seq = log_rows = 0
+        results = []
+        for batch in batches:
+            written = write_batch(conn, batch, last_seq, log_rows, "f", at_once=at_once)
+            last_seq, log_rows = written.last_seq, written.log_rows
+            results.append(written)
+        tables = ("log", "blame", "writer_requests", "conflicts")
+        dumps.append(
+            (
+                results,
+                [
+                    conn.execute(f"SELECT rowid, * FROM {t} ORDER BY rowid").fetchall()
+                    for t in tables
+                ],
+            )
+        )
+        conn.close()
+    assert dumps[0] == dumps[1]
+
+
+def test_a_batch_at_once_is_refused_whole(tmp_path: Path) -> None:
+    """A change out of sequence or a row the file refuses: nothing of the batch is stored."""
+    conn = sqlite3.connect(tmp_path / "f.sqlite", isolation_level=None)
+    for statement in _SCHEMA:
+        conn.execute(statement)
+    prepare_batch_rows(conn)
+
+    def change(seq: int) -> StateUpdate:
+        return StateUpdate(
+            seq, b"u", VersionVector({1: seq}), "a", (("x",),), "local", 1.0, (), 1, "w"
+        )
+
+    write_batch(conn, [change(1), change(2)], 0, 0, "f", at_once=True)
+    with pytest.raises(StorageError, match="disagree"):
+        write_batch(conn, [change(4)], 2, 2, "f", at_once=True)
+    with pytest.raises(sqlite3.IntegrityError):  # seq 2 is stored already: the log refuses
+        write_batch(conn, [change(2), change(3)], 1, 1, "f", at_once=True)
+    assert conn.execute("SELECT seq FROM log").fetchall() == [(1,), (2,)]
+    assert not conn.in_transaction
+    conn.close()
