@@ -60,7 +60,7 @@ class GroupCommit(Generic[T]):
         self._closing = False
         self.closed = False
         self._submitted = False  # a job of this queue waits for a writer thread
-        self._writing = False  # a thread writes a batch of this queue now
+        self._writing: int | None = None  # the thread writing a batch of this queue now
 
     def enqueue(self, item: T) -> int:
         """Queue ``item``; its ticket.
@@ -81,7 +81,7 @@ class GroupCommit(Generic[T]):
                 )
             self._issued += 1
             self._queue.append((self._issued, item))
-            if not self._submitted and not self._writing:
+            if not self._submitted and self._writing is None:
                 self._submitted = True
                 _writer_pool.submit(self._job)
             return self._issued
@@ -167,16 +167,16 @@ class GroupCommit(Generic[T]):
         """Write one batch (on a writer thread); submit the queue again if more came."""
         with self._lock:
             self._submitted = False
-            if self._writing or not self._queue or self.failed is not None:
+            if self._writing is not None or not self._queue or self.failed is not None:
                 self._done.notify_all()  # a closing caller writes it, or nothing is left
                 return
-            self._writing = True
+            self._writing = threading.get_ident()
         more = False
         try:
             more = self._write_one()
         finally:
             with self._lock:
-                self._writing = False
+                self._writing = None
                 if more and self._queue and not self._submitted:
                     self._submitted = True
                     _writer_pool.submit(self._job)
@@ -221,10 +221,16 @@ class GroupCommit(Generic[T]):
         """Write what is queued, stop the writer; ``False`` when closed already.
 
         Callbacks of tickets that were never written are called with the error.
+
+        Raises:
+            RuntimeError: called from this queue's own durability callback (its batch
+                is being written on this thread: it cannot wait for it).
         """
         with self._lock:
             if self.closed:
                 return False
+            if self._writing == threading.get_ident():
+                raise RuntimeError("a store cannot be closed from its own durability callback")
             self.closed = True
             self._closing = True  # nothing is queued from now on
         self._drain()
@@ -245,17 +251,19 @@ class GroupCommit(Generic[T]):
         """
         inline = _writer_pool.on_writer_thread()
         with self._lock:
-            while self.failed is None and (self._writing or self._queue or self._submitted):
-                if inline and not self._writing and self._queue:
-                    self._writing = True
+            while self.failed is None and (
+                self._writing is not None or self._queue or self._submitted
+            ):
+                if inline and self._writing is None and self._queue:
+                    self._writing = threading.get_ident()
                     self._lock.release()
                     try:
                         self._write_one()
                     finally:
                         self._lock.acquire()
-                        self._writing = False
+                        self._writing = None
                     continue
-                if inline and not self._writing:
+                if inline and self._writing is None:
                     break  # a stale job of this queue: it finds nothing to write
                 self._done.wait()
 

@@ -336,3 +336,25 @@ def test_a_batch_at_once_is_refused_whole(tmp_path: Path) -> None:
     assert conn.execute("SELECT seq FROM log").fetchall() == [(1,), (2,)]
     assert not conn.in_transaction
     conn.close()
+
+
+def test_a_queue_cannot_close_from_its_own_durability_callback() -> None:
+    """Its batch is being written on that very thread: closing raises, nothing is lost."""
+    target = Target("self")
+    q = queue_of(target)
+    raised: list[BaseException] = []
+    told = threading.Event()
+
+    def close_itself(error: BaseException | None) -> None:
+        try:
+            q.close()
+        except RuntimeError as exc:
+            raised.append(exc)
+        told.set()
+
+    q.on_durable(q.enqueue(0), close_itself)
+    assert told.wait(10)
+    assert len(raised) == 1 and not q.closed
+    q.enqueue(1)
+    assert q.close()
+    assert target.items() == [0, 1]
