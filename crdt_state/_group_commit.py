@@ -35,6 +35,8 @@ class GroupCommit(Generic[T]):
             an exception fails the queue for good.
         after: runs on the writer thread after each written batch.
         off: ``durability="off"``: :meth:`wait` and :meth:`on_durable` do not wait.
+        shared: write on the process's shared writer threads; else on a thread of
+            this queue's own (that ends when it closes).
     """
 
     def __init__(
@@ -44,6 +46,7 @@ class GroupCommit(Generic[T]):
         after: Callable[[], None],
         *,
         off: bool,
+        shared: bool = True,
     ) -> None:
         self.file = file
         self._write = write
@@ -61,6 +64,8 @@ class GroupCommit(Generic[T]):
         self.closed = False
         self._submitted = False  # a job of this queue waits for a writer thread
         self._writing: int | None = None  # the thread writing a batch of this queue now
+        self._pool = _writer_pool.shared() if shared else _writer_pool.WriterPool(1)
+        self._own_pool = not shared
 
     def enqueue(self, item: T) -> int:
         """Queue ``item``; its ticket.
@@ -83,7 +88,7 @@ class GroupCommit(Generic[T]):
             self._queue.append((self._issued, item))
             if not self._submitted and self._writing is None:
                 self._submitted = True
-                _writer_pool.submit(self._job)
+                self._pool.submit(self._job)
             return self._issued
 
     # -- waiting ---------------------------------------------------------------------
@@ -179,7 +184,7 @@ class GroupCommit(Generic[T]):
                 self._writing = None
                 if more and self._queue and not self._submitted:
                     self._submitted = True
-                    _writer_pool.submit(self._job)
+                    self._pool.submit(self._job)
                 self._done.notify_all()
 
     def _write_one(self) -> bool:
@@ -234,6 +239,8 @@ class GroupCommit(Generic[T]):
             self.closed = True
             self._closing = True  # nothing is queued from now on
         self._drain()
+        if self._own_pool:
+            self._pool.stop()
         if self._callbacks:  # tickets the writer never committed
             self._fire(failed=True)
         # ``write`` and ``after`` are the store's bound methods, and the store holds this

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final
 
-__all__ = ["THREADS", "on_writer_thread", "submit"]
+__all__ = ["THREADS", "WriterPool", "on_writer_thread", "shared"]
 
 THREADS: Final = 4
 """Writer threads a process starts at most (they start as jobs come, and stay)."""
@@ -32,36 +32,54 @@ THREADS: Final = 4
 Job = Callable[[], None]
 
 
-class _Pool:
-    """Jobs in order and the threads that run them (started on demand, daemons)."""
+class WriterPool:
+    """Jobs in order and the threads that run them (started on demand, daemons).
 
-    def __init__(self) -> None:
+    Args:
+        threads: how many threads at most.
+    """
+
+    def __init__(self, threads: int) -> None:
+        self.size = threads
         self.lock = threading.Lock()
         self.work = threading.Condition(self.lock)
         self.jobs: deque[Job] = deque()
         self.threads = 0
         self.idle = 0
+        self.stopping = False
 
     def submit(self, job: Job) -> None:
+        """Run ``job`` on a writer thread, after the jobs submitted before it.
+
+        ``job`` must not raise (an exception would end its thread).
+        """
         with self.lock:
             self.jobs.append(job)
             if self.idle > 0:
                 self.work.notify()
                 return
-            if self.threads >= THREADS:
+            if self.threads >= self.size:
                 return  # a busy thread takes it next
             self.threads += 1
         threading.Thread(target=self.run, name="crdt-state-writer", daemon=True).start()
+
+    def stop(self) -> None:
+        """Let the threads end once no job is left (a pool of one store, closed)."""
+        with self.lock:
+            self.stopping = True
+            self.work.notify_all()
 
     def run(self) -> None:
         _local.writer = True
         try:
             while True:
                 with self.lock:
-                    while not self.jobs:
+                    while not self.jobs and not self.stopping:
                         self.idle += 1
                         self.work.wait()
                         self.idle -= 1
+                    if not self.jobs:
+                        return
                     job = self.jobs.popleft()
                 job()  # a job reports its own failures to its queue; it never raises
         finally:  # it did raise after all: let a new thread take this one's place
@@ -70,15 +88,12 @@ class _Pool:
 
 
 _local = threading.local()
-_pool = _Pool()
+_pool = WriterPool(THREADS)
 
 
-def submit(job: Job) -> None:
-    """Run ``job`` on a writer thread, after the jobs submitted before it.
-
-    ``job`` must not raise (an exception would end its thread).
-    """
-    _pool.submit(job)
+def shared() -> WriterPool:
+    """The pool of the process (of :data:`THREADS` threads)."""
+    return _pool
 
 
 def on_writer_thread() -> bool:
@@ -88,7 +103,7 @@ def on_writer_thread() -> bool:
 
 def _forked() -> None:  # the child has none of the parent's threads: start afresh
     global _pool
-    _pool = _Pool()
+    _pool = WriterPool(THREADS)
 
 
 os.register_at_fork(after_in_child=_forked)

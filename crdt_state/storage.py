@@ -90,6 +90,8 @@ class SqliteStore(QueuedStore):
     with :class:`ReadOnlyStore`.
     """
 
+    shared_writers = True  # a hub's rooms: a few threads for all (see _writer_pool)
+
     def __init__(
         self,
         conn: sqlite3.Connection,

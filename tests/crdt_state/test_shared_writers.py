@@ -358,3 +358,21 @@ def test_a_queue_cannot_close_from_its_own_durability_callback() -> None:
     q.enqueue(1)
     assert q.close()
     assert target.items() == [0, 1]
+
+
+def test_a_queue_of_its_own_writes_in_order_and_its_thread_ends_on_close() -> None:
+    """``shared=False`` (PostgreSQL stores, whose shared writer batches the rooms that wait
+    in it at once): one thread for the queue, gone once it is closed."""
+    target = Target("own")
+    before = set(threading.enumerate())
+    q = GroupCommit[int](target.name, target.write, lambda: None, off=False, shared=False)
+    for n in range(100):
+        q.enqueue(n)
+    q.flush()
+    started = set(threading.enumerate()) - before
+    assert len(started) <= 1
+    assert q.close()
+    assert target.items() == list(range(100))
+    for thread in started:
+        thread.join(10)
+        assert not thread.is_alive()
