@@ -1,7 +1,8 @@
-"""The writer threads that all group commits of a process share.
+"""The writer threads that the group commits of a process share (SQLite stores).
 
-A :class:`~crdt_state._group_commit.GroupCommit` with items to write submits
-one *job* (a callable that writes one batch of that queue) here; a few threads
+A :class:`~crdt_state._group_commit.GroupCommit` (``shared=True``; a queue with
+``shared=False`` has a :class:`WriterPool` of one thread to itself) with items to
+write submits one *job* (a callable that writes one batch of that queue) here; a few threads
 run the jobs in the order they came. A queue is submitted once at a time: its
 job, once done, submits it again (at the back) when more items came meanwhile,
 so one queue's batches are written one after the other, in order, and a busy
@@ -9,8 +10,8 @@ queue does not keep the others waiting for more than one batch.
 
 Why shared: a hub holds one durable state per room. A thread per state meant,
 with 20 rooms, 20 threads contending for the GIL with the event loop's thread
-(each SQLite statement step releases and takes it back) and committing batches
-as small as one merge each; a few threads take turns over the rooms, each
+(each SQLite statement step releases and takes it back), each committing its
+room's batch as soon as one merge came; a few threads take turns over the rooms, each
 room's batch grows while the others commit, and the loop's thread competes
 with a few threads instead of one per room. A slow batch (a large compaction,
 a slow disk) holds up one thread, not the others (:data:`THREADS`).
