@@ -1,8 +1,11 @@
-"""Group commit: items queued in order, committed in batches by one writer thread.
+"""Group commit: items queued in order, committed in batches on a writer thread.
 
 A store queues each item under the state's lock and gets a ticket (1, 2, ...);
-the writer thread takes everything queued so far and hands it to ``write`` in one
-call (one transaction, one fsync), then runs ``after`` (compaction, say). Tickets
+a writer thread takes everything queued so far and hands it to ``write`` in one
+call (one transaction, one fsync), then runs ``after`` (compaction, say). The
+writer threads are shared by every queue of the process
+(:mod:`crdt_state._writer_pool`); one queue's batches are written one at a
+time, in order, and a failure of one queue touches no other. Tickets
 are durable once their batch was written, and settled once ``after`` ran too.
 After a failed write every later call raises :class:`StorageError`: what was
 queued since is never written. Knows nothing about SQLite.
@@ -14,6 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from . import _writer_pool
 from .errors import StorageError
 from .journal import DurableCallback
 
@@ -23,7 +27,7 @@ T = TypeVar("T")
 
 
 class GroupCommit(Generic[T]):
-    """The queue, the tickets and the writer thread of one store.
+    """The queue, the tickets and the writes of one store (on the shared writer threads).
 
     Args:
         file: where the items go, for error messages.
@@ -31,6 +35,8 @@ class GroupCommit(Generic[T]):
             an exception fails the queue for good.
         after: runs on the writer thread after each written batch.
         off: ``durability="off"``: :meth:`wait` and :meth:`on_durable` do not wait.
+        shared: write on the process's shared writer threads; else on a thread of
+            this queue's own (that ends when it closes).
     """
 
     def __init__(
@@ -40,13 +46,13 @@ class GroupCommit(Generic[T]):
         after: Callable[[], None],
         *,
         off: bool,
+        shared: bool = True,
     ) -> None:
         self.file = file
         self._write = write
         self._after = after
         self._off = off
         self._lock = threading.Lock()  # guards the queue and the counters below
-        self._work = threading.Condition(self._lock)
         self._done = threading.Condition(self._lock)
         self._queue: list[tuple[int, T]] = []
         self._callbacks: list[tuple[int, DurableCallback]] = []
@@ -56,8 +62,10 @@ class GroupCommit(Generic[T]):
         self.failed: StorageError | None = None
         self._closing = False
         self.closed = False
-        self._thread = threading.Thread(target=self._run, name="crdt-state-writer", daemon=True)
-        self._thread.start()
+        self._submitted = False  # a job of this queue waits for a writer thread
+        self._writing: int | None = None  # the thread writing a batch of this queue now
+        self._pool = _writer_pool.shared() if shared else _writer_pool.WriterPool(1)
+        self._own_pool = not shared
 
     def enqueue(self, item: T) -> int:
         """Queue ``item``; its ticket.
@@ -78,7 +86,9 @@ class GroupCommit(Generic[T]):
                 )
             self._issued += 1
             self._queue.append((self._issued, item))
-            self._work.notify()
+            if not self._submitted and self._writing is None:
+                self._submitted = True
+                self._pool.submit(self._job)
             return self._issued
 
     # -- waiting ---------------------------------------------------------------------
@@ -157,50 +167,80 @@ class GroupCommit(Generic[T]):
             ticket = self._issued
         self._wait(ticket, settled=True)
 
-    # -- the writer thread -------------------------------------------------------------
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                while not self._queue and not self._closing:
-                    self._work.wait()
-                if not self._queue:
-                    return
-                batch, self._queue = self._queue, []
-            try:
-                self._write(batch)
-            except BaseException as exc:
-                error = exc if isinstance(exc, StorageError) else None
-                with self._lock:
-                    self.failed = error or StorageError(
-                        f"writing the state file failed: {exc}", details={"file": self.file}
-                    )
-                    if error is None:
-                        self.failed.__cause__ = exc
-                    self._done.notify_all()
-                self._fire(failed=True)
+    # -- the writer threads --------------------------------------------------------------
+    def _job(self) -> None:
+        """Write one batch (on a writer thread); submit the queue again if more came."""
+        with self._lock:
+            self._submitted = False
+            if self._writing is not None or not self._queue or self.failed is not None:
+                self._done.notify_all()  # a closing caller writes it, or nothing is left
                 return
+            self._writing = threading.get_ident()
+        more = False
+        try:
+            more = self._write_one()
+        finally:
             with self._lock:
-                self._durable = batch[-1][0]
+                self._writing = None
+                if more and self._queue and not self._submitted:
+                    self._submitted = True
+                    self._pool.submit(self._job)
                 self._done.notify_all()
-            if self._callbacks:
-                self._fire(failed=False)
+
+    def _write_one(self) -> bool:
+        """Write the queued items as one batch, then run ``after``; False once failed.
+
+        The caller set ``_writing`` (no other thread writes this queue meanwhile).
+        """
+        with self._lock:
+            batch, self._queue = self._queue, []
+        if not batch:
+            return True
+        try:
+            self._write(batch)
+        except BaseException as exc:
+            error = exc if isinstance(exc, StorageError) else None
+            with self._lock:
+                self.failed = error or StorageError(
+                    f"writing the state file failed: {exc}", details={"file": self.file}
+                )
+                if error is None:
+                    self.failed.__cause__ = exc
+                self._done.notify_all()
+            self._fire(failed=True)
+            return False
+        with self._lock:
+            self._durable = batch[-1][0]
+            self._done.notify_all()
+        if self._callbacks:
+            self._fire(failed=False)
+        try:
             self._after()
+        finally:  # ``after`` reports its own failures; settled either way
             with self._lock:
                 self._settled = batch[-1][0]
                 self._done.notify_all()
+        return True
 
     def close(self) -> bool:
         """Write what is queued, stop the writer; ``False`` when closed already.
 
         Callbacks of tickets that were never written are called with the error.
+
+        Raises:
+            RuntimeError: called from this queue's own durability callback (its batch
+                is being written on this thread: it cannot wait for it).
         """
         with self._lock:
             if self.closed:
                 return False
+            if self._writing == threading.get_ident():
+                raise RuntimeError("a store cannot be closed from its own durability callback")
             self.closed = True
-            self._closing = True
-            self._work.notify()
-        self._thread.join()
+            self._closing = True  # nothing is queued from now on
+        self._drain()
+        if self._own_pool:
+            self._pool.stop()
         if self._callbacks:  # tickets the writer never committed
             self._fire(failed=True)
         # ``write`` and ``after`` are the store's bound methods, and the store holds this
@@ -208,6 +248,31 @@ class GroupCommit(Generic[T]):
         # connection, its tables) is freed at once, not by a later cyclic collection.
         self._write = self._after = _gone
         return True
+
+    def _drain(self) -> None:
+        """Return once every queued item is written (or the queue failed).
+
+        On a writer thread (closing from a durability callback, say) the rest is
+        written here: waiting for another turn of the writer threads could wait
+        for this very thread.
+        """
+        inline = _writer_pool.on_writer_thread()
+        with self._lock:
+            while self.failed is None and (
+                self._writing is not None or self._queue or self._submitted
+            ):
+                if inline and self._writing is None and self._queue:
+                    self._writing = threading.get_ident()
+                    self._lock.release()
+                    try:
+                        self._write_one()
+                    finally:
+                        self._lock.acquire()
+                        self._writing = None
+                    continue
+                if inline and self._writing is None:
+                    break  # a stale job of this queue: it finds nothing to write
+                self._done.wait()
 
 
 def _gone(*_: object) -> None:

@@ -87,6 +87,9 @@ class QueuedStore:
 
     read_only: bool = False
     """True for a store that only loads and queries (queueing raises)."""
+    shared_writers: bool = False
+    """Write on the process's shared writer threads (:mod:`crdt_state._writer_pool`),
+    not on a thread of the store's own."""
     _reads: StoreReads
 
     def __init__(
@@ -111,7 +114,11 @@ class QueuedStore:
         self._log_rows = 0
         self._margin = max(64, keep_history // 4)
         self._commits = GroupCommit[Item](
-            name, self._write, self._after_write, off=durability == "off"
+            name,
+            self._write,
+            self._after_write,
+            off=durability == "off",
+            shared=self.shared_writers,
         )
         _open_stores.add(self)
 

@@ -7,11 +7,12 @@ Rows come back as the named records of the storage interface
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import time
 import zlib
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Final
 
 from . import _stored_rows as rows
 from ._sql_params import (
@@ -34,6 +35,10 @@ from .paths import Path
 from .requests import KEEP_REQUESTS
 
 __all__ = [
+    "AT_ONCE_ROWS",
+    "BATCH_ROWS",
+    "append_changes_at_once",
+    "prepare_batch_rows",
     "append_changes",
     "append_conflicts",
     "blame_paths_upto",
@@ -42,6 +47,7 @@ __all__ = [
     "conflict_rows",
     "count_log",
     "history_rows",
+    "insert_rows",
     "load",
     "recent_requests",
     "release_free_pages",
@@ -132,18 +138,115 @@ def count_log(conn: sqlite3.Connection) -> int:
 
 
 # -- writing -------------------------------------------------------------------
+ROWS_PER_STATEMENT = 32
+"""Rows one multi-row ``INSERT`` takes at most (7 columns: 224 parameters, far below
+SQLite's smallest limit of 999); more rows take several statements."""
+
+
+@functools.lru_cache(maxsize=256)
+def _values_sql(head: str, width: int, count: int) -> str:
+    row = "(" + ", ".join("?" * width) + ")"
+    return f"{head} VALUES {', '.join([row] * count)}"
+
+
+def insert_rows(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[Any]]) -> None:
+    """``head VALUES (...), (...), ...``: ``rows`` in their order, in few statements.
+
+    Equal to ``conn.executemany(head + " VALUES (?, ...)", rows)`` (rows are inserted
+    in order, so with ``OR REPLACE`` a later row of the same key wins), but one
+    statement per :data:`ROWS_PER_STATEMENT` rows: the sqlite3 module releases and
+    takes back the GIL twice for every statement step, which ``executemany`` does
+    per row; each time is a hand-off with the event loop's thread when a hub runs
+    on that thread.
+    """
+    if not rows:
+        return
+    width = len(rows[0])
+    for start in range(0, len(rows), ROWS_PER_STATEMENT):
+        chunk = rows[start : start + ROWS_PER_STATEMENT]
+        sql = _values_sql(head, width, len(chunk))
+        conn.execute(sql, [value for row in chunk for value in row])
+
+
+BATCH_ROWS: Final = (
+    "CREATE TEMP VIEW IF NOT EXISTS batch_rows AS SELECT NULL AS kind, NULL AS a, NULL AS b,"
+    " NULL AS c, NULL AS d, NULL AS e, NULL AS f, NULL AS g WHERE 0",
+    "CREATE TEMP TRIGGER IF NOT EXISTS batch_log INSTEAD OF INSERT ON batch_rows"
+    f" WHEN NEW.kind = 0 BEGIN INSERT INTO log ({LOG_COLUMNS})"
+    " VALUES (NEW.a, NEW.b, NEW.c, NEW.d, NEW.e, NEW.f, NEW.g); END",
+    "CREATE TEMP TRIGGER IF NOT EXISTS batch_blame INSTEAD OF INSERT ON batch_rows"
+    " WHEN NEW.kind = 1 BEGIN INSERT OR REPLACE INTO blame (path, seq, agent, time, token)"
+    " VALUES (NEW.a, NEW.b, NEW.c, NEW.d, NEW.e); END",
+    "CREATE TEMP TRIGGER IF NOT EXISTS batch_request INSTEAD OF INSERT ON batch_rows"
+    " WHEN NEW.kind = 2 BEGIN INSERT OR REPLACE INTO writer_requests"
+    " (writer, id, seq, token, paths, clean) VALUES (NEW.a, NEW.b, NEW.c, NEW.d, NEW.e, NEW.f);"
+    " END",
+)
+"""A view of this connection only (``temp``: nothing in the file) whose rows its
+triggers file into ``log`` (kind 0), ``blame`` (1) or ``writer_requests`` (2):
+:func:`append_changes_at_once` inserts a whole batch through it in one statement."""
+
+AT_ONCE_ROWS: Final = 120
+"""Rows :func:`append_changes_at_once` takes at most (8 parameters each: 960, below
+SQLite's smallest limit of 999 parameters a statement)."""
+
+
+def prepare_batch_rows(conn: sqlite3.Connection) -> None:
+    """Create this connection's :data:`BATCH_ROWS` view and triggers (once per connection)."""
+    for statement in BATCH_ROWS:
+        conn.execute(statement)
+
+
+def append_changes_at_once(conn: sqlite3.Connection, changes: Sequence[StateUpdate]) -> bool:
+    """Store ``changes`` (none with conflicts) in one statement, outside any transaction.
+
+    The statement is its own transaction (one commit, one sync): the rows of
+    :func:`append_changes`, in its order, through the :data:`BATCH_ROWS` view
+    (:func:`prepare_batch_rows` first). One statement steps once: the sqlite3
+    module releases and takes back the GIL twice for the whole batch instead of
+    twice for each of ``BEGIN``, every insert statement and ``COMMIT``; each time
+    can wait for the event loop's thread of a hub.
+
+    Returns:
+        False, having done nothing, when the rows are more than :data:`AT_ONCE_ROWS`
+        (store them with :func:`append_changes` in a transaction).
+
+    Raises:
+        sqlite3.Error: the database refused the write (nothing is stored).
+    """
+    tokens = [c.token.to_state() for c in changes]
+    log_rows = log_params(changes, tokens)
+    rows: list[tuple[Any, ...]] = [(0, *row) for row in log_rows]
+    rows += [
+        (1, path_key(p), c.seq, c.agent, c.time, t, None, None)
+        for c, t in zip(changes, tokens, strict=True)
+        for p in c.paths
+    ]
+    rows += [
+        (2, c.writer or "", c.request_id, c.seq, t, row[6], 1, None)
+        for c, t, row in zip(changes, tokens, log_rows, strict=True)
+        if c.request_id is not None
+    ]
+    if len(rows) > AT_ONCE_ROWS:
+        return False
+    sql = _values_sql("INSERT INTO batch_rows (kind, a, b, c, d, e, f, g)", 8, len(rows))
+    conn.execute(sql, [value for row in rows for value in row])
+    return True
+
+
 def append_changes(conn: sqlite3.Connection, changes: Sequence[StateUpdate]) -> None:
     """Append changes (oldest first) with their blame, request ids and audited conflicts.
 
-    A few statements for all of them (``executemany`` per table).
+    A few statements for all of them (:func:`insert_rows` per table).
     """
     if not changes:
         return
     tokens = [c.token.to_state() for c in changes]
     log_rows = log_params(changes, tokens)
-    conn.executemany(f"INSERT INTO log ({LOG_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", log_rows)
-    conn.executemany(
-        "INSERT OR REPLACE INTO blame (path, seq, agent, time, token) VALUES (?, ?, ?, ?, ?)",
+    insert_rows(conn, f"INSERT INTO log ({LOG_COLUMNS})", log_rows)
+    insert_rows(
+        conn,
+        "INSERT OR REPLACE INTO blame (path, seq, agent, time, token)",
         [
             (path_key(p), c.seq, c.agent, c.time, t)
             for c, t in zip(changes, tokens, strict=True)
@@ -158,12 +261,11 @@ def append_changes(conn: sqlite3.Connection, changes: Sequence[StateUpdate]) -> 
         for c, t, row in zip(changes, tokens, log_rows, strict=True)
         if c.request_id is not None
     ]
-    if requests:
-        conn.executemany(
-            "INSERT OR REPLACE INTO writer_requests (writer, id, seq, token, paths, clean)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            requests,
-        )
+    insert_rows(
+        conn,
+        "INSERT OR REPLACE INTO writer_requests (writer, id, seq, token, paths, clean)",
+        requests,
+    )
 
 
 def remember_request(
@@ -204,10 +306,10 @@ def append_conflicts(
     applied: bool,
 ) -> None:
     """Add conflicts (and their resolutions) to the audit log."""
-    conn.executemany(
+    insert_rows(
+        conn,
         "INSERT INTO conflicts (time, path, base, current, incoming, current_agent,"
-        " incoming_agent, policy, resolution, applied, token)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " incoming_agent, policy, resolution, applied, token)",
         [(*row, int(applied), token) for row in conflict_params(conflicts, when)],
     )
 

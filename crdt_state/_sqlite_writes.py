@@ -12,10 +12,12 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 from functools import partial
+from typing import cast
 
 from . import _sqlite_file as sqlfile
 from . import _sqlite_log as sqllog
 from ._queued_items import Item, RowWriter, Written, walk_batch
+from .conflicts import StateUpdate
 from .errors import StorageError
 
 __all__ = ["write_batch"]
@@ -27,6 +29,8 @@ def write_batch(
     last_seq: int,
     log_rows: int,
     file: str,
+    *,
+    at_once: bool = False,
 ) -> Written:
     """Store ``items`` in one transaction, in their order.
 
@@ -36,6 +40,11 @@ def write_batch(
         last_seq: the seq of the newest change already stored.
         log_rows: how many change rows the log holds now.
         file: the file's name, for errors.
+        at_once: the connection has its batch view
+            (:func:`~crdt_state._sqlite_log.prepare_batch_rows`): a batch of
+            consecutive changes without conflicts, and few enough rows, is stored
+            in one statement (:func:`~crdt_state._sqlite_log.append_changes_at_once`),
+            the same rows as otherwise.
 
     Returns:
         Where the file stands once the transaction is committed.
@@ -44,6 +53,10 @@ def write_batch(
         StorageError: a change or epoch out of sequence (nothing of the batch is stored).
         sqlite3.Error: the database refused the write (nothing of the batch is stored).
     """
+    if at_once and _plain_changes(items, last_seq) and not conn.in_transaction:
+        changes = cast("Sequence[StateUpdate]", items)
+        if sqllog.append_changes_at_once(conn, changes):
+            return Written(changes[-1].seq, log_rows + len(changes), 0)
     out = RowWriter(
         partial(sqllog.append_changes, conn),
         partial(sqllog.append_conflicts, conn),
@@ -62,3 +75,11 @@ def write_batch(
     if written.epochs:
         sqllog.release_free_pages(conn)
     return written
+
+
+def _plain_changes(items: Sequence[Item], last_seq: int) -> bool:
+    """True for a batch of changes without conflicts, numbered ``last_seq + 1`` on."""
+    for n, item in enumerate(items, last_seq + 1):
+        if not isinstance(item, StateUpdate) or item.seq != n or item.conflicts:
+            return False
+    return bool(items)

@@ -90,6 +90,8 @@ class SqliteStore(QueuedStore):
     with :class:`ReadOnlyStore`.
     """
 
+    shared_writers = True  # a hub's rooms: a few threads for all (see _writer_pool)
+
     def __init__(
         self,
         conn: sqlite3.Connection,
@@ -112,6 +114,7 @@ class SqliteStore(QueuedStore):
         self._reads = self._snapshots
         self._is_new = is_new
         self.durability = durability
+        self._batch_rows = False  # the connection has its batch view (_sqlite_log.BATCH_ROWS)
         super().__init__(
             file,
             durability=durability,
@@ -243,8 +246,12 @@ class SqliteStore(QueuedStore):
 
     def _commit(self, batch: list[tuple[int, Item]]) -> None:
         """Write one group of queued items in one transaction, in their order."""
+        if not self._batch_rows:
+            sqllog.prepare_batch_rows(self._conn)
+            self._batch_rows = True
+        items = [item for _, item in batch]
         written = write_batch(
-            self._conn, [item for _, item in batch], self._last_seq, self._log_rows, self.file
+            self._conn, items, self._last_seq, self._log_rows, self.file, at_once=True
         )
         self._last_seq, self._log_rows = written.last_seq, written.log_rows
         self.epochs += written.epochs
