@@ -452,8 +452,8 @@ class Hub:
             return False
         try:
             event = peer.receive(data)
-        except PeerRefused:
-            return False  # the loop decodes it again and closes the connection
+        except Exception:  # PeerRefused, or a bug: the loop decodes it again and closes
+            return False
         if not isinstance(event, (MergeRequested, MergeDenied)):
             return False
         session.unsent = None
