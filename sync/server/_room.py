@@ -310,11 +310,6 @@ class Room:
             if threading.get_ident() == self._loop_thread:
                 self._ready(round_, error)
                 return
-            # marked at once (the error first): the rounds one commit made durable are all
-            # ready when the first of their callbacks runs on the loop, which sends them
-            # together (one write per session); the later ones find nothing left to send
-            round_.error = error
-            round_.ready = True
             with contextlib.suppress(RuntimeError):  # the loop is gone: nobody to send to
                 self._loop.call_soon_threadsafe(self._ready, round_, error)
 
