@@ -80,6 +80,8 @@ class Session:
     busy: bool = False
     """True while the writer task is sending a frame taken from the outbox."""
     write_limit: int = 64 * 1024
+    unsent: asyncio.Future[None] | None = None
+    """Done once the answer to its last merge is sent (the hub handles its next message then)."""
 
     def __post_init__(self) -> None:
         self.outbox = Outbox(self.max_outbox)
@@ -104,8 +106,8 @@ class Session:
         (one write to the socket for all of them; ``cache``: see
         :func:`~sync.server._framing.write_frames`).
         """
-        if self.overflowed or not frames:
-            return
+        if self.overflowed or not frames or self.outbox.closed:
+            return  # dropped: the client is being dropped, or its handler has ended
         ws = self.connection
         if (
             ws is not None
@@ -144,7 +146,7 @@ class _Round:
     tokens name only changes of earlier rounds; a reply given a
     :data:`FailedReply` is replaced by what it builds from the error) or durable
     content (dropped then). ``sent`` is done once the round's frames are queued
-    for their sessions.
+    for their sessions; then each of ``on_sent`` is called.
     """
 
     update: bytes | None
@@ -153,6 +155,7 @@ class _Round:
     ready: bool = False
     error: BaseException | None = None
     sent: asyncio.Future[None] | None = None
+    on_sent: list[Callable[[], None]] | None = None
 
 
 class Room:
@@ -172,6 +175,7 @@ class Room:
         self._replies: list[_Frame] = []  # to send after them
         self._replies_durable = False  # a reply in _replies waits for the changes so far
         self._sent: asyncio.Future[None] | None = None  # of the round _replies will be in
+        self._on_sent: list[Callable[[], None]] = []  # called once that round is sent
         self._flush_scheduled = False
         self._rounds: deque[_Round] = deque()  # queued, oldest first; sent once ready
         self._storage_failed = False
@@ -226,7 +230,11 @@ class Room:
         self._schedule()
 
     def reply_once_durable(
-        self, session: Session, frame: bytes, failed: FailedReply
+        self,
+        session: Session,
+        frame: bytes,
+        failed: FailedReply,
+        on_sent: Callable[[], None] | None = None,
     ) -> asyncio.Future[None]:
         """Queue ``frame`` for ``session`` once every change made so far is durable.
 
@@ -236,12 +244,18 @@ class Room:
         this call durable; if one of them cannot be stored, ``failed(error)`` is sent
         instead. Call from the loop thread only.
 
+        ``on_sent`` is called (on the loop thread) once the frame, or its replacement, is
+        queued for the session: without waiting on the returned future (no task wakes up
+        for it). An exception it raises is logged.
+
         Returns:
             A future (shared by the replies of one round) done once the frame is
             queued for the session, that is once the merge is durable or failed.
         """
         self._replies.append((session, frame, failed))
         self._replies_durable = True
+        if on_sent is not None:
+            self._on_sent.append(on_sent)
         self._schedule()
         if self._sent is None:
             self._sent = self._loop.create_future()
@@ -271,6 +285,9 @@ class Room:
         replies, self._replies = self._replies, []
         durable, self._replies_durable = self._replies_durable, False
         sent, self._sent = self._sent, None
+        on_sent = None
+        if self._on_sent:
+            on_sent, self._on_sent = self._on_sent, []
         if not updates and not replies:
             return
         frame: bytes | None = None
@@ -278,7 +295,9 @@ class Room:
             frame = encode_update(
                 updates[0] if len(updates) == 1 else bytes(merge_updates(*updates))
             )
-        self._queue(_Round(frame, replies, sent=sent), durable=durable or frame is not None)
+        self._queue(
+            _Round(frame, replies, sent=sent, on_sent=on_sent), durable=durable or frame is not None
+        )
 
     def _queue(self, round_: _Round, *, durable: bool) -> None:
         self._rounds.append(round_)
@@ -332,6 +351,12 @@ class Room:
         for round_ in rounds:
             if round_.sent is not None and not round_.sent.done():
                 round_.sent.set_result(None)
+        for round_ in rounds:
+            for call in round_.on_sent or ():
+                try:
+                    call()
+                except Exception:  # an observer's failure never stops the room's sending
+                    log.exception("room %s: error in a reply's on_sent callback", self.name)
 
     def broadcast(self, frame: bytes, *, exclude: int | None = None) -> None:
         """Queue ``frame`` for every session but ``exclude`` (event-loop thread only)."""

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import Frame, Opcode
+from websockets.protocol import State
 
 from crdt_state import (
     CrdtStateError,
@@ -56,6 +58,7 @@ from sync.server.peer import (
     AwarenessReceived,
     HubPeer,
     MergeDenied,
+    MergeRequested,
     PeerEvent,
     PeerRefused,
     SyncRequested,
@@ -72,6 +75,7 @@ __all__ = ["Hub"]
 log = masking_logger("crdt_state.hub")
 
 _TRY_AGAIN_LATER = 1013
+_MERGE = int(p.MessageType.MERGE)
 _DECODE_ON_LOOP = 256 * 2**10
 """Messages at least this big are decoded on a worker thread (see :meth:`Hub._handle`)."""
 AWARENESS_TOO_LARGE = "awareness_too_large"
@@ -173,7 +177,7 @@ class Hub:
             self.host,
             self._port,
             process_request=self.inspector.process_request(self._admission.check),
-            create_connection=self.inspector.connection_class,
+            create_connection=_inline_connection(self.inspector.connection_class),
             process_response=self._admission.responded,
             max_size=self.limits.max_message,
             compression=None,
@@ -298,7 +302,17 @@ class Hub:
                 expiry = asyncio.create_task(expire_at(ws, grant.expires))
             peer = HubPeer(can_write=session.can_write)
             session.enqueue_many(HubPeer.greeting(room.state.token, list(room.awareness.values())))
+            if isinstance(ws, _InlineConnection):
+                ws.message_sink = lambda data: self._take_now(ws, room, session, peer, data)
             async for data in ws:
+                unsent = session.unsent
+                if unsent is not None:
+                    # one merge per connection waits for the disk at a time: the next message
+                    # is handled once the last merge's answer is sent (a client that waits for
+                    # its answers never waits here)
+                    if not unsent.done():
+                        await unsent
+                    session.unsent = None
                 if grant is not None and token_expired(grant):
                     raise PeerRefused(
                         EXPIRED_TOKEN, TOKEN_EXPIRED_REASON, close_code=CloseCode.POLICY_VIOLATION
@@ -312,7 +326,7 @@ class Hub:
                 else:  # decoding megabytes is pure Python: other rooms go on meanwhile
                     event = await asyncio.to_thread(peer.receive, data)
                 if event is not None:
-                    await self._on_event(room, session, event)
+                    session.unsent = await self._on_event(room, session, event)
         except PeerRefused as exc:
             log.info("closing %s: %d %s", peer_address(ws), exc.close_code, exc.reason)
             if exc.permission_denied:
@@ -325,6 +339,8 @@ class Hub:
             log.exception("internal error on connection %s", peer_address(ws))
             await ws.close(CloseCode.INTERNAL_ERROR, "internal error")
         finally:
+            if isinstance(ws, _InlineConnection):
+                ws.message_sink = None
             self._connections -= 1
             self._live.discard(ws)
             if room is not None and session is not None:
@@ -346,8 +362,15 @@ class Hub:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await writer
 
-    async def _on_event(self, room: Room, session: Session, event: PeerEvent) -> None:
-        """Carry out one event of a connection against its room."""
+    async def _on_event(
+        self, room: Room, session: Session, event: PeerEvent
+    ) -> asyncio.Future[None] | None:
+        """Carry out one event of a connection against its room.
+
+        Returns:
+            For a merge whose answer waits for the disk, a future done once the answer is
+            sent (the connection's next message waits for it); else ``None``.
+        """
         state = room.state
         if isinstance(event, SyncRequested):  # sent once all it holds is durable
             room.send_durable(session, p.encode_sync_step2(state.get_update(event.since)))
@@ -367,7 +390,7 @@ class Hub:
                 )
             if self._cluster is not None:
                 await self._cluster.forward_update(room, session, event.update)
-                return
+                return None
             try:
                 await state.aapply_update(event.update, origin=session.label)
             except CrdtStateError as exc:
@@ -393,36 +416,135 @@ class Hub:
         elif isinstance(event, MergeDenied):  # the connection stays open for reads
             reason = "read-only token: merges are refused"
             room.reply(session, refused_reply(event.request, state, READ_ONLY, reason))
-        else:
+        elif self._cluster is not None:
             session.agent = event.request.agent or session.agent
             refusal = limits_refusal(event.request, self.limits)
             if refusal is not None:
                 room.reply(session, refused_reply(event.request, state, *refusal))
-                return
-            if self._cluster is not None:  # the room's owner judges it
-                await self._cluster.forward_merge(room, session, event.request, event.frame)
-                return
-            max_document = self.limits.max_document
-            started = time.perf_counter()
-            request = event.request
-            done = judge_merge_unwaited(
-                state,
-                request,
-                agent=session.label,
-                scope=session.writer,
-                too_large=lambda extra: room.would_exceed(extra, max_document),
-            )
-            if state.store is None:  # in memory: durable at once
-                room.reply(session, done)  # after the update frame carrying the merge
+                return None
+            # the room's owner judges it
+            await self._cluster.forward_merge(room, session, event.request, event.frame)
+        else:
+            return self._merge(room, session, event.request)
+        return None
+
+    def _take_now(
+        self, ws: ServerConnection, room: Room, session: Session, peer: HubPeer, data: bytes
+    ) -> bool:
+        """Handle ``data`` at once, in the read callback, when it is a merge nothing delays.
+
+        Called for a message that would be the next one :meth:`_handle`'s loop reads
+        while that loop waits for one (see :class:`_InlineConnection`): handling it
+        here is what the loop would do, without waking its task. Only what needs no
+        waiting is handled (a merge request or a read-only one's refusal, on a hub
+        outside a cluster, from a connection whose token is valid and whose last merge's
+        answer is sent); everything else is left to the loop (``False``, nothing done).
+        """
+        if not data or data[0] != _MERGE or self._cluster is not None:
+            return False
+        unsent = session.unsent
+        if unsent is not None and not unsent.done():
+            return False
+        grant = session.grant
+        if grant is not None and token_expired(grant):
+            return False
+        if len(data) >= _DECODE_ON_LOOP or len(data) > self.limits.max_merge_bytes:
+            return False
+        try:
+            event = peer.receive(data)
+        except Exception:  # PeerRefused, or a bug: the loop decodes it again and closes
+            return False
+        if not isinstance(event, (MergeRequested, MergeDenied)):
+            return False
+        session.unsent = None
+        try:
+            if isinstance(event, MergeDenied):
+                reason = "read-only token: merges are refused"
+                room.reply(session, refused_reply(event.request, room.state, READ_ONLY, reason))
             else:
-                # with the update frame carrying the merge, once it is durable; the
-                # connection's next message is read only then (one merge waits at a time)
-                await room.reply_once_durable(
-                    session, done, lambda error: storage_failed_reply(request, state, error)
-                )
-            self.inspector.merge_judged(
-                room, request.agent or session.label, done, started, durable=True
-            )
+                session.unsent = self._merge(room, session, event.request)
+        except Exception:
+            log.exception("internal error on connection %s", peer_address(ws))
+            if isinstance(ws, _InlineConnection):
+                ws.message_sink = None  # the loop handles what may still come
+            close_later(ws, CloseCode.INTERNAL_ERROR, "internal error")
+        return True
+
+    def _merge(
+        self, room: Room, session: Session, request: p.MergeRequest
+    ) -> asyncio.Future[None] | None:
+        """Judge a merge request of ``session`` (outside a cluster) and queue its answer.
+
+        Returns:
+            For a durable room, a future done once the answer is sent; else ``None``.
+        """
+        state = room.state
+        session.agent = request.agent or session.agent
+        refusal = limits_refusal(request, self.limits)
+        if refusal is not None:
+            room.reply(session, refused_reply(request, state, *refusal))
+            return None
+        max_document = self.limits.max_document
+        started = time.perf_counter()
+        done = judge_merge_unwaited(
+            state,
+            request,
+            agent=session.label,
+            scope=session.writer,
+            too_large=lambda extra: room.would_exceed(extra, max_document),
+        )
+        agent = request.agent or session.label
+        if state.store is None:  # in memory: durable at once
+            room.reply(session, done)  # after the update frame carrying the merge
+            self.inspector.merge_judged(room, agent, done, started, durable=True)
+            return None
+        # with the update frame carrying the merge, once it is durable; the
+        # connection's next message is handled only then (one merge waits at a time)
+        inspector = self.inspector
+        return room.reply_once_durable(
+            session,
+            done,
+            lambda error: storage_failed_reply(request, state, error),
+            lambda: inspector.merge_judged(room, agent, done, started, durable=True),
+        )
+
+
+class _InlineConnection(ServerConnection):
+    """A connection whose handler may take a message straight from the read callback.
+
+    ``websockets`` queues each message and wakes the handler's task for it (a future,
+    a loop callback, the task's coroutines resumed and suspended again). When
+    ``message_sink`` is set, the handler's task waits in ``recv`` with nothing queued
+    before it, the connection is open and the message is a single binary frame, the
+    frame is given to ``message_sink`` first: it returns True when it has handled the
+    message (as the handler's loop would have, the message is then not queued) and
+    False to leave it to the handler. Messages keep their order: one is taken only when
+    no other is waiting for the handler.
+    """
+
+    message_sink: Callable[[bytes], bool] | None = None
+
+    def process_event(self, event: Any) -> None:
+        sink = self.message_sink
+        if sink is not None and type(event) is Frame and event.opcode is Opcode.BINARY:
+            frames = getattr(self.recv_messages, "frames", None)
+            waiter = getattr(frames, "get_waiter", None)
+            if (
+                event.fin
+                and waiter is not None
+                and not waiter.done()
+                and not frames.queue  # type: ignore[union-attr]
+                and self.protocol.state is State.OPEN
+            ):
+                data = event.data
+                if sink(data if type(data) is bytes else bytes(data)):
+                    return
+        super().process_event(event)
+
+
+def _inline_connection(base: type[ServerConnection]) -> type[ServerConnection]:
+    """``base`` (the inspector's metered connection) with :class:`_InlineConnection`'s sink."""
+    return type("HubConnection", (_InlineConnection, base), {})
 
 
 def _cluster_node(

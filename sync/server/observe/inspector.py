@@ -122,15 +122,22 @@ class Inspector:
         if status != "error" and durable:
             self.metrics.durable_after(now - started)
         elif status != "error":
-            metrics = self.metrics
-            room.state.when_durable(
-                lambda error: (
-                    None if error else metrics.durable_after(time.perf_counter() - started)
-                )
-            )
+            room.state.when_durable(self._durable_later(started))
         if event is not None:
             for feed in list(feeds or ()):
                 feed.push(event)
+
+    def _durable_later(self, started: float) -> Callable[[BaseException | None], None]:
+        """A ``when_durable`` callback recording the durable latency (on the loop thread)."""
+        loop = asyncio.get_running_loop()
+        record = self.metrics.durable_after
+
+        def durable(error: BaseException | None) -> None:
+            if error is None:  # the metrics are the loop thread's: hand over to it
+                with contextlib.suppress(RuntimeError):  # the loop is gone
+                    loop.call_soon_threadsafe(record, time.perf_counter() - started)
+
+        return durable
 
     def merge_answered(
         self, room: Room, agent: str | None, frame: bytes, seconds: float | None, counted: bool
