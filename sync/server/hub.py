@@ -302,7 +302,8 @@ class Hub:
                 expiry = asyncio.create_task(expire_at(ws, grant.expires))
             peer = HubPeer(can_write=session.can_write)
             session.enqueue_many(HubPeer.greeting(room.state.token, list(room.awareness.values())))
-            if isinstance(ws, _InlineConnection):
+            if isinstance(ws, _InlineConnection) and room.state.store is None:
+                # in memory only (see _take_now)
                 ws.message_sink = lambda data: self._take_now(ws, room, session, peer, data)
             async for data in ws:
                 unsent = session.unsent
@@ -439,6 +440,9 @@ class Hub:
         waiting is handled (a merge request or a read-only one's refusal, on a hub
         outside a cluster, from a connection whose token is valid and whose last merge's
         answer is sent); everything else is left to the loop (``False``, nothing done).
+        Only rooms kept in memory use it: in a durable room it cost more hub CPU per
+        merge than the handler's loop (alternating runs, 200 agents in 20 rooms: ~267
+        against ~238 µs), in memory less (~139 against ~146).
         """
         if not data or data[0] != _MERGE or self._cluster is not None:
             return False
