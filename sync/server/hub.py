@@ -27,8 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
-from websockets.frames import Frame, Opcode
-from websockets.protocol import State
 
 from crdt_state import (
     CrdtStateError,
@@ -37,6 +35,7 @@ from crdt_state import (
 from sync.server._admission import Admission
 from sync.server._expiry import EXPIRED_TOKEN, TOKEN_EXPIRED_REASON, expire_at, token_expired
 from sync.server._handshake import peer_address
+from sync.server._inline import InlineConnection, inline_connection
 from sync.server._json_model import NON_JSON_TYPE, non_json_content
 from sync.server._logmask import masking_logger
 from sync.server._merge import (
@@ -177,7 +176,7 @@ class Hub:
             self.host,
             self._port,
             process_request=self.inspector.process_request(self._admission.check),
-            create_connection=_inline_connection(self.inspector.connection_class),
+            create_connection=inline_connection(self.inspector.connection_class),
             process_response=self._admission.responded,
             max_size=self.limits.max_message,
             compression=None,
@@ -302,7 +301,7 @@ class Hub:
                 expiry = asyncio.create_task(expire_at(ws, grant.expires))
             peer = HubPeer(can_write=session.can_write)
             session.enqueue_many(HubPeer.greeting(room.state.token, list(room.awareness.values())))
-            if isinstance(ws, _InlineConnection) and room.state.store is None:
+            if isinstance(ws, InlineConnection) and room.state.store is None:
                 # in memory only (see _take_now)
                 ws.message_sink = lambda data: self._take_now(ws, room, session, peer, data)
             async for data in ws:
@@ -340,7 +339,7 @@ class Hub:
             log.exception("internal error on connection %s", peer_address(ws))
             await ws.close(CloseCode.INTERNAL_ERROR, "internal error")
         finally:
-            if isinstance(ws, _InlineConnection):
+            if isinstance(ws, InlineConnection):
                 ws.message_sink = None
             self._connections -= 1
             self._live.discard(ws)
@@ -435,9 +434,9 @@ class Hub:
         """Handle ``data`` at once, in the read callback, when it is a merge nothing delays.
 
         Called for a message that would be the next one :meth:`_handle`'s loop reads
-        while that loop waits for one (see :class:`_InlineConnection`): handling it
-        here is what the loop would do, without waking its task. Only what needs no
-        waiting is handled (a merge request or a read-only one's refusal, on a hub
+        while that loop waits for one (see :class:`~sync.server._inline.InlineConnection`):
+        handling it here is what the loop would do, without waking its task. Only what
+        needs no waiting is handled (a merge request or a read-only one's refusal, on a hub
         outside a cluster, from a connection whose token is valid and whose last merge's
         answer is sent); everything else is left to the loop (``False``, nothing done).
         Only rooms kept in memory use it: in a durable room it cost more hub CPU per
@@ -469,7 +468,7 @@ class Hub:
                 session.unsent = self._merge(room, session, event.request)
         except Exception:
             log.exception("internal error on connection %s", peer_address(ws))
-            if isinstance(ws, _InlineConnection):
+            if isinstance(ws, InlineConnection):
                 ws.message_sink = None  # the loop handles what may still come
             close_later(ws, CloseCode.INTERNAL_ERROR, "internal error")
         return True
@@ -511,44 +510,6 @@ class Hub:
             lambda error: storage_failed_reply(request, state, error),
             lambda: inspector.merge_judged(room, agent, done, started, durable=True),
         )
-
-
-class _InlineConnection(ServerConnection):
-    """A connection whose handler may take a message straight from the read callback.
-
-    ``websockets`` queues each message and wakes the handler's task for it (a future,
-    a loop callback, the task's coroutines resumed and suspended again). When
-    ``message_sink`` is set, the handler's task waits in ``recv`` with nothing queued
-    before it, the connection is open and the message is a single binary frame, the
-    frame is given to ``message_sink`` first: it returns True when it has handled the
-    message (as the handler's loop would have, the message is then not queued) and
-    False to leave it to the handler. Messages keep their order: one is taken only when
-    no other is waiting for the handler.
-    """
-
-    message_sink: Callable[[bytes], bool] | None = None
-
-    def process_event(self, event: Any) -> None:
-        sink = self.message_sink
-        if sink is not None and type(event) is Frame and event.opcode is Opcode.BINARY:
-            frames = getattr(self.recv_messages, "frames", None)
-            waiter = getattr(frames, "get_waiter", None)
-            if (
-                event.fin
-                and waiter is not None
-                and not waiter.done()
-                and not frames.queue  # type: ignore[union-attr]
-                and self.protocol.state is State.OPEN
-            ):
-                data = event.data
-                if sink(data if type(data) is bytes else bytes(data)):
-                    return
-        super().process_event(event)
-
-
-def _inline_connection(base: type[ServerConnection]) -> type[ServerConnection]:
-    """``base`` (the inspector's metered connection) with :class:`_InlineConnection`'s sink."""
-    return type("HubConnection", (_InlineConnection, base), {})
 
 
 def _cluster_node(
