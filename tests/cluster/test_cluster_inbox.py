@@ -115,3 +115,26 @@ async def test_the_outbox_publishes_only_for_the_lease_holder(redis_url: str) ->
         await outbox.stop()
         await client.delete(lease, out)
         await client.aclose()
+
+
+async def test_a_cancellation_swallowed_inside_a_round_still_ends_the_reader() -> None:
+    """Python 3.11's ``wait_for`` (redis-py's socket timeouts) can swallow a cancellation
+    that arrives as the call completes; the reader must end anyway, not loop for ever."""
+    inbox = Inbox(redis_client("redis://127.0.0.1:1"))  # never used: the round is replaced
+    rounds = 0
+
+    async def swallowing_round() -> None:
+        nonlocal rounds
+        rounds += 1
+        with contextlib.suppress(asyncio.CancelledError):  # as the lost cancellation
+            await asyncio.sleep(0.01)
+
+    inbox._round = swallowing_round  # type: ignore[method-assign]
+    task = asyncio.create_task(inbox.run())
+    await asyncio.sleep(0.05)
+    task.cancel()
+    async with asyncio.timeout(5):  # the old loop never ended
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert task.cancelled()
+    assert rounds >= 1

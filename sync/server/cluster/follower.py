@@ -24,7 +24,7 @@ from redis.asyncio import Redis
 
 from sync.server.cluster.clients import CALL_TIMEOUT
 from sync.server.cluster.lease import UNAVAILABLE
-from sync.server.cluster.streamio import read_rooms
+from sync.server.cluster.streamio import end_if_cancelled, read_rooms
 
 if TYPE_CHECKING:
     from sync.server.cluster.cluster_room import ClusterRoom
@@ -60,6 +60,7 @@ class Follower:
         try:
             while True:
                 await self._round()
+                end_if_cancelled()
         finally:
             for task in self._resyncs.values():
                 task.cancel()

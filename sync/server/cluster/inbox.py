@@ -28,7 +28,7 @@ from redis.asyncio import Redis
 from sync.server.cluster.clients import CALL_TIMEOUT
 from sync.server.cluster.errors import ClusterUnavailable
 from sync.server.cluster.lease import UNAVAILABLE
-from sync.server.cluster.streamio import Entry, entries_of, read_rooms
+from sync.server.cluster.streamio import Entry, end_if_cancelled, entries_of, read_rooms
 
 __all__ = ["BLOCK", "InSlot", "Inbox"]
 
@@ -131,6 +131,7 @@ class Inbox:
         """Read until cancelled."""
         while True:
             await self._round()
+            end_if_cancelled()
 
     async def _round(self) -> None:
         reading = {name: slot for name, slot in self.slots.items() if not slot.full()}

@@ -25,7 +25,7 @@ from redis.asyncio import Redis
 from sync.server.cluster.clients import CALL_TIMEOUT
 from sync.server.cluster.errors import ClusterUnavailable
 from sync.server.cluster.lease import UNAVAILABLE
-from sync.server.cluster.streamio import APPEND_IF_HOLDER
+from sync.server.cluster.streamio import APPEND_IF_HOLDER, end_if_cancelled
 
 __all__ = ["MAX_BATCH", "Outbox"]
 
@@ -134,6 +134,7 @@ class Outbox:
             while self._queue:
                 batch = self._take()
                 await self._send(batch)
+                end_if_cancelled()
 
     async def _send(self, batch: list[_Command]) -> None:
         pipe = self.redis.pipeline(transaction=False)

@@ -7,6 +7,7 @@ Redis that does not answer into :class:`~sync.server.cluster.errors.ClusterUnava
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Mapping
 from typing import Any, Final
@@ -18,6 +19,7 @@ from sync.server.cluster.keys import parse_room_key, room_key
 from sync.server.cluster.lease import UNAVAILABLE
 
 __all__ = [
+    "end_if_cancelled",
     "Entry",
     "APPEND_IF_HOLDER",
     "append_if_holder",
@@ -163,3 +165,18 @@ async def trim_before(redis: Redis, key: str, position: str) -> None:
     """Drop the entries of ``key`` older than ``position`` (approximately; best effort)."""
     with contextlib.suppress(*UNAVAILABLE):
         await redis.xtrim(key, minid=position, approximate=True)
+
+
+def end_if_cancelled() -> None:
+    """Raise ``CancelledError`` when the current task was cancelled and went on anyway.
+
+    The cluster's endless loops (the ``in`` reader, the ``out`` follower, the outbox) call
+    it after every round. On Python 3.11, ``asyncio.wait_for`` (which redis-py wraps
+    socket calls in when its client has a socket timeout) can swallow a cancellation that
+    arrives as the call completes; the loop then runs on for ever and whoever awaits the
+    cancelled task (a hub stopping, a test's teardown) waits for ever. The task's count
+    of cancellation requests stays above zero in that case: the next round ends the loop.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
