@@ -86,9 +86,8 @@ class GroupCommit(Generic[T]):
                 )
             self._issued += 1
             self._queue.append((self._issued, item))
-            if not self._submitted and self._writing is None:
-                self._submitted = True
-                self._pool.submit(self._job)
+            if self._writing is None:
+                self._submit()
             return self._issued
 
     # -- waiting ---------------------------------------------------------------------
@@ -182,10 +181,15 @@ class GroupCommit(Generic[T]):
         finally:
             with self._lock:
                 self._writing = None
-                if more and self._queue and not self._submitted:
-                    self._submitted = True
-                    self._pool.submit(self._job)
+                if more and self._queue:
+                    self._submit()
                 self._done.notify_all()
+
+    def _submit(self) -> None:
+        """Hand this queue to a writer thread unless a job of it waits already (lock held)."""
+        if not self._submitted:
+            self._submitted = True
+            self._pool.submit(self._job)
 
     def _write_one(self) -> bool:
         """Write the queued items as one batch, then run ``after``; False once failed.

@@ -214,6 +214,9 @@ def append_changes_at_once(conn: sqlite3.Connection, changes: Sequence[StateUpda
     Raises:
         sqlite3.Error: the database refused the write (nothing is stored).
     """
+    count = sum(1 + len(c.paths) + (c.request_id is not None) for c in changes)
+    if count > AT_ONCE_ROWS:
+        return False  # before any row is built: the transaction path builds them
     tokens = [c.token.to_state() for c in changes]
     log_rows = log_params(changes, tokens)
     rows: list[tuple[Any, ...]] = [(0, *row) for row in log_rows]
@@ -227,8 +230,6 @@ def append_changes_at_once(conn: sqlite3.Connection, changes: Sequence[StateUpda
         for c, t, row in zip(changes, tokens, log_rows, strict=True)
         if c.request_id is not None
     ]
-    if len(rows) > AT_ONCE_ROWS:
-        return False
     sql = _values_sql("INSERT INTO batch_rows (kind, a, b, c, d, e, f, g)", 8, len(rows))
     conn.execute(sql, [value for row in rows for value in row])
     return True
