@@ -106,6 +106,9 @@ class FakeRoom:
         self.seen: list[bytes] = []
         self.resyncs = 0
 
+    def current(self) -> bool:
+        return False
+
     def apply_entry(self, entry_id: str, fields: Mapping[bytes | str, bytes | str]) -> None:
         self.position = entry_id
         value = fields[b"u"]

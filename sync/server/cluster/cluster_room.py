@@ -39,8 +39,8 @@ from sync.server.cluster.context import NodeContext
 from sync.server.cluster.errors import ClusterError, ClusterUnavailable
 from sync.server.cluster.inbox import InSlot
 from sync.server.cluster.keys import room_key
-from sync.server.cluster.owner import RoomOwner, StepDown, last_published
-from sync.server.cluster.ownership import try_acquire
+from sync.server.cluster.owner import RoomOwner, StepDown, newest_published
+from sync.server.cluster.ownership import Ownership, try_acquire
 from sync.server.cluster.preload import Preload
 from sync.server.cluster.streamio import newest
 from sync.server.cluster.streams import AnswerKind, OutEntry, StreamEntryError, decode_out
@@ -80,6 +80,12 @@ class ClusterRoom:
         self._stopping = False
         self.stale = False
         """Set when Redis lost its data (restarted): the replica is loaded again."""
+        self.own_tail: str | None = None
+        """While this hub owns the room: the id of the newest ``out`` entry that exists
+        (the newest when the ownership began, then each entry its owner published); no
+        other hub can publish after it while the lease holds. ``None`` otherwise."""
+        self._ownership: Ownership | None = None
+        self._resyncing = False
         self.preload = Preload(
             self.name, lambda: node.storage.preload(self.name, node.policies_for(self.name))
         )
@@ -137,6 +143,38 @@ class ClusterRoom:
             return
         self._apply(entry)
 
+    def current(self) -> bool:
+        """True when the follower need not read the room's ``out`` stream.
+
+        That is while this hub owns the room, its lease holds (no other hub can publish)
+        and the replica has every entry published so far. Its owner then applies what it
+        publishes itself (:meth:`published`).
+        """
+        return (
+            self.own_tail is not None
+            and self.position == self.own_tail
+            and self._ownership is not None
+            and self._ownership.valid()
+        )
+
+    def published(self, entry_id: str, entry: OutEntry) -> None:
+        """This hub's owner published ``entry`` as ``entry_id``: apply it to the replica.
+
+        Applied at once when the replica holds every entry before it (``position`` is the
+        previous newest entry), so the follower need not read it back from ``out``;
+        otherwise (the follower is still catching up, or the replica is reloading) the
+        follower reads it with the rest.
+        """
+        if (
+            self.own_tail is not None
+            and self.position == self.own_tail
+            and not self.stale
+            and not self._resyncing
+        ):
+            self.position = entry_id
+            self._apply(entry)
+        self.own_tail = entry_id
+
     def _apply(self, entry: OutEntry) -> None:
         if entry.update:
             try:
@@ -175,6 +213,13 @@ class ClusterRoom:
     async def resync(self) -> None:
         """Wait until Redis answers, then load the replica again from the durable store."""
         self.stale = False
+        self._resyncing = True
+        try:
+            await self._reload()
+        finally:
+            self._resyncing = False
+
+    async def _reload(self) -> None:
         while not self._stopping:
             await asyncio.sleep(min(0.2, self.node.lease_ttl / 10))
             try:
@@ -240,7 +285,7 @@ class ClusterRoom:
         storage = node.storage
         # resume after the last published entry (final: the old owner's publish script
         # needs the lease we hold); read while the judge loads
-        published = asyncio.ensure_future(last_published(node.redis, self.name))
+        published = asyncio.ensure_future(newest_published(node.redis, self.name))
         try:
             preloaded = await self.preload.take()
             judge = await storage.open_judge(
@@ -258,7 +303,8 @@ class ClusterRoom:
         try:
             # when out is gone (Redis lost it), from the start of in: judging an entry
             # twice changes nothing
-            start = await published or "0-0"
+            tail, last_in = await published
+            start = last_in or "0-0"
             slot = node.inbox.register(self.name, start)
             owner = RoomOwner(
                 redis,
@@ -270,13 +316,17 @@ class ClusterRoom:
                 catch_up=judge.get_update(self.room.state.token),
                 inbox=slot,
                 publish=node.outbox.append_if_holder,
+                on_published=self.published,
             )
             self.owner = owner
+            # only this owner publishes after tail while the lease holds
+            self._ownership, self.own_tail = ownership, tail
             log.info("room %r: owner (fence %d) from %s", self.name, ownership.fence.value, start)
             await owner.run(lambda: self._stopping)
         except StepDown:
             raise
         finally:
+            self._ownership = self.own_tail = None
             if slot is not None:
                 node.inbox.unregister(slot)
             storage.forget(judge)

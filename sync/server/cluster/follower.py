@@ -73,6 +73,8 @@ class Follower:
             if room.stale:
                 self._resync(room)
                 continue
+            if room.current():  # owned here: its owner applies what it publishes
+                continue
             positions[name] = room.position
         if not positions:
             await asyncio.sleep(BLOCK)
@@ -91,9 +93,14 @@ class Follower:
             target = self.rooms.get(name)
             if target is None or name in self._resyncs:
                 continue
+            expected = positions.get(name)
             try:
                 for entry_id, fields in entries:
-                    target.apply_entry(_text(entry_id), fields or {})
+                    entry = _text(entry_id)
+                    if target.position != expected and not _later(entry, target.position):
+                        continue  # applied meanwhile by the room's owner on this hub
+                    target.apply_entry(entry, fields or {})
+                    expected = entry
             except Exception:
                 log.exception("room %r: following failed, reloading its replica", name)
                 self._resync(target)
@@ -123,3 +130,13 @@ class Follower:
 
 def _text(raw: bytes | str) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def _later(entry_id: str, than: str) -> bool:
+    """True when stream id ``entry_id`` comes after ``than``."""
+    return _id_key(entry_id) > _id_key(than)
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)

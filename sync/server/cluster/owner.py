@@ -67,7 +67,7 @@ from sync.server.cluster.streams import (
 from sync.wire import protocol as p
 from sync.wire.errors import ProtocolError
 
-__all__ = ["BATCH", "Publish", "RoomOwner", "StepDown", "last_published"]
+__all__ = ["BATCH", "Publish", "RoomOwner", "StepDown", "last_published", "newest_published"]
 
 log = logging.getLogger("crdt_state.cluster")
 
@@ -107,13 +107,21 @@ class StepDown(ClusterError):
 
 async def last_published(redis: Redis, room: str) -> str | None:
     """The ``in`` id of the newest ``out`` entry of ``room``, ``None`` when ``out`` is empty."""
+    return (await newest_published(redis, room))[1]
+
+
+async def newest_published(redis: Redis, room: str) -> tuple[str, str | None]:
+    """The id of ``room``'s newest ``out`` entry (``"0-0"``: none) and its ``in`` id.
+
+    The ``in`` id is ``None`` when ``out`` is empty or its newest entry is unreadable.
+    """
     entry = await newest(redis, room_key(room, "out"))
     if entry is None:
-        return None
+        return "0-0", None
     try:
-        return decode_out(entry[1]).last_in
+        return entry[0], decode_out(entry[1]).last_in
     except StreamEntryError:
-        return None
+        return entry[0], None
 
 
 class RoomOwner:
@@ -135,6 +143,9 @@ class RoomOwner:
         inbox: the room's slot in the hub's ``in`` reader, registered at ``start``
             (``None``: read ``in`` with an ``XREAD`` of its own).
         publish: how to run the ``out`` script (default: a call of its own on ``redis``).
+        on_published: told each entry this owner published on ``out``, with its id, in
+            publish order (the hub applies it to its own replica at once, without reading
+            it back from ``out``).
     """
 
     def __init__(
@@ -150,10 +161,12 @@ class RoomOwner:
         catch_up: bytes = b"",
         inbox: InSlot | None = None,
         publish: Publish | None = None,
+        on_published: Callable[[str, OutEntry], None] | None = None,
     ) -> None:
         self.redis = redis
         self.inbox = inbox
         self.publish: Publish = publish or partial(append_if_holder, redis)
+        self.on_published = on_published
         self.ownership = ownership
         self.judge = judge
         self.position = start
@@ -226,6 +239,8 @@ class RoomOwner:
         )
         if published is None:  # the lease is gone: publish nothing, step down
             raise LeaseLost(self.room, self.ownership.token, LossReason.TAKEN)
+        if self.on_published is not None:
+            self.on_published(published, out)
 
     @property
     def fence(self) -> int:
