@@ -149,3 +149,44 @@ async def test_follower_reads_every_room_in_one_call_and_resyncs_a_failing_one(
     assert rooms[names[0]].resyncs >= 1  # applying an entry failed: the room reloads
     assert all(rooms[n].resyncs == 0 for n in names[1:])
     assert reads_after_catch_up <= 3  # the five rooms' entries came in one read
+
+
+async def test_follower_leaves_out_current_rooms_and_skips_what_their_owner_applied(
+    redis: Redis,
+) -> None:
+    """A room its hub owns (``current()``) is not read; entries that the room's owner
+    applied while a read was on its way (its position moved past them) are not applied
+    again: their answers would reach the sessions twice."""
+    tag = secrets.token_hex(4)
+    owned, followed = FakeRoom(f"owned-{tag}"), FakeRoom(f"followed-{tag}")
+    owned.current = lambda: True  # type: ignore[method-assign]
+    await redis.xadd(room_key(owned.name, "out"), {"u": b"never read"})
+    first = await redis.xadd(room_key(followed.name, "out"), {"u": b"applied by its owner"})
+    await redis.xadd(room_key(followed.name, "out"), {"u": b"second"})
+    client = redis.client()
+    read = client.xread
+    seen: list[object] = []
+
+    async def xread(streams: dict[bytes, bytes], **options: object) -> object:
+        seen.append(sorted(streams))
+        got = await read(streams, **options)  # type: ignore[arg-type]
+        if got and followed.position == "0-0":  # the owner applied the first entry meanwhile
+            followed.position = first.decode()
+        return got
+
+    client.xread = xread  # type: ignore[method-assign]
+    follower = Follower(client, {owned.name: owned, followed.name: followed})  # type: ignore[dict-item]
+    task = asyncio.create_task(follower.run())
+    try:
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            if followed.seen:
+                break
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await client.aclose()
+    assert followed.seen == [b"second"]
+    assert owned.seen == []
+    assert seen and all(keys == [room_key(followed.name, "out").encode()] for keys in seen)

@@ -42,7 +42,7 @@ from sync.server.cluster.keys import room_key
 from sync.server.cluster.owner import RoomOwner, StepDown, newest_published
 from sync.server.cluster.ownership import Ownership, try_acquire
 from sync.server.cluster.preload import Preload
-from sync.server.cluster.streamio import newest
+from sync.server.cluster.streamio import later, newest
 from sync.server.cluster.streams import AnswerKind, OutEntry, StreamEntryError, decode_out
 from sync.wire.errors import CloseCode
 from sync.wire.protocol import reply_head
@@ -147,15 +147,16 @@ class ClusterRoom:
         """True when the follower need not read the room's ``out`` stream.
 
         That is while this hub owns the room, its lease holds (no other hub can publish)
-        and the replica has every entry published so far. Its owner then applies what it
+        and the replica has every entry published so far (every entry after
+        :attr:`own_tail` is this owner's). Its owner then applies what it
         publishes itself (:meth:`published`).
         """
-        return (
-            self.own_tail is not None
-            and self.position == self.own_tail
-            and self._ownership is not None
-            and self._ownership.valid()
-        )
+        tail = self.own_tail
+        if tail is None or self._ownership is None or not self._ownership.valid():
+            return False
+        # ahead of the tail: the follower read an entry of this owner before the owner
+        # heard back from its publish (whose report then applies nothing)
+        return self.position == tail or later(self.position, tail)
 
     def published(self, entry_id: str, entry: OutEntry) -> None:
         """This hub's owner published ``entry`` as ``entry_id``: apply it to the replica.

@@ -24,7 +24,7 @@ from redis.asyncio import Redis
 
 from sync.server.cluster.clients import CALL_TIMEOUT
 from sync.server.cluster.lease import UNAVAILABLE
-from sync.server.cluster.streamio import end_if_cancelled, read_rooms
+from sync.server.cluster.streamio import end_if_cancelled, later, read_rooms
 
 if TYPE_CHECKING:
     from sync.server.cluster.cluster_room import ClusterRoom
@@ -97,7 +97,7 @@ class Follower:
             try:
                 for entry_id, fields in entries:
                     entry = _text(entry_id)
-                    if target.position != expected and not _later(entry, target.position):
+                    if target.position != expected and not later(entry, target.position):
                         continue  # applied meanwhile by the room's owner on this hub
                     target.apply_entry(entry, fields or {})
                     expected = entry
@@ -130,13 +130,3 @@ class Follower:
 
 def _text(raw: bytes | str) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
-
-
-def _later(entry_id: str, than: str) -> bool:
-    """True when stream id ``entry_id`` comes after ``than``."""
-    return _id_key(entry_id) > _id_key(than)
-
-
-def _id_key(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)

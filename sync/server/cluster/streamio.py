@@ -24,6 +24,7 @@ __all__ = [
     "APPEND_IF_HOLDER",
     "append_if_holder",
     "entries_of",
+    "later",
     "newest",
     "read_after",
     "read_all",
@@ -52,6 +53,16 @@ def _id(raw: Any) -> str:
 def entries_of(raw: Any) -> list[Entry]:
     """The entries of a raw ``XREAD``/``XRANGE`` answer for one stream, ids as ``str``."""
     return [(_id(entry_id), fields or {}) for entry_id, fields in raw or ()]
+
+
+def later(entry_id: str, than: str) -> bool:
+    """True when the stream id ``entry_id`` comes after ``than`` (both ``ms-seq``)."""
+    return _id_key(entry_id) > _id_key(than)
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 _KEYS: dict[tuple[str, str], bytes] = {}

@@ -1,0 +1,113 @@
+"""The owner's hub applies what its owner publishes at once, without reading ``out`` back.
+
+Two hubs in this process serve one room on a private redis-server and the module's
+throwaway PostgreSQL database. The hub that owns the room applies each entry its owner
+published to its replica right after the publish, and its follower leaves the room out of
+its reads; the other hub follows ``out`` as before. When the owner steps down, its hub's
+follower reads the room again, so what the next owner publishes still arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import pytest
+from cluster_servers import RedisServer
+
+from sync import Hub, connect
+from sync.server.cluster.cluster_room import ClusterRoom
+from sync.server.cluster.keys import room_key
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+async def hubs(private_redis: RedisServer, postgres_dsn: str) -> AsyncIterator[tuple[Hub, Hub]]:
+    options = {"lease_ttl": 0.6}
+    async with (
+        Hub(port=0, redis=private_redis.url, postgres=postgres_dsn, cluster_options=options) as a,
+        Hub(port=0, redis=private_redis.url, postgres=postgres_dsn, cluster_options=options) as b,
+    ):
+        yield a, b
+
+
+async def until(check: Any, timeout: float = 15.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not check():
+            await asyncio.sleep(0.005)
+
+
+def cluster_room(hub: Hub, room: str) -> ClusterRoom:
+    node = hub._cluster
+    assert node is not None
+    return node.rooms[room]
+
+
+def count_reads(room: ClusterRoom) -> list[str]:
+    """The ids of the ``out`` entries the hub's follower hands to ``room`` from now on."""
+    read: list[str] = []
+    follow = room.apply_entry
+
+    def counted(entry_id: str, fields: Mapping[bytes | str, bytes | str]) -> None:
+        read.append(entry_id)
+        follow(entry_id, fields)
+
+    room.apply_entry = counted  # type: ignore[method-assign]
+    return read
+
+
+async def test_the_owner_hub_applies_its_entries_without_reading_them_back(
+    hubs: tuple[Hub, Hub],
+) -> None:
+    a, b = hubs
+    room = "local/apply"
+    async with connect(a.url(room), agent="opener") as opener:  # A opens first: A owns it
+        await opener.acommit({"opened": True}, opener.token)
+        owned = cluster_room(a, room)
+        await until(lambda: owned.owner is not None)
+        read_on_a = count_reads(owned)
+        applied_on_a = owned.applied
+        async with connect(b.url(room), agent="on-b") as on_b:
+            await until(lambda: on_b.get("opened") is True)
+            read_on_b = count_reads(cluster_room(b, room))
+            for i in range(10):
+                await opener.acommit({("by_a", f"k{i}"): i}, opener.token)
+                await on_b.acommit({("by_b", f"k{i}"): i}, on_b.token)
+            await until(lambda: opener.get(("by_b", "k9")) == 9 and on_b.get(("by_a", "k9")) == 9)
+            assert opener.snapshot() == on_b.snapshot()
+    assert owned.owner is not None  # A owned the room throughout
+    assert read_on_a == []  # A's follower read none of its owner's entries
+    assert owned.applied - applied_on_a >= 1  # they were applied by the owner's publish
+    assert owned.current()  # and the room stays out of A's reads
+    assert read_on_b  # B followed out as before
+    assert owned.position == cluster_room(b, room).position  # both replicas at one entry
+
+
+async def test_after_the_owner_steps_down_its_hub_follows_the_next_owner(
+    hubs: tuple[Hub, Hub], private_redis: RedisServer
+) -> None:
+    a, b = hubs
+    room = "local/handover"
+    async with connect(a.url(room), agent="on-a") as on_a:
+        await on_a.acommit({"n": 0}, on_a.token)
+        owned = cluster_room(a, room)
+        await until(lambda: owned.owner is not None)
+        async with connect(b.url(room), agent="on-b") as on_b:
+            await until(lambda: on_b.get("n") == 0)
+            other = cluster_room(b, room)
+            node = b._cluster
+            assert node is not None
+            # A loses the lease (its key vanishes): its keeper notices, its owner steps
+            # down, and B's contender takes the room
+            await node.redis.delete(room_key(room, "owner"))
+            await until(lambda: other.owner is not None and owned.owner is None)
+            assert owned.own_tail is None and not owned.current()
+            read_on_a = count_reads(owned)
+            for i in range(1, 6):  # judged and published by B, answered on A through out
+                await on_a.acommit({"n": i}, on_a.token)
+            await until(lambda: on_b.get("n") == 5)
+            assert on_a.get("n") == 5
+    assert read_on_a  # A's follower reads the room again
+    assert other.current() and owned.position == other.position
