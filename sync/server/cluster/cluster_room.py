@@ -7,9 +7,11 @@ Every hub that has the room open follows it and contends for it:
   replica was loaded and hands each entry to :meth:`ClusterRoom.apply_entry`: its update
   is applied to the room's replica (the :class:`Room` fans it out to the hub's sessions,
   as for any change), then the answers addressed to this hub go to their sessions, after
-  that update. When Redis fails (or restarts, losing the
-  streams), the room loads the replica again from the durable store once Redis
-  answers, so nothing published while it was away is missed.
+  that update. While this hub owns the room, its owner applies each entry it published
+  the same way as soon as the publish returned (:meth:`ClusterRoom.published`), and the
+  follower leaves the room out of its reads (:meth:`ClusterRoom.current`). When Redis
+  fails (or restarts, losing the streams), the room loads the replica again from the
+  durable store once Redis answers, so nothing published while it was away is missed.
 - the **contender**: tries to take the room's lease, again just after the holder's
   lease would run out (Redis tells it how long that is; at most ``ttl / 3``); once it holds
   it, it loads a judge state and runs :class:`~sync.server.cluster.owner.RoomOwner` until

@@ -7,6 +7,13 @@ room's own position, and hands each entry to its room
 (:meth:`~sync.server.cluster.cluster_room.ClusterRoom.apply_entry`), in stream order per
 room.
 
+A room this hub owns is left out of the reads while its owner's lease holds and the
+replica has every entry up to the owner's newest (``ClusterRoom.current``): only that owner
+can publish, and it applies each entry it publishes to the replica itself
+(``ClusterRoom.published``), so the follower would only read back what is applied already.
+Entries such an owner applied while a read was on its way (the room's position moved past
+them) are skipped: their answers would reach the sessions twice.
+
 A room that must load its replica again (Redis failed or restarted, or applying an entry
 failed) is left out of the reads until its resync is done; a Redis that does not answer
 sends every room to resync. A room added while a read is blocked is read from the next
