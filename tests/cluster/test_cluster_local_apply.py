@@ -16,9 +16,12 @@ from typing import Any
 import pytest
 from cluster_servers import RedisServer
 
+from crdt_state import SharedState
 from sync import Hub, connect
+from sync.server._room import Room
 from sync.server.cluster.cluster_room import ClusterRoom
 from sync.server.cluster.keys import room_key
+from sync.server.cluster.streams import OutEntry
 
 pytestmark = pytest.mark.slow
 
@@ -111,3 +114,56 @@ async def test_after_the_owner_steps_down_its_hub_follows_the_next_owner(
             assert on_a.get("n") == 5
     assert read_on_a  # A's follower reads the room again
     assert other.current() and owned.position == other.position
+
+
+class _Node:
+    """What a ClusterRoom reads of its node when applying entries."""
+
+    hub_id = "this-hub"
+    merge_answered = None
+
+
+class _Lease:
+    def __init__(self) -> None:
+        self.holds = True
+
+    def valid(self) -> bool:
+        return self.holds
+
+
+async def test_published_entries_apply_only_to_a_current_replica() -> None:
+    """The rules of ``published``/``current``, without servers: an entry is applied when
+    the replica is at the owner's newest entry, left to the follower otherwise; a failed
+    apply reloads the replica instead of stopping the owner."""
+    writer = SharedState()
+    updates: list[bytes] = []
+    writer.subscribe(lambda change: updates.append(change.update))
+    writer.commit({"a": 1}, writer.token, "w")
+    writer.commit({"b": 2}, writer.token, "w")
+    writer.commit({"c": 3}, writer.token, "w")
+    replica = SharedState(follower=True)
+    room = ClusterRoom(_Node(), Room("unit", replica, asyncio.get_running_loop()), "5-0")  # type: ignore[arg-type]
+    lease = _Lease()
+    room._ownership, room.own_tail = lease, "5-0"  # type: ignore[assignment]
+    assert room.current()
+    room.published("6-0", OutEntry(updates[0], "1-0", 1))
+    assert (room.position, room.own_tail, replica.get("a")) == ("6-0", "6-0", 1)
+    room.position = "7-0"  # the follower read the owner's next entry first
+    assert room.current()  # past the owner's newest: still nothing to read
+    room.published("7-0", OutEntry(updates[1], "2-0", 1))  # applied already: not again
+    assert replica.get("b") is None and room.applied == 1 and room.own_tail == "7-0"
+    lease.holds = False  # the lease may be gone: another hub might publish
+    assert not room.current()
+    lease.holds = True
+    room.position = "6-5"  # behind the owner's newest: left to the follower
+    assert not room.current()
+    room.published("8-0", OutEntry(updates[2], "3-0", 1))
+    assert replica.get("c") is None and room.position == "6-5" and room.own_tail == "8-0"
+    room.position = "8-0"
+
+    def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("cannot apply")
+
+    replica.apply_update = broken  # type: ignore[method-assign]
+    room.published("9-0", OutEntry(updates[2], "3-0", 1))  # raises nothing
+    assert room.stale and room.own_tail == "9-0"  # the follower reloads the replica

@@ -175,7 +175,11 @@ class ClusterRoom:
             and not self._resyncing
         ):
             self.position = entry_id
-            self._apply(entry)
+            try:
+                self._apply(entry)
+            except Exception:  # as when following fails: reload, the owner goes on
+                log.exception("room %r: applying a published entry failed, reloading", self.name)
+                self.stale = True
         self.own_tail = entry_id
 
     def _apply(self, entry: OutEntry) -> None:
