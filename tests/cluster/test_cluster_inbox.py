@@ -11,14 +11,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
 
 from sync.server.cluster import ClusterUnavailable, redis_client, room_key
+from sync.server.cluster.clients import stream_client
 from sync.server.cluster.inbox import COUNT, Inbox
 from sync.server.cluster.outbox import Outbox
 from sync.server.cluster.streamio import read_all
+
+
+@pytest.fixture
+async def stream(redis_url: str) -> AsyncIterator[Redis]:
+    """A client as the hub's inbox has one: no socket timeout (a 1 s read timeout of a
+    busy machine would fail the inbox's blocking reads as Redis not answering)."""
+    client = stream_client(redis_url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
 
 
 async def _wait(condition: object, what: str) -> None:
@@ -29,18 +42,18 @@ async def _wait(condition: object, what: str) -> None:
     assert condition(), what
 
 
-async def test_one_read_serves_every_owned_room(redis: Redis) -> None:
+async def test_one_read_serves_every_owned_room(stream: Redis) -> None:
     prefix = f"inbox-{secrets.token_hex(4)}"
     rooms = [f"{prefix}-{n}" for n in range(3)]
     ids = {
-        room: [await redis.xadd(room_key(room, "in"), {"n": str(n)}) for n in range(2)]
+        room: [await stream.xadd(room_key(room, "in"), {"n": str(n)}) for n in range(2)]
         for room in rooms
     }
-    inbox = Inbox(redis, linger=1.0)  # after the first read, a pause: reads stays 1
+    inbox = Inbox(stream, linger=1.0)  # after the first read, a pause: reads stays 1
     slots = {room: inbox.register(room, "0-0") for room in rooms}
     old = inbox.register(f"{prefix}-gone", "0-0")
     inbox.register(f"{prefix}-gone", "0-0")  # replaced: the old slot is read no more
-    await redis.xadd(room_key(f"{prefix}-gone", "in"), {"n": "0"})
+    await stream.xadd(room_key(f"{prefix}-gone", "in"), {"n": "0"})
     task = asyncio.create_task(inbox.run())
     try:
         await _wait(lambda: all(slot.entries for slot in slots.values()), "every room read")
@@ -51,21 +64,21 @@ async def test_one_read_serves_every_owned_room(redis: Redis) -> None:
             assert slot.position == ids[room][-1].decode()
         assert old.entries == []
         assert await slots[rooms[0]].take(0.01) == []  # nothing new: an empty batch
-        later = await redis.xadd(room_key(rooms[1], "in"), {"n": "2"})
+        later = await stream.xadd(room_key(rooms[1], "in"), {"n": "2"})
         assert [i for i, _ in await slots[rooms[1]].take(5)] == [later.decode()]
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        await redis.delete(*[room_key(r, "in") for r in [*rooms, f"{prefix}-gone"]])
+        await stream.delete(*[room_key(r, "in") for r in [*rooms, f"{prefix}-gone"]])
 
 
-async def test_a_full_slot_is_not_read_until_its_owner_takes(redis: Redis) -> None:
+async def test_a_full_slot_is_not_read_until_its_owner_takes(stream: Redis) -> None:
     room = f"inbox-full-{secrets.token_hex(4)}"
     key = room_key(room, "in")
     for n in range(COUNT + 5):
-        await redis.xadd(key, {"n": str(n)})
-    inbox = Inbox(redis, linger=0)
+        await stream.xadd(key, {"n": str(n)})
+    inbox = Inbox(stream, linger=0)
     slot = inbox.register(room, "0-0")
     task = asyncio.create_task(inbox.run())
     try:
@@ -78,7 +91,7 @@ async def test_a_full_slot_is_not_read_until_its_owner_takes(redis: Redis) -> No
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        await redis.delete(key)
+        await stream.delete(key)
 
 
 async def test_a_failed_read_fails_every_slot_once() -> None:
