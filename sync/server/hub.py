@@ -143,7 +143,7 @@ class Hub:
             self._cluster = _cluster_node(self, redis, postgres, cluster_options or {})
             self._cluster.merge_answered = self.inspector.merge_answered
         self._live: set[ServerConnection] = set()
-        # merges of durable rooms taken from read callbacks, judged in one loop callback
+        # merges taken from read callbacks, judged in one loop callback (see _take_now)
         self._taken: list[tuple[ServerConnection, Room, Session, MergeRequested | MergeDenied]]
         self._taken = []
         self._registry = RoomRegistry(
@@ -443,15 +443,15 @@ class Hub:
         answer is sent and which has no other merge taken and not judged yet);
         everything else is left to the loop (``False``, nothing done).
 
-        A room kept in memory judges it at once. A durable room judges it in one loop
-        callback with the other merges taken in the same loop iteration
-        (:meth:`_judge_taken`), as the handler's loop judged the messages of one
-        iteration in one burst of task steps: judged one by one as their bytes arrive,
-        each merge reached the store's queue alone and woke a writer for it, and the
-        commits got smaller (6.8 instead of 8.7 merges, more hub CPU per merge). The
-        callback runs before any task step a later message of the connection causes
-        (the loop runs callbacks in the order they were scheduled), so the messages of
-        a connection are still handled in order.
+        A taken merge is judged in one loop callback with the other merges taken in the
+        same loop iteration (:meth:`_judge_taken`), as the handler's loop judged the
+        messages of one iteration in one burst of task steps. Judged one by one as their
+        bytes arrived, a durable room's merges each reached the store's queue alone and
+        woke a writer, and the commits got smaller (6.8 instead of 8.7 merges, more hub
+        CPU per merge); in memory the burst costs less too. The callback runs before any
+        task step a later message of the connection causes (the loop runs callbacks in
+        the order they were scheduled), so a connection's messages are still handled in
+        order.
         """
         if not data or data[0] != _MERGE or self._cluster is not None or session.taken:
             return False
@@ -469,9 +469,6 @@ class Hub:
             return False
         if not isinstance(event, (MergeRequested, MergeDenied)):
             return False
-        if room.state.store is None:
-            self._answer_taken(ws, room, session, event)
-            return True
         session.taken = True
         self._taken.append((ws, room, session, event))
         if len(self._taken) == 1:
@@ -479,7 +476,7 @@ class Hub:
         return True
 
     def _judge_taken(self) -> None:
-        """Judge the merges durable rooms' connections gave :meth:`_take_now`, in order."""
+        """Judge the merges :meth:`_take_now` took since the last call, in order."""
         taken, self._taken = self._taken, []
         for ws, room, session, event in taken:
             session.taken = False

@@ -1,15 +1,14 @@
 """Merges the hub takes straight from the read callback get what the handler's loop gave.
 
 The hub takes a merge request in ``websockets``' read callback when its connection's
-handler waits for a message with nothing queued (``Hub._take_now``): a room in memory
-judges it at once, a durable room in one loop callback with the other merges taken in
-that loop iteration; everything else goes through the handler's loop. These tests send
-the same scripts of messages (merges with old and new bases, repeated request ids,
-refusals over the limits, read-only tokens, malformed frames, sync requests; pipelined,
-or each after the answers before it) to a hub that never takes the short cut and to
-one that does, in memory and durable, and compare what each client receives: the
-answers in order (request id, status, conflicts, error code, applied paths), sync
-answers, the close code.
+handler waits for a message with nothing queued (``Hub._take_now``) and judges it in one
+loop callback with the other merges taken in that loop iteration; everything else goes
+through the handler's loop. These tests send the same scripts of messages (merges with
+old and new bases, repeated request ids, refusals over the limits, read-only tokens,
+malformed frames, sync requests; pipelined, or each after the answers before it) to a
+hub that never takes the short cut and to one that does, in memory and durable, and
+compare what each client receives: the answers in order (request id, status,
+conflicts, error code, applied paths), sync answers, the close code.
 """
 
 from __future__ import annotations
@@ -214,7 +213,7 @@ def test_merges_that_wait_for_their_answers_take_the_short_cut_in_memory_and_dur
     before = _CountingHub.taken
     asyncio.run(_compare(script, durable=False, read_only=False))
     assert _CountingHub.taken - before >= 9
-    # a durable room takes them too, and judges them in one callback per loop iteration
+    # a durable room takes them too
     before = _CountingHub.taken
     asyncio.run(_compare(script, durable=True, read_only=False))
     assert _CountingHub.taken - before >= 9
