@@ -455,10 +455,9 @@ class Hub:
         merge reached the store's queue alone and woke a writer (smaller commits, more
         CPU per merge). Judged once per loop iteration it costs less CPU than the
         handler's loop (200 agents in 20 rooms: ~171 against ~200 µs per merge), but
-        the durable hostile soak (``tests/sync/server/test_hub_soak.py``) then kept
-        ~30 MiB more RSS after its first round (native memory: the counts of Python
-        objects were the same), so durable rooms stay on the handler's loop until that
-        is understood.
+        the durable hostile soak (``tests/sync/server/test_hub_soak.py``) then ended
+        with ~30-50 MiB more RSS (native memory: the counts of Python objects were the
+        same), so durable rooms stay on the handler's loop until that is understood.
         """
         if not data or data[0] != _MERGE or self._cluster is not None or session.taken:
             return False
