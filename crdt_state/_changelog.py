@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._entry import Entry, TruncateTo, WriteKind, advance
+from ._entry import Entry, TruncateTo, WriteKind, advance, covers
 from ._entry_reads import read_at, under, unseen_by_chain
 from ._pathindex import PathIndex, choose_for_merge, reading_entries
 from .errors import StaleBase, UnknownBase
@@ -360,15 +360,15 @@ class ChangeLog:
         count = self._head_seq - base_seq
         if not count or (token is None and not chain):
             return count > 0
-        since = self._entries[base_seq - self._first_seq + 1 :]
+        entries, first = self._entries, base_seq - self._first_seq + 1
         if token is not None and not chain and not links:  # the common case: any unseen entry
-            return not all(entry.covered_by(token) for entry in since)
+            return not covers(token, entries, first)
         later = [e for e in links if e.seq > base_seq]
         if chain and len({e.seq for e in later}) == count:
             return False  # everything since the base is the chain's own
         if token is not None:
             later = [e for e in later if not e.covered_by(token)]
-        for entry in since:
+        for entry in entries[first:]:
             if token is not None and entry.covered_by(token):
                 continue
             if chain and entry.request in chain:

@@ -7,6 +7,7 @@ Kept apart from :mod:`crdt_state._changelog` so that the path index
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ from .version import VersionVector
 if TYPE_CHECKING:
     from .requests import RequestKey
 
-__all__ = ["Entry", "TruncateTo", "WriteKind", "advance"]
+__all__ = ["Entry", "TruncateTo", "WriteKind", "advance", "covers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +53,19 @@ class Entry:
 
     def covered_by(self, token: VersionVector) -> bool:
         """True when ``token`` has seen every operation of this entry."""
-        return all(token.get_clock(c) >= end for c, (_, end) in self.delta.items())
+        clock = token.get_clock
+        for client, (_, end) in self.delta.items():  # noqa: SIM110 (no generator: every merge)
+            if clock(client) < end:
+                return False
+        return True
+
+
+def covers(token: VersionVector, entries: Sequence[Entry], first: int) -> bool:
+    """Whether ``token`` covers every one of ``entries[first:]`` (see :meth:`Entry.covered_by`)."""
+    for index in range(first, len(entries)):  # noqa: SIM110 (no slice or generator)
+        if not entries[index].covered_by(token):
+            return False
+    return True
 
 
 def advance(before: VersionVector, after: VersionVector) -> tuple[dict[int, tuple[int, int]], bool]:

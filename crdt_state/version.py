@@ -90,6 +90,11 @@ def _strict_varuint(data: bytes, pos: int) -> tuple[int, int]:
     )
 
 
+def _varuint_size(value: int) -> int:
+    """The length of :func:`encode_varuint`'s encoding of ``value`` (the shortest one)."""
+    return (value.bit_length() + 6) // 7 or 1
+
+
 class VersionVector(Mapping[int, int]):
     """An immutable ``{client_id: clock}`` mapping with the causal partial order.
 
@@ -230,9 +235,33 @@ class VersionVector(Mapping[int, int]):
                     break
         if not shift and values and len(values) == 2 * values[0] + 1:
             if len(values) == 3:
-                return cls._trusted({values[1]: values[2]})
+                return cls._one_client(state, values[1], values[2])
             return cls._trusted(dict(zip(values[1::2], values[2::2], strict=True)))
         return cls._checked_from_state(state)
+
+    @classmethod
+    def _one_client(cls, state: bytes, client: int, clock: int) -> VersionVector:
+        """The vector of ``state``, which decoded to one ``(client, clock)`` pair.
+
+        When ``state`` is exactly what :meth:`to_state` writes for it (no clock 0, the
+        shortest varuints: any longer form makes the bytes longer), it is kept as the
+        vector's encoding and, like :meth:`to_state`'s, as what the strict decoder makes
+        of it: a hub answers each merge with the token it just decoded from its document.
+        """
+        vv = cls._trusted({client: clock})
+        if (
+            clock
+            and len(state) == 1 + _varuint_size(client) + _varuint_size(clock)
+            and type(state) is bytes
+        ):
+            vv._state = state
+            if (
+                len(_strict_cache) < _STRICT_CACHE_SIZE
+                and client <= MAX_STRICT_VARUINT
+                and clock <= MAX_STRICT_VARUINT
+            ):
+                _strict_cache[state] = vv
+        return vv
 
     @classmethod
     def _checked_from_state(cls, state: bytes) -> VersionVector:
@@ -287,7 +316,8 @@ class VersionVector(Mapping[int, int]):
     def to_state(self) -> bytes:
         """Encode as a Yjs state vector, accepted by ``Doc.get_update`` of any Yjs peer.
 
-        The encoding is computed once per vector (vectors are immutable).
+        The encoding is computed once per vector (vectors are immutable), or is the
+        bytes a one-client vector was decoded from when they are the same.
         """
         if self._state is not None:
             return self._state

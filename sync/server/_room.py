@@ -82,6 +82,8 @@ class Session:
     write_limit: int = 64 * 1024
     unsent: asyncio.Future[None] | None = None
     """Done once the answer to its last merge is sent (the hub handles its next message then)."""
+    taken: bool = False
+    """A merge of it was taken from the read callback and waits to be judged (hub only)."""
 
     def __post_init__(self) -> None:
         self.outbox = Outbox(self.max_outbox)

@@ -159,3 +159,46 @@ def test_the_strict_decoder_refuses_what_the_lenient_one_reads() -> None:
     token = VersionVector({3: 7, 1: 2})
     assert VersionVector.from_state(token.to_state(), strict=True) == token
     assert VersionVector.from_state(b"\x00", strict=True) == VersionVector()
+
+
+def _padded_varuint(value: int, extra: int) -> bytes:
+    """``value`` as a varuint with ``extra`` superfluous zero groups (longer than needed)."""
+    groups = []
+    while True:
+        groups.append(value & 0x7F)
+        value >>= 7
+        if not value:
+            break
+    groups += [0] * extra
+    return bytes([g | 0x80 for g in groups[:-1]] + [groups[-1]])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(0, 2**62),  # at most 9 groups: with a padding group, the lenient limit of 10
+    st.integers(0, 2**62),
+    st.integers(0, 1),
+    st.integers(0, 1),
+    st.integers(0, 1),
+)
+def test_a_one_client_vector_decoded_leniently_encodes_and_decodes_strictly_as_a_fresh_one(
+    client: int, clock: int, pad_client: int, pad_clock: int, pad_count: int
+) -> None:
+    # the lenient decoder keeps canonical one-client bytes as the vector's encoding and
+    # hands them to the strict decoder's table: both must give what a fresh vector gives
+    state = _padded_varuint(1, pad_count)
+    state += _padded_varuint(client, pad_client) + _padded_varuint(clock, pad_clock)
+    decoded = VersionVector.from_state(state)
+    fresh = VersionVector({client: clock})
+    assert decoded == fresh
+    assert decoded.to_state() == fresh.to_state()
+    assert VersionVector.from_state(decoded.to_state()) == fresh
+    try:
+        expected: object = VersionVector._strict_decode(state)
+    except InvalidUpdate as exc:
+        expected = exc.details.get("reason")
+    try:
+        got: object = VersionVector.from_state(state, strict=True)
+    except InvalidUpdate as exc:
+        got = exc.details.get("reason")
+    assert got == expected

@@ -1,11 +1,12 @@
 """Merges the hub takes straight from the read callback get what the handler's loop gave.
 
-The hub handles a merge request in ``websockets``' read callback when its connection's
-handler waits for a message with nothing queued (``Hub._take_now``); everything else
-goes through the handler's loop. These tests send the same scripts of messages
-(merges with old and new bases, repeated request ids, refusals over the limits,
-read-only tokens, malformed frames, sync requests; pipelined, or each after the
-answers before it) to a hub that never takes the short cut and to one that does, in
+The hub takes a merge request in ``websockets``' read callback when its connection's
+handler waits for a message with nothing queued (``Hub._take_now``, rooms in memory
+only) and judges it in one loop callback with the other merges taken in that loop
+iteration; everything else goes through the handler's loop. These tests send the same
+scripts of messages (merges with old and new bases, repeated request ids, refusals over
+the limits, read-only tokens, malformed frames, sync requests; pipelined, or each after
+the answers before it) to a hub that never takes the short cut and to one that does, in
 memory and durable, and compare what each client receives: the answers in order
 (request id, status, conflicts, error code, applied paths), sync answers, the close
 code.
@@ -213,7 +214,14 @@ def test_merges_that_wait_for_their_answers_take_the_short_cut_in_memory_only() 
     before = _CountingHub.taken
     asyncio.run(_compare(script, durable=False, read_only=False))
     assert _CountingHub.taken - before >= 9
-    # a durable room's merges go through the handler's loop (measured cheaper there)
+    # a durable room's merges go through the handler's loop (see Hub._take_now)
     before = _CountingHub.taken
     asyncio.run(_compare(script, durable=True, read_only=False))
     assert _CountingHub.taken == before
+
+
+def test_pipelined_merges_keep_their_order() -> None:
+    # each merge is sent without waiting for the answer before it: a connection's second
+    # merge, arriving while its first waits to be judged, goes through the handler's loop
+    script: list[tuple[Any, ...]] = [("merge", i % 4, i, i % 2 == 0) for i in range(12)]
+    asyncio.run(_compare(script, durable=False, read_only=False))

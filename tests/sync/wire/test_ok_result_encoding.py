@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sync.wire import protocol
 from sync.wire.changes import WirePath, encode_applied_body, encode_result_body
 from sync.wire.errors import ProtocolError
 from sync.wire.lib0 import MAX_VAR_UINT, encode_var_uint
@@ -70,3 +71,25 @@ def test_a_request_id_out_of_range_fails_alike(request_id: int) -> None:
 @given(applied_paths)
 def test_an_ok_body_equals_the_general_body(applied: list[WirePath]) -> None:
     assert encode_applied_body(applied) == encode_result_body(applied, (), None)
+
+
+@given(request_ids, tokens, applied_paths, st.lists(st.integers(0, 3), max_size=6))
+def test_remembered_ok_bodies_give_the_general_encoders_bytes(
+    request_id: int, token: bytes, applied: list[WirePath], order: list[int]
+) -> None:
+    # the hub passes a tuple of paths: those are remembered by their paths; repeat them
+    # (and a few others) so that some encodings come from the table
+    others: list[tuple[WirePath, ...]] = [(("a",),), (("a", "b"),), ((), ("\ud800",)), ()]
+    for paths in [tuple(applied), tuple(applied)] + [others[i] for i in order]:
+        general = _outcome(encode_merge_result, request_id, MergeStatus.OK, token, paths)
+        assert _outcome(encode_ok_result, request_id, token, paths) == general
+
+
+def test_the_table_of_ok_bodies_is_dropped_when_full_and_keeps_answering_alike() -> None:
+    token = _state_vector({7: 3})
+    for round_ in range(2):
+        for i in range(protocol._APPLIED_FIELDS_SIZE + 10):
+            paths = ((f"k{i}",), ("x", str(round_)))
+            expected = encode_merge_result(i, MergeStatus.OK, token, applied=paths)
+            assert encode_ok_result(i, token, paths) == expected
+            assert len(protocol._APPLIED_FIELDS) <= protocol._APPLIED_FIELDS_SIZE
