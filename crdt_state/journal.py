@@ -22,6 +22,8 @@ The records, one name per concept:
 from __future__ import annotations
 
 import asyncio
+import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -53,16 +55,62 @@ def settle_on_loop(future: asyncio.Future[None]) -> DurableCallback:
     """A :data:`DurableCallback` that settles ``future``, callable from any thread.
 
     Stores call back on their own thread: the callback hands the outcome to the
-    future's event loop (``call_soon_threadsafe``), where ``future`` gets the result
-    ``None`` or the error. A future already done (cancelled, or settled by an earlier
-    call) is left as it is.
+    future's event loop, where ``future`` gets the result ``None`` or the error. The
+    outcomes handed to one loop while it has not run them yet wait in one list and are
+    settled by one callback of the loop, in the order they came (a batch of merges made
+    durable together wakes the loop once, not once per merge). A future already done
+    (cancelled, or settled by an earlier call) is left as it is.
+
+    Raises:
+        RuntimeError: (from the callback) the loop is closed.
     """
     loop = future.get_loop()
+    settler = _settlers.get(loop)
+    if settler is None:
+        settler = _settlers.setdefault(loop, _Settler(loop))
+    add = settler.add
 
     def done(error: BaseException | None) -> None:
-        loop.call_soon_threadsafe(_settle, future, error)
+        add(future, error)
 
     return done
+
+
+class _Settler:
+    """The outcomes handed to one event loop and not settled yet (see :func:`settle_on_loop`)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = weakref.ref(loop)
+        self._lock = threading.Lock()
+        self._outcomes: list[tuple[asyncio.Future[None], BaseException | None]] = []
+
+    def add(self, future: asyncio.Future[None], error: BaseException | None) -> None:
+        """Settle ``future`` on its loop soon (any thread); the first outcome wakes the loop."""
+        with self._lock:
+            self._outcomes.append((future, error))
+            if len(self._outcomes) > 1:
+                return  # the loop was woken already and has not run them yet
+        loop = self._loop()
+        try:
+            if loop is None:
+                raise RuntimeError("Event loop is closed")
+            loop.call_soon_threadsafe(self.run)
+        except RuntimeError:  # the loop is closed: nothing will run them
+            with self._lock:
+                self._outcomes.clear()
+            raise
+
+    def run(self) -> None:
+        """Settle every outcome handed in so far (on the loop), oldest first."""
+        with self._lock:
+            outcomes, self._outcomes = self._outcomes, []
+        for future, error in outcomes:
+            _settle(future, error)
+
+
+_settlers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Settler] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
