@@ -21,7 +21,7 @@ import pytest
 
 from crdt_state import SharedState, StorageError, _writer_pool
 from crdt_state._group_rounds import RoundCommit
-from crdt_state.journal import settle_on_loop
+from crdt_state.journal import call_on_loop, settle_on_loop
 from crdt_state.postgres import SharedWriter, open_postgres
 
 
@@ -251,3 +251,29 @@ async def test_a_burst_of_outcomes_wakes_the_loop_once() -> None:
         assert woken == 2
     finally:
         del loop.call_soon_threadsafe
+
+
+def test_calls_on_a_loop_run_in_order_and_one_failing_stops_none() -> None:
+    loop = asyncio.new_event_loop()
+    reported: list[BaseException] = []
+    loop.set_exception_handler(lambda _, context: reported.append(context["exception"]))
+    ran: list[int] = []
+
+    def record(n: int) -> None:
+        if n == 2:
+            raise ValueError("two")
+        ran.append(n)
+
+    try:
+        thread = threading.Thread(target=lambda: [call_on_loop(loop, record, n) for n in range(5)])
+        thread.start()
+        thread.join(10)
+        loop.run_until_complete(asyncio.sleep(0.01))
+        assert ran == [0, 1, 3, 4]
+        assert [str(e) for e in reported] == ["two"]
+    finally:
+        loop.close()
+    with pytest.raises(RuntimeError):
+        call_on_loop(loop, record, 9)
+    with pytest.raises(RuntimeError):  # and again: nothing was kept waiting
+        call_on_loop(loop, record, 9)
