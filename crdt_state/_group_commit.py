@@ -16,12 +16,11 @@ writer that commits many queues together instead.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from . import _wake_soon, _writer_pool
+from . import _writer_pool
 from .errors import StorageError
 from .journal import DurableCallback
 
@@ -67,9 +66,6 @@ class GroupCommit(Generic[T]):
         self._closing = False
         self.closed = False
         self._submitted = False  # a job of this queue waits for a writer thread
-        self._later: asyncio.AbstractEventLoop | None = (
-            None  # the event loop whose turn's end hands this queue over
-        )
         self._writing: int | None = None  # the thread writing a batch of this queue now
         self._pool = _writer_pool.shared() if shared else _writer_pool.WriterPool(1)
         self._own_pool = not shared
@@ -95,9 +91,6 @@ class GroupCommit(Generic[T]):
             self._queue.append((self._issued, item))
             if self._writing is None:
                 self._submit()
-            elif self._later is not None and _wake_soon.running() is not self._later:
-                self._later = None  # put off by a loop that is not this thread's
-                self._hand_over()
             return self._issued
 
     # -- waiting ---------------------------------------------------------------------
@@ -142,7 +135,6 @@ class GroupCommit(Generic[T]):
 
     def _wait(self, ticket: int, settled: bool = False) -> None:
         """Wait until ``ticket`` is durable (``settled``: and ``after`` ran)."""
-        self._kick()  # the loop that would hand it over may be this blocked thread's
         with self._lock:
             while self._reached(ticket, settled) is False and self.failed is None:
                 self._done.wait()
@@ -205,26 +197,10 @@ class GroupCommit(Generic[T]):
             self._done.notify_all()
 
     def _submit(self) -> None:
-        """Hand this queue to a writer thread unless a job of it waits already (lock held).
-
-        On an event loop's thread, once the loop's current turn is done (:mod:`._wake_soon`).
-        """
+        """Hand this queue to a writer thread unless a job of it waits already (lock held)."""
         if not self._submitted:
             self._submitted = True
-            self._later = _wake_soon.later(self._kick)
-            if self._later is None:
-                self._hand_over()
-
-    def _hand_over(self) -> None:
-        """Submit this queue's job (lock held)."""
-        self._pool.submit(self._job)
-
-    def _kick(self) -> None:
-        """Hand the queue over now if that was put off till a loop's turn ends."""
-        with self._lock:
-            if self._later is not None:
-                self._later = None
-                self._hand_over()
+            self._pool.submit(self._job)
 
     def _write_one(self) -> bool:
         """Write the queued items as one batch, then run ``after``; False once failed.
@@ -313,7 +289,6 @@ class GroupCommit(Generic[T]):
         for this very thread.
         """
         inline = _writer_pool.on_writer_thread()
-        self._kick()
         with self._lock:
             while self.failed is None and (
                 self._writing is not None or self._queue or self._submitted

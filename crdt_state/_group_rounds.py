@@ -89,9 +89,11 @@ class RoundCommit(GroupCommit[T]):
         self._stage: Stage[T] = stage
         self._due = due
 
-    def _hand_over(self) -> None:
-        """Hand this queue to the writer (lock held)."""
-        self._rounds.submit(self)
+    def _submit(self) -> None:
+        """Hand this queue to the writer unless it waits there already (lock held)."""
+        if not self._submitted:
+            self._submitted = True
+            self._rounds.submit(self)
 
     def _write_batch(self, batch: list[tuple[int, T]]) -> bool:
         """The batch in a round of its own (a queue closing on the writer's thread)."""

@@ -90,7 +90,7 @@ async def test_a_fenced_room_fails_alone_in_a_shared_transaction(
                 time.sleep(0.005)
             for n, judge in enumerate(judges):
                 judge.commit({"n": n}, judge.token, "agent", wait=False)
-            await asyncio.to_thread(_wait_pending, writer, 3)  # the loop hands them over
+            _wait_pending(writer, 3)
         finally:
             gate.close()  # the lock goes with the session
             busy.join(10)
