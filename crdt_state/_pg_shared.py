@@ -204,7 +204,8 @@ class SharedWriter:
             while self._busy or self._pending or self._ready:
                 self._turn.wait()
             self._closed = True
-            self._wake()
+            if self._thread is not None:
+                self._wake()  # it ends
         if self._conn is not None:
             self._conn.close()
 

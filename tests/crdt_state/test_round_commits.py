@@ -177,7 +177,7 @@ def test_a_due_compaction_runs_off_the_round_thread() -> None:
 def test_stores_on_a_shared_writer_have_no_thread_of_their_own(throwaway_postgres: str) -> None:
     writer = SharedWriter(throwaway_postgres)
     rooms = [f"rounds-{n}" for n in range(6)]
-    before = {t.name for t in threading.enumerate()}
+    before = set(threading.enumerate())
     states = [open_postgres(throwaway_postgres, room, writer=writer) for room in rooms]
     try:
 
@@ -190,7 +190,7 @@ def test_stores_on_a_shared_writer_have_no_thread_of_their_own(throwaway_postgre
             t.start()
         for t in threads:
             t.join(30)
-        started = [t.name for t in threading.enumerate() if t.name not in before]
+        started = [t.name for t in set(threading.enumerate()) - before]
         assert started.count("crdt-state-pg-writer") == 1
         assert writer.parts >= len(rooms) and writer.rounds < 6 * 30  # batches shared rounds
     finally:
