@@ -40,7 +40,10 @@ from ._group_rounds import RoundCommit
 from ._pg_connect import Durability, connect, hook_refused, prepare, safe_dsn
 from .errors import StorageError
 
-__all__ = ["CheckHooks", "Hook", "Part", "Recorded", "SharedWriter"]
+__all__ = ["IDLE_SECONDS", "CheckHooks", "Hook", "Part", "Recorded", "SharedWriter"]
+
+IDLE_SECONDS = 5.0
+"""A writer's thread ends after this long without work (a writer never closed keeps none)."""
 
 Hook = Callable[["psycopg.Connection[Any]", int], None]
 """A store's ``before_commit(conn, last_ticket)``."""
@@ -222,15 +225,17 @@ class SharedWriter:
 
     def _run(self) -> None:
         _writer_pool.as_writer_thread()
+        idle_for_long = False
         while True:
             with self._lock:
                 while not (self._ready or self._pending or self._late):
-                    if self._closed:
+                    if self._closed or idle_for_long:  # the next batch starts a thread again
                         self._thread = None
                         return
                     self._idle = True
-                    self._work.wait()
+                    idle_for_long = not self._work.wait(IDLE_SECONDS)
                     self._idle = False
+                idle_for_long = False
                 queues, self._ready = self._ready, []
                 direct, self._pending = self._pending, []
                 late, self._late = self._late, []

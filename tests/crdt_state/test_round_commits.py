@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from crdt_state import SharedState, StorageError, _writer_pool
+from crdt_state import SharedState, StorageError, _pg_shared, _writer_pool
 from crdt_state._group_rounds import RoundCommit
 from crdt_state.journal import call_on_loop, settle_on_loop
 from crdt_state.postgres import SharedWriter, open_postgres
@@ -204,6 +204,42 @@ def test_stores_on_a_shared_writer_have_no_thread_of_their_own(throwaway_postgre
             assert len(again.history()) == 30
         finally:
             again.close()
+
+
+class CountedWriter(SharedWriter):
+    """A shared writer that keeps each thread it ran on."""
+
+    def __init__(self, dsn: str) -> None:
+        self.threads: list[threading.Thread] = []
+        super().__init__(dsn)
+
+    def _run(self) -> None:
+        self.threads.append(threading.current_thread())
+        super()._run()
+
+
+def test_an_idle_writer_thread_ends_and_the_next_batch_starts_one(
+    throwaway_postgres: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer nobody closes keeps no thread (nor, through it, itself) for ever."""
+    monkeypatch.setattr(_pg_shared, "IDLE_SECONDS", 0.2)
+    writer = CountedWriter(throwaway_postgres)
+    state = open_postgres(throwaway_postgres, "rounds-idle", writer=writer)
+    try:
+        for n in range(2):
+            state.commit({"n": n}, state.token, "w")
+            assert len(writer.threads) == n + 1  # a thread for this batch
+            writer.threads[-1].join(10)  # it ends on its own
+            assert not writer.threads[-1].is_alive()
+        assert writer.rounds == 2
+    finally:
+        state.close()
+        writer.close()
+    again = open_postgres(throwaway_postgres, "rounds-idle")
+    try:
+        assert again.snapshot() == {"n": 1}
+    finally:
+        again.close()
 
 
 def test_a_store_on_a_closed_writer_fails_alone(throwaway_postgres: str) -> None:
