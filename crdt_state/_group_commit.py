@@ -127,11 +127,17 @@ class GroupCommit(Generic[T]):
                 self._callbacks = [(t, cb) for t, cb in self._callbacks if t > self._durable]
             error = self._failure() if failed else None
         outer, _firing.queue = getattr(_firing, "queue", None), self
+        raised: BaseException | None = None
         try:
             for _, callback in ready:
-                callback(error)
+                try:
+                    callback(error)
+                except BaseException as exc:  # the others still run; the first is raised
+                    raised = raised or exc
         finally:
             _firing.queue = outer
+        if raised is not None:
+            raise raised
 
     def _wait(self, ticket: int, settled: bool = False) -> None:
         """Wait until ``ticket`` is durable (``settled``: and ``after`` ran)."""

@@ -29,6 +29,7 @@ parameters, not the rows: the stores record them.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -41,6 +42,8 @@ from ._pg_connect import Durability, connect, hook_refused, prepare, safe_dsn
 from .errors import StorageError
 
 __all__ = ["IDLE_SECONDS", "CheckHooks", "Hook", "Part", "Recorded", "SharedWriter"]
+
+log = logging.getLogger("crdt_state.storage")
 
 IDLE_SECONDS = 5.0
 """A writer's thread ends after this long without work (a writer never closed keeps none)."""
@@ -225,12 +228,19 @@ class SharedWriter:
 
     def _run(self) -> None:
         _writer_pool.as_writer_thread()
+        try:
+            self._serve()
+        finally:  # ended (or failed): the next batch starts a thread again
+            with self._lock:
+                if self._thread == threading.get_ident():
+                    self._thread = None
+
+    def _serve(self) -> None:
         idle_for_long = False
         while True:
             with self._lock:
                 while not (self._ready or self._pending or self._late):
-                    if self._closed or idle_for_long:  # the next batch starts a thread again
-                        self._thread = None
+                    if self._closed or idle_for_long:
                         return
                     self._idle = True
                     idle_for_long = not self._work.wait(IDLE_SECONDS)
@@ -239,13 +249,14 @@ class SharedWriter:
                 queues, self._ready = self._ready, []
                 direct, self._pending = self._pending, []
                 late, self._late = self._late, []
-                if self._closed:  # handed in after close() ended: nothing is sent any more
+                closed = self._closed
+                if closed:  # handed in after close() ended: nothing is sent any more
                     late, queues = late + queues, []
                     for part in direct:
                         part.error = self._refusal()
                 self._busy = True
             try:
-                self._run_round(queues, [] if self._closed else direct, late)
+                self._run_round(queues, [] if closed else direct, late)
             finally:
                 with self._lock:
                     for part in direct:
@@ -275,7 +286,10 @@ class SharedWriter:
         for s in refused:
             s.queue.end_round(s, self._refusal())
         for queue in queues + late:
-            queue.fire_durable()
+            try:
+                queue.fire_durable()
+            except Exception:  # a callback's own failure: the writer goes on
+                log.exception("a durability callback of %s raised", queue.file)
 
     def _refusal(self) -> StorageError:
         return StorageError("the PostgreSQL writer is closed", details={"database": self.where})

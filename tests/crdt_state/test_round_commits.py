@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Generator
 from typing import Any
 
@@ -21,8 +22,8 @@ import pytest
 
 from crdt_state import SharedState, StorageError, _pg_shared, _writer_pool
 from crdt_state._group_rounds import RoundCommit
-from crdt_state.journal import call_on_loop, settle_on_loop
-from crdt_state.postgres import SharedWriter, open_postgres
+from crdt_state.journal import DurableCallback, call_on_loop, settle_on_loop
+from crdt_state.postgres import Recorded, SharedWriter, open_postgres
 
 
 class FakeRounds:
@@ -240,6 +241,52 @@ def test_an_idle_writer_thread_ends_and_the_next_batch_starts_one(
         assert again.snapshot() == {"n": 1}
     finally:
         again.close()
+
+
+def test_a_raising_callback_stops_neither_the_writer_nor_the_other_callbacks(
+    throwaway_postgres: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    writer = SharedWriter(throwaway_postgres)
+    states = [open_postgres(throwaway_postgres, f"rounds-raise-{n}", writer=writer) for n in (0, 1)]
+    told: list[tuple[int, BaseException | None]] = []
+    done = threading.Event()
+
+    def boom(error: BaseException | None) -> None:
+        raise ValueError("a callback's bug")
+
+    def record(n: int) -> DurableCallback:
+        def told_of(error: BaseException | None) -> None:
+            told.append((n, error))
+            if len(told) == 3:
+                done.set()
+
+        return told_of
+
+    sleepy = Recorded()  # a round that holds the writer while the callbacks are set up
+    sleepy.execute("SELECT pg_sleep(0.5)")
+    busy = threading.Thread(target=writer.commit, args=(sleepy, None, 0, "sleep"))
+    try:
+        busy.start()
+        deadline = time.monotonic() + 10
+        while writer.rounds == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        for n, state in enumerate(states):
+            state.commit({"n": n}, state.token, "w", wait=False)
+        states[0].when_durable(boom)
+        states[0].when_durable(record(0))  # the same store's next callback still runs
+        states[1].when_durable(record(1))
+        states[1].when_durable(record(2))
+        assert done.wait(10)
+        assert sorted(told) == [(0, None), (1, None), (2, None)]
+        for state in states:  # the writer still writes
+            state.commit({"again": True}, state.token, "w")
+        assert "a callback's bug" in caplog.text
+    finally:
+        busy.join(10)
+        for state in states:
+            state.close()
+        writer.close()
 
 
 def test_a_store_on_a_closed_writer_fails_alone(throwaway_postgres: str) -> None:
