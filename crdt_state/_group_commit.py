@@ -9,6 +9,9 @@ time, in order, and a failure of one queue touches no other. Tickets
 are durable once their batch was written, and settled once ``after`` ran too.
 After a failed write every later call raises :class:`StorageError`: what was
 queued since is never written. Knows nothing about SQLite.
+
+:class:`~crdt_state._group_rounds.RoundCommit` writes the batches in rounds of a
+writer that commits many queues together instead.
 """
 
 from __future__ import annotations
@@ -123,8 +126,18 @@ class GroupCommit(Generic[T]):
                 ready = [(t, cb) for t, cb in self._callbacks if t <= self._durable]
                 self._callbacks = [(t, cb) for t, cb in self._callbacks if t > self._durable]
             error = self._failure() if failed else None
-        for _, callback in ready:
-            callback(error)
+        outer, _firing.queue = getattr(_firing, "queue", None), self
+        raised: BaseException | None = None
+        try:
+            for _, callback in ready:
+                try:
+                    callback(error)
+                except BaseException as exc:  # the others still run; the first is raised
+                    raised = raised or exc
+        finally:
+            _firing.queue = outer
+        if raised is not None:
+            raise raised
 
     def _wait(self, ticket: int, settled: bool = False) -> None:
         """Wait until ``ticket`` is durable (``settled``: and ``after`` ran)."""
@@ -179,11 +192,15 @@ class GroupCommit(Generic[T]):
         try:
             more = self._write_one()
         finally:
-            with self._lock:
-                self._writing = None
-                if more and self._queue:
-                    self._submit()
-                self._done.notify_all()
+            self._release(more)
+
+    def _release(self, more: bool) -> None:
+        """The batch under way is done: let the next one go (submitted if ``more`` came)."""
+        with self._lock:
+            self._writing = None
+            if more and self._queue:
+                self._submit()
+            self._done.notify_all()
 
     def _submit(self) -> None:
         """Hand this queue to a writer thread unless a job of it waits already (lock held)."""
@@ -200,31 +217,48 @@ class GroupCommit(Generic[T]):
             batch, self._queue = self._queue, []
         if not batch:
             return True
+        if not self._write_batch(batch):
+            self._fire(failed=True)
+            return False
+        self._durable_at(batch)
+        if self._callbacks:
+            self._fire(failed=False)
+        self._settle(batch)
+        return True
+
+    def _write_batch(self, batch: list[tuple[int, T]]) -> bool:
+        """``write`` the batch; False (the queue failed) when it raised."""
         try:
             self._write(batch)
         except BaseException as exc:
-            error = exc if isinstance(exc, StorageError) else None
-            with self._lock:
-                self.failed = error or StorageError(
-                    f"writing the state file failed: {exc}", details={"file": self.file}
-                )
-                if error is None:
-                    self.failed.__cause__ = exc
-                self._done.notify_all()
-            self._fire(failed=True)
+            self._failed(exc)
             return False
+        return True
+
+    def _failed(self, exc: BaseException) -> None:
+        """The queue failed for good with ``exc`` (no callback fired yet)."""
+        error = exc if isinstance(exc, StorageError) else None
+        with self._lock:
+            self.failed = error or StorageError(
+                f"writing the state file failed: {exc}", details={"file": self.file}
+            )
+            if error is None:
+                self.failed.__cause__ = exc
+            self._done.notify_all()
+
+    def _durable_at(self, batch: list[tuple[int, T]]) -> None:
         with self._lock:
             self._durable = batch[-1][0]
             self._done.notify_all()
-        if self._callbacks:
-            self._fire(failed=False)
+
+    def _settle(self, batch: list[tuple[int, T]]) -> None:
+        """Run ``after``; the batch is settled then, whatever ``after`` did."""
         try:
             self._after()
         finally:  # ``after`` reports its own failures; settled either way
             with self._lock:
                 self._settled = batch[-1][0]
                 self._done.notify_all()
-        return True
 
     def close(self) -> bool:
         """Write what is queued, stop the writer; ``False`` when closed already.
@@ -238,7 +272,7 @@ class GroupCommit(Generic[T]):
         with self._lock:
             if self.closed:
                 return False
-            if self._writing == threading.get_ident():
+            if self._writing == threading.get_ident() or getattr(_firing, "queue", None) is self:
                 raise RuntimeError("a store cannot be closed from its own durability callback")
             self.closed = True
             self._closing = True  # nothing is queued from now on
@@ -277,6 +311,9 @@ class GroupCommit(Generic[T]):
                 if inline and self._writing is None:
                     break  # a stale job of this queue: it finds nothing to write
                 self._done.wait()
+
+
+_firing = threading.local()  # ``queue``: the queue whose durability callbacks run here now
 
 
 def _gone(*_: object) -> None:

@@ -1,13 +1,13 @@
 """One PostgreSQL writer for many stores: their batches in one transaction.
 
-A :class:`SharedWriter` owns one connection. A store opened with ``writer=`` turns each
-batch of its group commit into the statements it would run (:class:`Recorded`, on its
-own writer thread: nothing is sent) and hands them to :meth:`SharedWriter.commit`. The
-first thread to hand one in while the connection is free leads a **round**: it takes
-every batch handed in so far, of every store, and stores them in **one** transaction;
-the threads that hand theirs in meanwhile wait, and one of them leads the next round
-with all of them (no thread of the writer's own: a lone batch costs no hand-over).
-A round:
+A :class:`SharedWriter` owns one connection and one thread. A store opened with
+``writer=`` hands its group commit to the writer
+(:class:`~crdt_state._group_rounds.RoundCommit`): the store has no thread of its own.
+The writer's thread runs **rounds**: it takes the batch of every store handed in so
+far, turns each into the statements the store would run (:class:`Recorded`: nothing is
+sent yet), and stores them all in **one** transaction; the stores handing theirs in
+meanwhile go in the next round. :meth:`SharedWriter.commit` hands in one batch of
+recorded statements directly and waits for its round. A round:
 
 1. the stores' ``before_commit`` hooks first: all in one call of the writer's ``check``
    when it has one (the hub cluster checks every room's fence in one statement), else
@@ -20,7 +20,8 @@ A round:
    of many stores costs little more than one of a store;
 3. one ``COMMIT``. A failure in 2 or 3 (the connection lost, a statement refused) fails
    every batch of the round: nothing of it is stored. Nobody is told a batch is stored
-   before the ``COMMIT`` returned.
+   before the ``COMMIT`` returned: the stores mark their batches durable after it, and
+   only then are their durability callbacks called (on the writer's thread).
 
 A lost connection is opened again for the next round. Knows SQL statements as text and
 parameters, not the rows: the stores record them.
@@ -28,16 +29,24 @@ parameters, not the rows: the stores record them.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 
+from . import _writer_pool
+from ._group_rounds import RoundCommit
 from ._pg_connect import Durability, connect, hook_refused, prepare, safe_dsn
 from .errors import StorageError
 
-__all__ = ["CheckHooks", "Hook", "Recorded", "SharedWriter"]
+__all__ = ["IDLE_SECONDS", "CheckHooks", "Hook", "Part", "Recorded", "SharedWriter"]
+
+log = logging.getLogger("crdt_state.storage")
+
+IDLE_SECONDS = 5.0
+"""A writer's thread ends after this long without work (a writer never closed keeps none)."""
 
 Hook = Callable[["psycopg.Connection[Any]", int], None]
 """A store's ``before_commit(conn, last_ticket)``."""
@@ -73,8 +82,8 @@ class Recorded:
         return self
 
 
-class _Part:
-    """One store's batch in a round: its statements and hook, then its error."""
+class Part:
+    """One batch in a round: its statements and hook, then its error (``None``: stored)."""
 
     __slots__ = ("done", "error", "hook", "statements", "ticket", "where")
     done: bool
@@ -123,10 +132,16 @@ class SharedWriter:
         """Batches those transactions carried."""
         self._conn: psycopg.Connection[Any] | None = None
         self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)  # something was handed in
         self._turn = threading.Condition(self._lock)  # a round ended
-        self._pending: list[_Part] = []
+        self._ready: list[RoundCommit[Any]] = []  # stores with a batch for the next round
+        self._pending: list[Part] = []  # batches handed in by commit()
+        self._late: list[RoundCommit[Any]] = []  # stores handed in after close(): refused
+        self._thread: int | None = None  # the writer's thread (None: not running)
+        self._idle = False  # the thread waits for work
         self._busy = False  # a round is under way
         self._closing = False
+        self._closed = False
         self._connected()  # fail now, not at the first write, when the server is not there
 
     @property
@@ -139,7 +154,16 @@ class SharedWriter:
     def waiting(self) -> int:
         """Batches handed in and not taken by a round yet."""
         with self._lock:
-            return len(self._pending)
+            return len(self._pending) + len(self._ready)
+
+    def submit(self, queue: RoundCommit[Any]) -> None:
+        """Take a batch of ``queue`` in the next round (any thread; never blocks for it).
+
+        After :meth:`close` the batch is refused (``queue`` fails with :class:`StorageError`).
+        """
+        with self._lock:
+            (self._late if self._closing else self._ready).append(queue)
+            self._wake()
 
     def commit(self, statements: Recorded, hook: Hook | None, ticket: int, where: str) -> None:
         """Store one batch in the next round's transaction; returns once it committed.
@@ -156,43 +180,121 @@ class SharedWriter:
                 writer is closed.
             psycopg.Error: the round failed (nothing of it is stored).
         """
-        part = _Part(statements, hook, ticket, where)
+        part = Part(statements, hook, ticket, where)
         with self._lock:
             if self._closing:
-                raise StorageError(
-                    "the PostgreSQL writer is closed", details={"database": self.where}
-                )
+                raise self._refusal()
+        error = self.commit_alone(part)
+        if error is not None:
+            raise error
+
+    def commit_alone(self, part: Part) -> BaseException | None:
+        """Store ``part`` in a round (of its own on the writer's thread); its error."""
+        if threading.get_ident() == self._thread:  # a store closing in a callback
+            self._round([part])
+            return part.error
+        with self._lock:
             self._pending.append(part)
-            while self._busy and not part.done:
+            self._wake()
+            while not part.done:
                 self._turn.wait()
-            if not part.done:  # the connection is free: lead a round with all handed in
-                self._busy = True
-                parts, self._pending = self._pending, []
-        if not part.done:
-            try:
-                self._round(parts)
-            finally:
-                with self._lock:
-                    for each in parts:
-                        each.done = True
-                    self._busy = False
-                    self._turn.notify_all()
-        if part.error is not None:
-            raise part.error
+        return part.error
 
     def close(self) -> None:
-        """Let the round under way end, then close the connection. Idempotent.
+        """Let the rounds of what was handed in end, then close the connection. Idempotent.
 
-        Batches handed in later raise :class:`StorageError`.
+        Batches handed in later are refused (:class:`StorageError`).
         """
         with self._lock:
             self._closing = True
-            while self._busy or self._pending:
+            while self._busy or self._pending or self._ready:
                 self._turn.wait()
+            self._closed = True
+            if self._thread is not None:
+                self._wake()  # it ends
         if self._conn is not None:
             self._conn.close()
 
-    # -- a round (on the leading thread) ----------------------------------------------
+    # -- the writer's thread ------------------------------------------------------------
+
+    def _wake(self) -> None:
+        """Start the writer's thread, or wake it when it waits (lock held)."""
+        if self._thread is None:
+            thread = threading.Thread(target=self._run, name="crdt-state-pg-writer", daemon=True)
+            thread.start()
+            self._thread = thread.ident
+        elif self._idle:
+            self._work.notify()
+
+    def _run(self) -> None:
+        _writer_pool.as_writer_thread()
+        try:
+            self._serve()
+        finally:  # ended (or failed): the next batch starts a thread again
+            with self._lock:
+                if self._thread == threading.get_ident():
+                    self._thread = None
+
+    def _serve(self) -> None:
+        idle_for_long = False
+        while True:
+            with self._lock:
+                while not (self._ready or self._pending or self._late):
+                    if self._closed or idle_for_long:
+                        return
+                    self._idle = True
+                    idle_for_long = not self._work.wait(IDLE_SECONDS)
+                    self._idle = False
+                idle_for_long = False
+                queues, self._ready = self._ready, []
+                direct, self._pending = self._pending, []
+                late, self._late = self._late, []
+                closed = self._closed
+                if closed:  # handed in after close() ended: nothing is sent any more
+                    late, queues = late + queues, []
+                    for part in direct:
+                        part.error = self._refusal()
+                self._busy = True
+            try:
+                self._run_round(queues, [] if closed else direct, late)
+            finally:
+                with self._lock:
+                    for part in direct:
+                        part.done = True
+                    self._busy = False
+                    self._turn.notify_all()
+
+    def _run_round(
+        self, queues: list[RoundCommit[Any]], direct: list[Part], late: list[RoundCommit[Any]]
+    ) -> None:
+        """One round: stage the stores' batches, commit, end each, then the callbacks.
+
+        The batches of ``late`` stores (handed in after :meth:`close`) are refused.
+        """
+        staged = [s for queue in queues if (s := queue.begin_round()) is not None]
+        refused = [s for queue in late if (s := queue.begin_round()) is not None]
+        parts: list[Part] = direct + [s.part for s in staged]
+        if parts:
+            self._round(parts)
+        if direct:
+            with self._lock:
+                for part in direct:
+                    part.done = True
+                self._turn.notify_all()
+        for s in staged:
+            s.queue.end_round(s, s.part.error)
+        for s in refused:
+            s.queue.end_round(s, self._refusal())
+        for queue in queues + late:
+            try:
+                queue.fire_durable()
+            except Exception:  # a callback's own failure: the writer goes on
+                log.exception("a durability callback of %s raised", queue.file)
+
+    def _refusal(self) -> StorageError:
+        return StorageError("the PostgreSQL writer is closed", details={"database": self.where})
+
+    # -- a round (on the writer's thread) ----------------------------------------------
 
     def _connected(self) -> psycopg.Connection[Any]:
         conn = self._conn
@@ -205,7 +307,7 @@ class SharedWriter:
             self._conn = conn
         return conn
 
-    def _round(self, parts: list[_Part]) -> None:
+    def _round(self, parts: list[Part]) -> None:
         """Store ``parts`` in one transaction; each that fails gets its error."""
         self.rounds += 1
         self.parts += len(parts)
@@ -220,7 +322,7 @@ class SharedWriter:
                 if part.error is None:
                     part.error = exc
 
-    def _checked(self, conn: psycopg.Connection[Any], parts: list[_Part]) -> list[_Part]:
+    def _checked(self, conn: psycopg.Connection[Any], parts: list[Part]) -> list[Part]:
         """Run the hooks; the parts that passed (the others have their error)."""
         hooked = [part for part in parts if part.hook is not None]
         if self.check is not None and hooked:

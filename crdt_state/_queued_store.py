@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ._group_commit import GroupCommit
+from ._group_rounds import RoundCommit, Rounds, Steps
 from ._history_query import HistoryQuery
 from ._queued_items import Audit, Item, RememberedRequest
 from .conflicts import Conflict, StateUpdate
@@ -113,7 +114,8 @@ class QueuedStore:
         self._last_seq = 0
         self._log_rows = 0
         self._margin = max(64, keep_history // 4)
-        self._commits = GroupCommit[Item](
+        self._off = durability == "off"
+        self._commits: GroupCommit[Item] = GroupCommit[Item](
             name,
             self._write,
             self._after_write,
@@ -126,6 +128,26 @@ class QueuedStore:
     def _write(self, batch: list[tuple[int, Item]]) -> None:
         """Store one batch of ``(ticket, item)`` in one transaction (on the writer thread)."""
         raise NotImplementedError
+
+    def _stage(self, batch: list[tuple[int, Item]]) -> Steps:
+        """Record one batch as its part of a round, then take the round's outcome.
+
+        For a store written in rounds (:meth:`_write_in_rounds`; see
+        :data:`crdt_state._group_rounds.Stage`).
+        """
+        raise NotImplementedError
+
+    def _write_in_rounds(self, rounds: Rounds) -> None:
+        """From now on let ``rounds`` write the batches (before anything is queued)."""
+        assert self._commits.last_ticket() == 0
+        self._commits = RoundCommit[Item](
+            self._name,
+            rounds,
+            self._stage,
+            self._after_write,
+            self._compaction_due,
+            off=self._off,
+        )
 
     def _fold(self, fold: int, progress: ProgressLog) -> bool | None:
         """Fold the log up to seq ``fold`` into a new snapshot and recount ``_log_rows``.
@@ -208,8 +230,11 @@ class QueuedStore:
 
     # -- compaction (on the writer thread, or closing) ----------------------------------
     def _after_write(self) -> None:
-        if self._log_rows > self.keep_history + self._margin:
+        if self._compaction_due():
             self._compact()
+
+    def _compaction_due(self) -> bool:
+        return self._log_rows > self.keep_history + self._margin
 
     def _compact(self) -> None:
         """Fold all but the newest ``keep_history`` log rows into a new snapshot."""

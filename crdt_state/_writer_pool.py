@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final
 
-__all__ = ["THREADS", "WriterPool", "on_writer_thread", "shared"]
+__all__ = ["THREADS", "WriterPool", "as_writer_thread", "on_writer_thread", "shared"]
 
 THREADS: Final = 4
 """Writer threads a process starts at most (they start as jobs come, and stay)."""
@@ -100,6 +100,11 @@ def shared() -> WriterPool:
 def on_writer_thread() -> bool:
     """True on one of the writer threads (a durability callback, say)."""
     return getattr(_local, "writer", False)
+
+
+def as_writer_thread() -> None:
+    """Count the calling thread as a writer thread (the thread of a round writer)."""
+    _local.writer = True
 
 
 def _forked() -> None:  # the child has none of the parent's threads: start afresh

@@ -22,9 +22,11 @@ The records, one name per concept:
 from __future__ import annotations
 
 import asyncio
+import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from .conflicts import Conflict, StateUpdate
 from .paths import Path
@@ -42,6 +44,7 @@ __all__ = [
     "StoredChange",
     "StoredRequest",
     "StoredState",
+    "call_on_loop",
     "settle_on_loop",
 ]
 
@@ -53,16 +56,86 @@ def settle_on_loop(future: asyncio.Future[None]) -> DurableCallback:
     """A :data:`DurableCallback` that settles ``future``, callable from any thread.
 
     Stores call back on their own thread: the callback hands the outcome to the
-    future's event loop (``call_soon_threadsafe``), where ``future`` gets the result
+    future's event loop (:func:`call_on_loop`), where ``future`` gets the result
     ``None`` or the error. A future already done (cancelled, or settled by an earlier
     call) is left as it is.
     """
-    loop = future.get_loop()
+    calls = _calls_of(future.get_loop())
 
     def done(error: BaseException | None) -> None:
-        loop.call_soon_threadsafe(_settle, future, error)
+        calls.add(_settle, (future, error))
 
     return done
+
+
+def call_on_loop(
+    loop: asyncio.AbstractEventLoop, callback: Callable[..., object], *args: Any
+) -> None:
+    """``loop.call_soon_threadsafe(callback, *args)``, waking ``loop`` once per burst.
+
+    The calls handed to one loop while it has not run them yet wait in one list, run
+    by one callback of the loop in the order they came (a writer thread that made the
+    batches of many rooms durable wakes the loop once, not once per room). A call
+    that raises is reported to the loop's exception handler; the others still run.
+
+    Raises:
+        RuntimeError: the loop is closed.
+    """
+    _calls_of(loop).add(callback, args)
+
+
+class _LoopCalls:
+    """The calls handed to one event loop and not run yet (see :func:`call_on_loop`)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = weakref.ref(loop)
+        self._lock = threading.Lock()
+        self._calls: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
+
+    def add(self, callback: Callable[..., object], args: tuple[Any, ...]) -> None:
+        """Run ``callback(*args)`` on the loop soon (any thread); the first call wakes it."""
+        loop = self._loop()
+        if loop is None or loop.is_closed():
+            self._closed()
+        with self._lock:
+            self._calls.append((callback, args))
+            if len(self._calls) > 1:
+                return  # the loop was woken already and has not run them yet
+        try:
+            loop.call_soon_threadsafe(self.run)
+        except RuntimeError:  # closed meanwhile: nothing will run them
+            self._closed()
+
+    def _closed(self) -> NoReturn:
+        with self._lock:
+            self._calls.clear()
+        raise RuntimeError("Event loop is closed")
+
+    def run(self) -> None:
+        """Run every call handed in so far (on the loop), oldest first."""
+        with self._lock:
+            calls, self._calls = self._calls, []
+        for callback, args in calls:
+            try:
+                callback(*args)
+            except Exception as exc:  # as the loop reports a failed callback of its own
+                loop = self._loop()
+                if loop is not None:
+                    loop.call_exception_handler(
+                        {"message": f"Exception in callback {callback!r}", "exception": exc}
+                    )
+
+
+_loop_calls: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopCalls] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _calls_of(loop: asyncio.AbstractEventLoop) -> _LoopCalls:
+    calls = _loop_calls.get(loop)
+    if calls is None:
+        calls = _loop_calls.setdefault(loop, _LoopCalls(loop))
+    return calls
 
 
 def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, Final, cast
+from typing import Any, Final
 
 try:
     import psycopg
@@ -31,6 +31,7 @@ except ImportError as exc:  # pragma: no cover - the optional dependency is inst
 from . import _pg_log as pglog
 from . import _pg_schema as pgschema
 from . import _pg_takeover as pgtakeover
+from ._group_rounds import Steps
 from ._pg_connect import (
     Durability,
     check_options,
@@ -45,14 +46,11 @@ from ._pg_connect import (
 from ._pg_reads import PgReads, compact
 from ._pg_shared import CheckHooks, Recorded, SharedWriter
 from ._pg_shared import Hook as WriterHook
-from ._pg_writer import write_batch
-from ._queued_items import Item
+from ._pg_writer import stage_batch, write_batch
+from ._queued_items import Item, Written
 from ._queued_store import QueuedStore
 from .errors import ReadOnlyStore, StorageError
-from .journal import (
-    BlameEntry,
-    StoredState,
-)
+from .journal import BlameEntry, StoredState
 from .progress import ProgressLog
 from .state import SharedState
 from .version import VersionVector
@@ -102,9 +100,9 @@ class PostgresStore(QueuedStore):
     made in memory since are not stored, and nothing of the failed
     transaction is.
 
-    With a ``writer`` (a :class:`SharedWriter`), each batch is recorded as
-    statements and stored by that writer instead, in a transaction shared with
-    other stores' batches (the hook runs there first, on the writer's
+    With a ``writer`` (a :class:`SharedWriter`), the store has no writer thread: the
+    writer's thread records each batch as statements and stores it in a transaction
+    shared with other stores' batches (the hook runs there first, on the writer's
     connection; a batch it refuses fails this store alone); the store's own
     connection then serves loading, queries and compaction.
     """
@@ -142,6 +140,8 @@ class PostgresStore(QueuedStore):
             keep_conflicts=keep_conflicts,
             compact_document=compact_document,
         )
+        if writer is not None:
+            self._write_in_rounds(writer)
 
     @classmethod
     def open(
@@ -178,9 +178,8 @@ class PostgresStore(QueuedStore):
                 refused; default: only when there is no ``before_commit`` hook.
             read_only: load and query only (no lock, no migration); writes raise.
             connect_timeout: seconds to wait for the server.
-            writer: store each batch through this shared writer (one transaction
-                for the batches of many stores, one savepoint each) instead of
-                this store's own connection; ``durability`` must be the writer's.
+            writer: store each batch through this shared writer (one transaction for the
+                batches of many stores); ``durability`` must be the writer's.
 
         Raises:
             StorageError: the server does not answer (``details["reason"]`` is
@@ -282,6 +281,8 @@ class PostgresStore(QueuedStore):
             self._last_seq, self._log_rows = first + len(newer), rows
             self.before_commit = before_commit
             self.writer = writer
+            if writer is not None:
+                self._write_in_rounds(writer)
             self.read_only = False
         return StoredState(first, VersionVector(), b"", newer, requests)
 
@@ -306,34 +307,33 @@ class PostgresStore(QueuedStore):
 
     # -- the writer thread ---------------------------------------------------------------
     def _write(self, batch: list[tuple[int, Item]]) -> None:
-        """Store one group of queued items in one transaction (or the shared writer's).
+        """Store one group of queued items in one transaction (without a shared writer).
 
-        Without a shared writer, one pipeline carries the whole transaction (its
-        statements go out together, not one round trip each), the hook last; with one,
-        the statements are recorded here and sent in the writer's transaction.
+        One pipeline carries the whole transaction (its statements go out together,
+        not one round trip each), the hook last.
         """
+        self._check_refused()
+        ticket, items, conn = batch[-1][0], [item for _, item in batch], self._conn
+        failed = self._failures("writing to PostgreSQL failed")
+        with self._db, failed, conn.pipeline(), conn.transaction():
+            written = write_batch(conn, self.key, items, self._last_seq, self._log_rows, self.where)
+            self._hook(conn, ticket)
+        self._written(written, ticket)
+
+    def _stage(self, batch: list[tuple[int, Item]]) -> Steps:
+        """The batch as statements for the shared writer's round (see :class:`SharedWriter`)."""
+        self._check_refused()
+        at, hook = (self._last_seq, self._log_rows), self.before_commit
+        written = yield from stage_batch(self.key, batch, at, hook, self.where)
+        self._written(written, batch[-1][0])
+
+    def _check_refused(self) -> None:
         if self._refused is not None:  # the hook refused a compaction: refuse the same way
             raise hook_refused(self._refused, self.where) from self._refused
-        ticket, items = batch[-1][0], [item for _, item in batch]
-        failed = self._failures("writing to PostgreSQL failed")
-        if self.writer is not None:
-            recorded = Recorded()  # stands for the connection: records, sends nothing
-            written = write_batch(
-                cast(Any, recorded), self.key, items, self._last_seq, self._log_rows, self.where
-            )
-            with failed:
-                self.writer.commit(recorded, self.before_commit, ticket, self.where)
-        else:
-            conn = self._conn
-            with self._db, failed, conn.pipeline(), conn.transaction():
-                written = write_batch(
-                    conn, self.key, items, self._last_seq, self._log_rows, self.where
-                )
-                self._hook(conn, ticket)
-        self._last_seq = written.last_seq
-        self._log_rows = written.log_rows
-        self.epochs += written.epochs
-        self._stored_ticket = ticket
+
+    def _written(self, written: Written, ticket: int) -> None:
+        self._last_seq, self._log_rows = written.last_seq, written.log_rows
+        self.epochs, self._stored_ticket = self.epochs + written.epochs, ticket
 
     def _hook(self, conn: psycopg.Connection[Any], ticket: int) -> None:
         if self.before_commit is not None:

@@ -39,6 +39,7 @@ from pycrdt import merge_updates
 from websockets.asyncio.server import ServerConnection
 
 from crdt_state import SharedState, StateUpdate
+from crdt_state.journal import call_on_loop
 from sync.server._framing import FrameCache, write_frames
 from sync.server._outbound import Outbox
 from sync.server.auth import Grant
@@ -313,7 +314,7 @@ class Room:
                 self._ready(round_, error)
                 return
             with contextlib.suppress(RuntimeError):  # the loop is gone: nobody to send to
-                self._loop.call_soon_threadsafe(self._ready, round_, error)
+                call_on_loop(self._loop, self._ready, round_, error)  # one wake per burst
 
         self.state.when_durable(done)
 
