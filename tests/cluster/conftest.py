@@ -6,7 +6,8 @@
 - ``postgres_dsn``: a throwaway database per test module, created on the server of
   ``CRDT_STATE_TEST_POSTGRES`` (default ``host=127.0.0.1 user=postgres dbname=postgres``)
   and dropped ``WITH (FORCE)`` at the end, with the cluster schema migrated;
-- ``pool``, ``redis``: clients (``sync.server.cluster.postgres_pool``, ``redis_client``).
+- ``pool``, ``redis``: clients (``sync.server.cluster.postgres_pool``, ``redis_client``);
+- ``hubs``: two hubs in process (ports of their own) on ``private_redis`` and ``postgres_dsn``.
 
 A server that does not answer fails the test with the reason: ``scripts/test.sh``
 installs and starts the servers.
@@ -27,6 +28,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
+from sync import Hub
 from sync.server.cluster import migrate, postgres_pool, redis_client
 
 
@@ -84,3 +86,12 @@ async def redis(redis_url: str) -> AsyncIterator[Redis]:
         yield client
     finally:
         await client.aclose()
+
+
+@pytest.fixture
+async def hubs(private_redis: RedisServer, postgres_dsn: str) -> AsyncIterator[tuple[Hub, Hub]]:
+    async with (
+        Hub(port=0, redis=private_redis.url, postgres=postgres_dsn) as a,
+        Hub(port=0, redis=private_redis.url, postgres=postgres_dsn) as b,
+    ):
+        yield a, b

@@ -10,11 +10,10 @@ follower reads the room again, so what the next owner publishes still arrives.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from cluster_servers import RedisServer
 
 from crdt_state import SharedState
 from sync import Hub, connect
@@ -23,15 +22,6 @@ from sync.server.cluster.cluster_room import ClusterRoom
 from sync.server.cluster.streams import OutEntry
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-async def hubs(private_redis: RedisServer, postgres_dsn: str) -> AsyncIterator[tuple[Hub, Hub]]:
-    async with (
-        Hub(port=0, redis=private_redis.url, postgres=postgres_dsn) as a,
-        Hub(port=0, redis=private_redis.url, postgres=postgres_dsn) as b,
-    ):
-        yield a, b
 
 
 async def until(check: Any, timeout: float = 15.0) -> None:

@@ -12,7 +12,6 @@ import asyncio
 import json
 import re
 import urllib.request
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -24,15 +23,6 @@ from sync import Hub, connect
 from sync.server.cluster.keys import room_key
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-async def hubs(private_redis: RedisServer, postgres_dsn: str) -> AsyncIterator[tuple[Hub, Hub]]:
-    async with (
-        Hub(port=0, redis=private_redis.url, postgres=postgres_dsn) as a,
-        Hub(port=0, redis=private_redis.url, postgres=postgres_dsn) as b,
-    ):
-        yield a, b
 
 
 def metric(hub: Hub, name: str, **labels: str) -> float:
