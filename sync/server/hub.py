@@ -304,8 +304,7 @@ class Hub:
                 expiry = asyncio.create_task(expire_at(ws, grant.expires))
             peer = HubPeer(can_write=session.can_write)
             session.enqueue_many(HubPeer.greeting(room.state.token, list(room.awareness.values())))
-            if isinstance(ws, InlineConnection) and room.state.store is None:
-                # in memory only (see _take_now)
+            if isinstance(ws, InlineConnection):  # see _take_now
                 ws.message_sink = lambda data: self._take_now(ws, room, session, peer, data)
             async for data in ws:
                 unsent = session.unsent
@@ -451,13 +450,14 @@ class Hub:
         the connection causes (the loop runs callbacks in the order they were
         scheduled), so a connection's messages are still handled in order.
 
-        Only rooms kept in memory use it. Judged as its bytes arrived, a durable room's
-        merge reached the store's queue alone and woke a writer (smaller commits, more
-        CPU per merge). Judged once per loop iteration it costs less CPU than the
-        handler's loop (200 agents in 20 rooms: ~171 against ~200 µs per merge), but
-        the durable hostile soak (``tests/sync/server/test_hub_soak.py``) then ended
-        with ~30-50 MiB more RSS (native memory: the counts of Python objects were the
-        same), so durable rooms stay on the handler's loop until that is understood.
+        Durable rooms use it too: judged as its bytes arrived, a durable room's merge
+        reached the store's queue alone and woke a writer (smaller commits, more CPU per
+        merge); judged once per loop iteration it costs less CPU than the handler's loop.
+        :meth:`_judge_taken` pops each merge before judging it: a reference cycle made
+        while judging (an exception's traceback keeps its frame and every caller's) must
+        not keep the connections, rooms and requests of a whole batch until a full
+        garbage collection (the durable hostile soak, ``tests/sync/server/
+        test_hub_soak.py``, ended with 30-50 MiB more RSS while it did).
         """
         if not data or data[0] != _MERGE or self._cluster is not None or session.taken:
             return False
@@ -484,9 +484,12 @@ class Hub:
     def _judge_taken(self) -> None:
         """Judge the merges :meth:`_take_now` took since the last call, in order."""
         taken, self._taken = self._taken, []
-        for ws, room, session, event in taken:
+        taken.reverse()
+        while taken:  # popped: this frame holds no connection once judged (see above)
+            ws, room, session, event = taken.pop()
             session.taken = False
             self._answer_taken(ws, room, session, event)
+            del ws, room, session, event
 
     def _answer_taken(
         self,
