@@ -334,7 +334,10 @@ class PolicyTable:
         try:
             value = policy(conflict)
         except Escalation as escalation:
-            return conflict.resolve(conflict.resolution, name), escalation
+            # without its traceback: kept with the plan, whose frames the traceback holds,
+            # it made a reference cycle that kept every caller's frame (and what they
+            # refer to: rooms, connections) until a full garbage collection
+            return conflict.resolve(conflict.resolution, name), escalation.with_traceback(None)
         if value is not MISSING:
             value = normalize(value, conflict.path)
         return conflict.resolve(value, name), None

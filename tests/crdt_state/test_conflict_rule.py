@@ -9,8 +9,11 @@ exact). Reproductions of issue 8, item 1.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import threading
 import time
+import weakref
 from typing import Any
 
 import pytest
@@ -160,6 +163,32 @@ def test_accept_equal_refuses_different_values() -> None:
     (conflict,) = info.value.conflicts
     assert not conflict.resolved and conflict.policy == "accept_equal"
     assert not info.value.retry
+
+
+def test_a_refused_merge_leaves_no_cycle_that_keeps_its_callers_frames() -> None:
+    # the escalation, kept with its traceback, held every caller's frame (and what they
+    # refer to: a hub's rooms and connections) until a full garbage collection
+    class Held:
+        pass
+
+    def refused(held: Held) -> None:
+        state = counter_state(default=resolvers.accept_equal)
+        one, two = state.fork("a"), state.fork("b")
+        one.set("n", 1)
+        two.set("n", 2)
+        one.merge()
+        with contextlib.suppress(ConflictError):
+            two.merge()
+
+    held = Held()
+    gone = weakref.ref(held)
+    gc.disable()
+    try:
+        refused(held)
+        del held
+        assert gone() is None
+    finally:
+        gc.enable()
 
 
 def test_retry_and_raise_conflict_on_same_values() -> None:

@@ -225,3 +225,4 @@ def test_pipelined_merges_keep_their_order() -> None:
     # merge, arriving while its first waits to be judged, goes through the handler's loop
     script: list[tuple[Any, ...]] = [("merge", i % 4, i, i % 2 == 0) for i in range(12)]
     asyncio.run(_compare(script, durable=False, read_only=False))
+    asyncio.run(_compare(script, durable=True, read_only=False))
