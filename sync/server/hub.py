@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable, Mapping
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -33,6 +32,7 @@ from crdt_state import (
     SharedState,
 )
 from sync.server._admission import Admission
+from sync.server._desk import DECODE_ON_LOOP, MergeDesk
 from sync.server._expiry import EXPIRED_TOKEN, TOKEN_EXPIRED_REASON, expire_at, token_expired
 from sync.server._handshake import peer_address
 from sync.server._inline import InlineConnection, inline_connection
@@ -40,9 +40,7 @@ from sync.server._json_model import NON_JSON_TYPE, non_json_content
 from sync.server._logmask import masking_logger
 from sync.server._merge import (
     DOCUMENT_TOO_LARGE,
-    judge_merge_unwaited,
     refused_reply,
-    storage_failed_reply,
 )
 from sync.server._merge_limits import limits_refusal, too_large_reply
 from sync.server._room import Room, Session
@@ -57,7 +55,6 @@ from sync.server.peer import (
     AwarenessReceived,
     HubPeer,
     MergeDenied,
-    MergeRequested,
     PeerEvent,
     PeerRefused,
     SyncRequested,
@@ -74,8 +71,6 @@ __all__ = ["Hub"]
 log = masking_logger("crdt_state.hub")
 
 _TRY_AGAIN_LATER = 1013
-_MERGE = int(p.MessageType.MERGE)
-_DECODE_ON_LOOP = 256 * 2**10
 """Messages at least this big are decoded on a worker thread (see :meth:`Hub._handle`)."""
 AWARENESS_TOO_LARGE = "awareness_too_large"
 """The code of :class:`PeerRefused` for an awareness message over ``Limits.max_awareness``."""
@@ -143,9 +138,7 @@ class Hub:
             self._cluster = _cluster_node(self, redis, postgres, cluster_options or {})
             self._cluster.merge_answered = self.inspector.merge_answered
         self._live: set[ServerConnection] = set()
-        # merges taken from read callbacks, judged in one loop callback (see _take_now)
-        self._taken: list[tuple[ServerConnection, Room, Session, MergeRequested | MergeDenied]]
-        self._taken = []
+        self._desk = MergeDesk(self.limits, self.inspector)
         self._registry = RoomRegistry(
             self._new_state,
             self.limits.room_idle_seconds,
@@ -324,7 +317,7 @@ class Hub:
                 if refused is not None:  # answered without decoding it
                     room.reply(session, refused)
                     continue
-                if len(data) < _DECODE_ON_LOOP:
+                if len(data) < DECODE_ON_LOOP:
                     event = peer.receive(data)
                 else:  # decoding megabytes is pure Python: other rooms go on meanwhile
                     event = await asyncio.to_thread(peer.receive, data)
@@ -436,120 +429,21 @@ class Hub:
     ) -> bool:
         """Take ``data`` in the read callback when it is a merge nothing delays.
 
-        Called for a message that would be the next one :meth:`_handle`'s loop reads
-        while that loop waits for one (see :class:`~sync.server._inline.InlineConnection`):
-        handling it here is what the loop would do, without waking its task. Only what
-        needs no waiting is taken (a merge request or a read-only one's refusal, on a hub
-        outside a cluster, from a connection whose token is valid, whose last merge's
-        answer is sent and which has no other merge taken and not judged yet);
-        everything else is left to the loop (``False``, nothing done).
-
-        A taken merge is judged in one loop callback with the other merges taken in the
-        same loop iteration (:meth:`_judge_taken`), as the handler's loop judged the
-        messages of one iteration in one burst of task steps (less CPU than judging each
-        as its bytes arrive). The callback runs before any task step a later message of
-        the connection causes (the loop runs callbacks in the order they were
-        scheduled), so a connection's messages are still handled in order.
-
-        Only rooms kept in memory use it. Judged once per loop iteration, a durable
-        room's merges cost less CPU than through the handler's loop, and the extra RSS
-        the durable hostile soak (``tests/sync/server/test_hub_soak.py``) kept with them
-        was cyclic garbage (a refused merge's escalation kept its traceback, holding the
-        frames down from here), fixed; but with the fix that soak's leveling check still
-        failed in 2 of 13 runs (0 of 13 without), so durable rooms stay on the handler's
-        loop for now. :meth:`_judge_taken` pops each merge before judging it, so a frame
-        kept by a cycle holds no batch of connections.
+        See :meth:`sync.server._desk.MergeDesk.take`; never in a cluster, whose merges the
+        room's owner judges.
         """
-        if not data or data[0] != _MERGE or self._cluster is not None or session.taken:
+        if self._cluster is not None:
             return False
-        unsent = session.unsent
-        if unsent is not None and not unsent.done():
-            return False
-        grant = session.grant
-        if grant is not None and token_expired(grant):
-            return False
-        if len(data) >= _DECODE_ON_LOOP or len(data) > self.limits.max_merge_bytes:
-            return False
-        try:
-            event = peer.receive(data)
-        except Exception:  # PeerRefused, or a bug: the loop decodes it again and closes
-            return False
-        if not isinstance(event, (MergeRequested, MergeDenied)):
-            return False
-        session.taken = True
-        self._taken.append((ws, room, session, event))
-        if len(self._taken) == 1:
-            asyncio.get_running_loop().call_soon(self._judge_taken)
-        return True
-
-    def _judge_taken(self) -> None:
-        """Judge the merges :meth:`_take_now` took since the last call, in order."""
-        taken, self._taken = self._taken, []
-        taken.reverse()
-        while taken:  # popped: this frame holds no connection once judged (see above)
-            ws, room, session, event = taken.pop()
-            session.taken = False
-            self._answer_taken(ws, room, session, event)
-            del ws, room, session, event
-
-    def _answer_taken(
-        self,
-        ws: ServerConnection,
-        room: Room,
-        session: Session,
-        event: MergeRequested | MergeDenied,
-    ) -> None:
-        """Judge (or refuse) a merge :meth:`_take_now` took, as the handler's loop would."""
-        session.unsent = None
-        try:
-            if isinstance(event, MergeDenied):
-                reason = "read-only token: merges are refused"
-                room.reply(session, refused_reply(event.request, room.state, READ_ONLY, reason))
-            else:
-                session.unsent = self._merge(room, session, event.request)
-        except Exception:
-            log.exception("internal error on connection %s", peer_address(ws))
-            if isinstance(ws, InlineConnection):
-                ws.message_sink = None  # the loop handles what may still come
-            close_later(ws, CloseCode.INTERNAL_ERROR, "internal error")
+        return self._desk.take(ws, room, session, peer, data)
 
     def _merge(
         self, room: Room, session: Session, request: p.MergeRequest
     ) -> asyncio.Future[None] | None:
         """Judge a merge request of ``session`` (outside a cluster) and queue its answer.
 
-        Returns:
-            For a durable room, a future done once the answer is sent; else ``None``.
+        See :meth:`sync.server._desk.MergeDesk.merge`.
         """
-        state = room.state
-        session.agent = request.agent or session.agent
-        refusal = limits_refusal(request, self.limits)
-        if refusal is not None:
-            room.reply(session, refused_reply(request, state, *refusal))
-            return None
-        max_document = self.limits.max_document
-        started = time.perf_counter()
-        done = judge_merge_unwaited(
-            state,
-            request,
-            agent=session.label,
-            scope=session.writer,
-            too_large=lambda extra: room.would_exceed(extra, max_document),
-        )
-        agent = request.agent or session.label
-        if state.store is None:  # in memory: durable at once
-            room.reply(session, done)  # after the update frame carrying the merge
-            self.inspector.merge_judged(room, agent, done, started, durable=True)
-            return None
-        # with the update frame carrying the merge, once it is durable; the
-        # connection's next message is handled only then (one merge waits at a time)
-        inspector = self.inspector
-        return room.reply_once_durable(
-            session,
-            done,
-            lambda error: storage_failed_reply(request, state, error),
-            lambda: inspector.merge_judged(room, agent, done, started, durable=True),
-        )
+        return self._desk.merge(room, session, request)
 
 
 def _cluster_node(
