@@ -182,12 +182,8 @@ class GroupCommit(Generic[T]):
     # -- the writer threads --------------------------------------------------------------
     def _job(self) -> None:
         """Write one batch (on a writer thread); submit the queue again if more came."""
-        with self._lock:
-            self._submitted = False
-            if self._writing is not None or not self._queue or self.failed is not None:
-                self._done.notify_all()  # a closing caller writes it, or nothing is left
-                return
-            self._writing = threading.get_ident()
+        if not self._claim():
+            return
         more = False
         try:
             more = self._write_one()
@@ -202,11 +198,29 @@ class GroupCommit(Generic[T]):
                 self._submit()
             self._done.notify_all()
 
+    def _claim(self) -> bool:
+        """Take this queue's turn to write on this thread; False: nothing to write now.
+
+        Called where the queue was handed over (:meth:`_submit`): a closing caller may
+        be writing it, its items may be written already, or the queue failed.
+        """
+        with self._lock:
+            self._submitted = False
+            if self._writing is not None or not self._queue or self.failed is not None:
+                self._done.notify_all()  # a closing caller writes it, or nothing is left
+                return False
+            self._writing = threading.get_ident()
+            return True
+
     def _submit(self) -> None:
-        """Hand this queue to a writer thread unless a job of it waits already (lock held)."""
+        """Hand this queue over to be written unless it waits already (lock held)."""
         if not self._submitted:
             self._submitted = True
-            self._pool.submit(self._job)
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Give this queue to a writer thread (lock held)."""
+        self._pool.submit(self._job)
 
     def _write_one(self) -> bool:
         """Write the queued items as one batch, then run ``after``; False once failed.

@@ -20,7 +20,6 @@ one store's compaction does not hold up the round of every other store.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Generator
 from typing import Any, Protocol, TypeVar
 
@@ -89,11 +88,9 @@ class RoundCommit(GroupCommit[T]):
         self._stage: Stage[T] = stage
         self._due = due
 
-    def _submit(self) -> None:
-        """Hand this queue to the writer unless it waits there already (lock held)."""
-        if not self._submitted:
-            self._submitted = True
-            self._rounds.submit(self)
+    def _hand_over(self) -> None:
+        """Give this queue to the writer for its next round (lock held)."""
+        self._rounds.submit(self)
 
     def _write_batch(self, batch: list[tuple[int, T]]) -> bool:
         """The batch in a round of its own (a queue closing on the writer's thread)."""
@@ -107,12 +104,9 @@ class RoundCommit(GroupCommit[T]):
         The writer calls :meth:`fire_durable` after the round for every queue it took,
         whatever this returned (staging may have failed the queue).
         """
+        if not self._claim():
+            return None
         with self._lock:
-            self._submitted = False
-            if self._writing is not None or not self._queue or self.failed is not None:
-                self._done.notify_all()  # a closing caller writes it, or nothing is left
-                return None
-            self._writing = threading.get_ident()
             batch, self._queue = self._queue, []
         staged = self._begin(batch)
         if staged is None:

@@ -119,7 +119,7 @@ class QueuedStore:
             name,
             self._write,
             self._after_write,
-            off=durability == "off",
+            off=self._off,
             shared=self.shared_writers,
         )
         _open_stores.add(self)
