@@ -15,9 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._entry import Entry, TruncateTo, WriteKind, advance, covers
-from ._entry_reads import read_at, under, unseen_by_chain
+from ._entry import Entry, TruncateTo, WriteKind, advance, covered_prefix, covers
+from ._entry_reads import keys_touched, read_at, under, unseen_by_chain
 from ._pathindex import PathIndex, choose_for_merge, reading_entries
+from ._sizes import HISTORY_BYTES, oldest_to_drop, undo_bytes
 from .errors import StaleBase, UnknownBase
 from .paths import Path
 from .version import VersionVector
@@ -29,11 +30,13 @@ __all__ = ["ChangeLog", "Entry", "TruncateTo", "WriteKind", "read_at", "unseen_b
 
 
 class ChangeLog:
-    """The retained history of one state, oldest first, bounded in length.
+    """The retained history of one state, oldest first, bounded in length and bytes.
 
     Sequence numbers start at 1; seq 0 is the initial (empty) state. Entries
-    older than ``limit`` are dropped; a base older than what is retained
-    raises :class:`StaleBase`. A log restored from storage starts at
+    older than ``limit`` are dropped, and so are the oldest entries while the
+    values the retained ones keep for undoing (:func:`~crdt_state._sizes.undo_bytes`)
+    come to more than ``limit_bytes`` (the newest entry is always kept); a base
+    older than what is retained raises :class:`StaleBase`. A log restored from storage starts at
     ``start_seq`` (the seq of ``initial``): bases older than it are stale.
     ``retired`` are the client ids of earlier epochs of the document (see
     ``SharedState._reset_document``): tokens naming them are stale too.
@@ -50,13 +53,19 @@ class ChangeLog:
         initial: VersionVector,
         limit: int = 10_000,
         *,
+        limit_bytes: int = HISTORY_BYTES,
         start_seq: int = 0,
         retired: Iterable[int] = (),
     ) -> None:
         if limit < 1:
             raise ValueError("history limit must be at least 1")
+        if limit_bytes < 1:
+            raise ValueError("history byte limit must be at least 1")
         self.limit = limit
+        self.limit_bytes = limit_bytes
         self._entries: list[Entry] = []
+        self._sizes: list[int] = []  # undo_bytes of each entry, in step with _entries
+        self._bytes = 0
         self._first_seq = start_seq + 1  # seq of _entries[0]
         self._head_seq = start_seq
         self._head_token = initial
@@ -108,15 +117,27 @@ class ChangeLog:
             request=request,
         )
         self._entries.append(entry)
+        self._sizes.append(undo_bytes(undo))
+        self._bytes += self._sizes[-1]
         self._index.add(entry.seq, entry.writes, undo)
         self._head_token = token
         self._token_seq[token] = entry.seq
-        if len(self._entries) > self.limit + self.limit // 4:
+        if len(self._entries) > self.limit + self.limit // 4 or self._bytes > self.limit_bytes:
             self._trim()
         return entry
 
+    @property
+    def retained_bytes(self) -> int:
+        """About how many bytes the retained entries' undo values hold."""
+        return self._bytes
+
     def _trim(self) -> None:
-        drop = len(self._entries) - self.limit
+        """Drop the oldest entries: down to ``limit``, and to 3/4 of ``limit_bytes``."""
+        drop = oldest_to_drop(self._sizes, len(self._sizes) - self.limit, self.limit_bytes)
+        if drop == 0:
+            return
+        self._bytes -= sum(self._sizes[:drop])
+        del self._sizes[:drop]
         dropped = self._entries[:drop]
         for entry in dropped:
             if self._token_seq.get(entry.token) == entry.seq:
@@ -189,27 +210,10 @@ class ChangeLog:
 
     def _covered_prefix(self, token: VersionVector) -> int:
         """How many retained entries, oldest first, ``token`` covers before one it does not."""
-        entries = self._entries
-        if not self._monotone:
-            for count, entry in enumerate(entries):
-                if not entry.covered_by(token):
-                    return count
-            return len(entries)
-        if not entries:
+        if not self._entries:
             return 0
-        # With growing tokens, entries[..i] are all covered exactly when the token
-        # has every clock entries[i].token has for the clients those entries advanced
-        # (a client none of them advanced still has its clock from before them).
-        before = self.token_at(self._first_seq - 1).get_clock
-        clock = token.get_clock
-        lo, hi = 0, len(entries)  # entries[:lo] covered; entries[hi - 1] and later not all
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if all(clock(c) >= k for c, k in entries[mid].token.items() if k != before(c)):
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        before = self.token_at(self._first_seq - 1)
+        return covered_prefix(self._entries, before, token, monotone=self._monotone)
 
     def since_token(self, token: VersionVector) -> tuple[int, list[Entry]]:
         """The base seq of ``token`` and every entry since it that ``token`` has not seen."""
@@ -387,11 +391,7 @@ class ChangeLog:
         """
         self._check_base(base_seq)
         if self._head_seq - base_seq <= len(self._index):
-            keys: set[str] = set()
-            for entry in self._entries[base_seq - self._first_seq + 1 :]:
-                keys.update(path[0] for path in entry.writes)
-                keys.update(path[0] for path, _ in entry.undo)
-            return keys
+            return keys_touched(self._entries[base_seq - self._first_seq + 1 :])
         return self._index.roots_after(base_seq)
 
     def entries(self) -> Iterator[Entry]:

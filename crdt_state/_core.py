@@ -22,6 +22,7 @@ from ._changelog import ChangeLog, Entry
 from ._deep import DeepEvents
 from ._entry_reads import read_at
 from ._events import join_updates
+from ._sizes import HISTORY_BYTES
 from .conflicts import Change, Conflict, StateUpdate, WriteKind
 from .errors import ReadOnlyStore, StateClosed
 from .journal import StateStore, settle_on_loop
@@ -52,6 +53,7 @@ class StateCore:
         *,
         client_id: int | None,
         history: int,
+        history_bytes: int = HISTORY_BYTES,
         follower: bool,
         schema: StateSchema | None,
     ) -> None:
@@ -60,7 +62,7 @@ class StateCore:
         self.meta = self.doc.get(ydoc.META_ROOT, type=Map)
         self.lock = threading.RLock()
         self.mirror: dict[str, Any] = {}
-        self.log = ChangeLog(VersionVector(), limit=history)
+        self.log = ChangeLog(VersionVector(), limit=history, limit_bytes=history_bytes)
         self.listeners: list[Listener] = []
         self.updates: list[bytes] = []  # this transaction's Yjs updates (when observed)
         self.update_sub: Any = None

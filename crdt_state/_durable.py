@@ -227,7 +227,12 @@ def _replay(
             core.doc.apply_update(stored.snapshot)
         core.mirror = ydoc.doc_snapshot(core.doc)
         token = VersionVector.from_state(core.doc.get_state())
-        core.log = ChangeLog(token, limit=core.log.limit, start_seq=stored.snapshot_seq)
+        core.log = ChangeLog(
+            token,
+            limit=core.log.limit,
+            limit_bytes=core.log.limit_bytes,
+            start_seq=stored.snapshot_seq,
+        )
         tokens = _apply_stored(core, stored.changes, stage, advance)
         core.depth_mark = nesting(core.mirror)
         return tokens
@@ -286,7 +291,13 @@ def start_epoch(core: StateCore) -> bool:
         core.replace_document(doc)
         token = VersionVector.from_state(doc.get_state())
         seq = core.log.head_seq + 1
-        core.log = ChangeLog(token, limit=core.log.limit, start_seq=seq, retired=retired)
+        core.log = ChangeLog(
+            token,
+            limit=core.log.limit,
+            limit_bytes=core.log.limit_bytes,
+            start_seq=seq,
+            retired=retired,
+        )
         core.epoch += 1
         if core.store is not None:
             core.store.record_epoch(EpochStart(seq, token, bytes(doc.get_update()), time.time()))

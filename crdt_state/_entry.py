@@ -18,7 +18,7 @@ from .version import VersionVector
 if TYPE_CHECKING:
     from .requests import RequestKey
 
-__all__ = ["Entry", "TruncateTo", "WriteKind", "advance", "covers"]
+__all__ = ["Entry", "TruncateTo", "WriteKind", "advance", "covered_prefix", "covers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +66,35 @@ def covers(token: VersionVector, entries: Sequence[Entry], first: int) -> bool:
         if not entries[index].covered_by(token):
             return False
     return True
+
+
+def covered_prefix(
+    entries: Sequence[Entry], before: VersionVector, token: VersionVector, *, monotone: bool
+) -> int:
+    """How many of ``entries`` (oldest first), ``token`` covers before one it does not.
+
+    ``before`` is the token before the first entry; ``monotone``: every entry's token
+    is at least the one before it, so the answer is found by bisection in
+    ``O(log(entries))`` comparisons of tokens (else one entry after the other).
+    """
+    if not monotone:
+        for count, entry in enumerate(entries):
+            if not entry.covered_by(token):
+                return count
+        return len(entries)
+    # With growing tokens, entries[..i] are all covered exactly when the token
+    # has every clock entries[i].token has for the clients those entries advanced
+    # (a client none of them advanced still has its clock from before them).
+    start_of = before.get_clock
+    clock = token.get_clock
+    lo, hi = 0, len(entries)  # entries[:lo] covered; entries[hi - 1] and later not all
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if all(clock(c) >= k for c, k in entries[mid].token.items() if k != start_of(c)):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def advance(before: VersionVector, after: VersionVector) -> tuple[dict[int, tuple[int, int]], bool]:

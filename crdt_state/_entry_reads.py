@@ -20,7 +20,7 @@ from .values import patch, tree_get
 if TYPE_CHECKING:
     from .requests import RequestKey
 
-__all__ = ["Overlap", "overlaps", "read_at", "under", "unseen_by_chain"]
+__all__ = ["Overlap", "keys_touched", "overlaps", "read_at", "under", "unseen_by_chain"]
 
 
 def unseen_by_chain(entries: Sequence[Entry], chain: Collection[RequestKey]) -> list[Entry]:
@@ -55,6 +55,15 @@ def unseen_by_chain(entries: Sequence[Entry], chain: Collection[RequestKey]) -> 
             out.append(replace(entry, writes=writes, undo=undo))
     out.reverse()
     return out
+
+
+def keys_touched(entries: Iterable[Entry]) -> set[str]:
+    """The top-level keys under which ``entries`` wrote or restored a path."""
+    keys: set[str] = set()
+    for entry in entries:
+        keys.update(path[0] for path in entry.writes)
+        keys.update(path[0] for path, _ in entry.undo)
+    return keys
 
 
 def under(path: Path, paths: set[Path]) -> bool:

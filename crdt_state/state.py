@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from . import _durable, _merge
 from ._core import StateCore
+from ._sizes import HISTORY_BYTES
 from ._state_args import check_agent, check_commit
 from ._state_exchange import StateExchange
 from ._state_reads import StateReads
@@ -56,6 +57,10 @@ class SharedState(StateReads, StateExchange):
         resolvers: conflict policies by path pattern (``{"calls": counter}``).
         default: policy for conflicts no pattern matches (``raise_conflict``).
         history: how many change-log entries are kept for judging old fork bases.
+        history_bytes: about how many bytes the kept entries may hold (the values
+            they overwrote, kept for reading and judging old versions); past it the
+            oldest entries go, whatever ``history`` says: a base older than the
+            retained history is refused with :class:`StaleBase` (rebase and retry).
         client_id: the Yjs client id of this replica (random when omitted).
         schema: a pydantic model describing the state (see ``crdt_state.schema``):
             typed reads, validation of every write and merge, per-field policies.
@@ -73,6 +78,7 @@ class SharedState(StateReads, StateExchange):
         resolvers: Mapping[Any, object] | None = None,
         default: object = raise_conflict,
         history: int = 10_000,
+        history_bytes: int = HISTORY_BYTES,
         client_id: int | None = None,
         schema: type[BaseModel] | None = None,
         initialize: bool = True,
@@ -83,7 +89,13 @@ class SharedState(StateReads, StateExchange):
             from .schema import StateSchema  # pydantic is only imported for typed states
 
             typed = StateSchema(schema)
-        core = StateCore(client_id=client_id, history=history, follower=follower, schema=typed)
+        core = StateCore(
+            client_id=client_id,
+            history=history,
+            history_bytes=history_bytes,
+            follower=follower,
+            schema=typed,
+        )
         self._core = core
         if typed is not None:
             base = PolicyTable(typed.policies())
