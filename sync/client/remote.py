@@ -86,10 +86,10 @@ log = logging.getLogger("crdt_state.client")
 T = TypeVar("T")
 
 CONNECT_TIMEOUT = 10.0
-CLOSE_TIMEOUT = 10.0
-"""How long closing a client waits for its pending merges (see :meth:`RemoteState.close`)."""
 """Seconds :func:`connect` and :func:`~sync.client.blocking.connect_blocking` wait for the
 first sync with a hub."""
+CLOSE_TIMEOUT = 10.0
+"""How long closing a client waits for its pending merges (see :meth:`RemoteState.close`)."""
 
 
 class RemoteState(RemoteReads):
