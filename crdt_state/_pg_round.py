@@ -133,6 +133,7 @@ def store_round(
     except BaseException as exc:
         if conn is None or _lost(conn, exc, TransactionStatus.IDLE):
             _fail(parts, exc)
+            _drop_unsure(conn)
             return False
         log.warning(
             "a round of %d batches was refused (%s); storing each batch on its own",
@@ -159,6 +160,13 @@ def _one_by_one(conn: psycopg.Connection[Any], parts: list[Part], check: CheckHo
                     part.error = rejected(exc, part)
     except BaseException as exc:  # lost, or the COMMIT refused: nothing of it is stored
         _fail(todo, exc)
+        _drop_unsure(conn)
+
+
+def _drop_unsure(conn: psycopg.Connection[Any] | None) -> None:
+    """Close ``conn`` unless it is idle outside a transaction (the next round reconnects)."""
+    if conn is not None and conn.info.transaction_status != TransactionStatus.IDLE:
+        conn.close()
 
 
 def _lost(conn: psycopg.Connection[Any], exc: BaseException, status: TransactionStatus) -> bool:
