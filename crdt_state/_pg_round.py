@@ -11,7 +11,8 @@
    constraint violated, a value the server or the client's adapter refuses, a row too
    large, a lock timeout...): the fast path's transaction rolled back, so nothing of it is
    stored. The round runs **once more**, in one transaction: the hooks again (a fence
-   checked again: one moved meanwhile refuses its batch), then each batch that passed in
+   checked again: one moved meanwhile refuses its batch; what a hook wrote on the first
+   try was rolled back with it, so a hook runs twice), then each batch that passed in
    a savepoint of its own, its statements in order in one pipeline. A batch whose
    statement is refused again is rolled back to its savepoint and fails alone with
    :func:`rejected` (``details["reason"] == "rejected"``); the others commit together.

@@ -6,8 +6,9 @@ transaction. Another hub has meanwhile claimed one of the rooms: that room's bat
 refused by its fence (nothing of it written, its store failed), and the other two
 commit in the same transaction, their position and the writer's session recorded. Then a
 fenced room and a room whose batch the server refuses (a duplicate log row) in one round:
-the round runs again, each batch on its own, and only those two fail. Both ways of running
-the hooks: the cluster's one statement for all rooms, and one savepoint per hook.
+the round runs again, each batch on its own, and only those two fail (a fence moved between
+the two tries refuses its batch on the retry). Both ways of running the hooks: the
+cluster's one statement for all rooms, and one savepoint per hook.
 """
 
 from __future__ import annotations
@@ -279,6 +280,80 @@ async def test_a_fenced_room_and_a_refused_batch_fail_alone_in_one_round(
             with pytest.raises(StorageError):
                 judges[n].commit({"n": 9}, judges[n].token, "agent")
         judges[0].commit({"m": 1}, judges[0].token, "agent")
+    finally:
+        for judge in judges:
+            await asyncio.to_thread(judge.close)
+        await asyncio.to_thread(writer.close)
+
+
+async def test_a_fence_moved_before_the_retry_refuses_its_batch(
+    pool: Pool, postgres_dsn: str
+) -> None:
+    """The retry checks every fence again: a room claimed by another hub between the two
+    tries (its row unlocked by the first try's rollback) is refused, not stored."""
+    prefix = f"recheck-{secrets.token_hex(4)}"
+    rooms = [f"{prefix}-{n}" for n in range(3)]
+    async with pool.connection() as conn:
+        fences = [await claim_fence(conn, room, "hub-a#1") for room in rooms]
+    calls: list[int] = []
+
+    def check(conn: psycopg.Connection[Any], hooks: Any) -> Any:
+        hooked = {h.room for h, _ in hooks if isinstance(h, PositionHook)}
+        if rooms[2] in hooked:
+            calls.append(len(hooks))
+            if len(calls) == 2:  # the retry: another hub claims room 2 first
+                with psycopg.connect(postgres_dsn, autocommit=True) as other:
+                    other.execute(
+                        "UPDATE crdt_rooms SET fence = fence + 1, owner = 'hub-b#2'"
+                        " WHERE room = %s",
+                        (rooms[2],),
+                    )
+        return fenced_positions(conn, hooks)
+
+    writer = await asyncio.to_thread(SharedWriter, postgres_dsn, check=check)
+    judges: list[SharedState] = []
+    try:
+        for room, fence in zip(rooms, fences, strict=True):
+            hook = PositionHook(room, fence.value)
+            judges.append(
+                await asyncio.to_thread(
+                    open_postgres, postgres_dsn, room, before_commit=hook, writer=writer
+                )
+            )
+        async with pool.connection() as conn:
+            await conn.execute(
+                "INSERT INTO crdt_store_log (key, seq, token, doc_update, agent, origin,"
+                " time, paths) VALUES (%s, 1, '', '', 'intruder', 'test', 0, '[]')",
+                (rooms[1],),
+            )
+        rounds = writer.rounds
+        gate = await asyncio.to_thread(psycopg.connect, postgres_dsn, autocommit=True)
+        gate.execute("SELECT pg_advisory_lock(%s)", (GATE,))
+        waits = Recorded()
+        waits.execute("SELECT pg_advisory_xact_lock(%s)", (GATE,))
+        busy = threading.Thread(target=writer.commit, args=(waits, None, 0, "gate"))
+        busy.start()
+        try:
+            deadline = time.monotonic() + 10
+            while writer.rounds == rounds:
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+            for n, judge in enumerate(judges):
+                judge.commit({"n": n}, judge.token, "agent", wait=False)
+            _wait_pending(writer, 3)
+        finally:
+            gate.close()
+            busy.join(10)
+        outcomes = [await asyncio.to_thread(_errors, judge) for judge in judges]
+        assert calls == [3, 3] and writer.retries == 1  # both tries checked all three
+        assert outcomes[0] == [None]
+        rejected, fenced = outcomes[1][0], outcomes[2][0]
+        assert isinstance(rejected, StorageError) and rejected.details["reason"] == "rejected"
+        assert isinstance(fenced, StorageError) and isinstance(fenced.__cause__, Fenced)
+        assert (fenced.__cause__.fence, fenced.__cause__.current) == (1, 2)
+        for n, count in ((0, 1), (2, 0)):
+            stored = await asyncio.to_thread(load_stored, postgres_dsn, rooms[n])
+            assert stored is not None and len(stored.changes) == count
     finally:
         for judge in judges:
             await asyncio.to_thread(judge.close)
