@@ -80,7 +80,11 @@ class GroupCommit(Generic[T]):
             if self.failed is not None:
                 raise StorageError(
                     "the state file failed earlier; this change is not stored",
-                    details={"file": self.file, "cause": self.failed.message},
+                    details={
+                        **self.failed.details,
+                        "file": self.file,
+                        "cause": self.failed.message,
+                    },
                 ) from (self.failed.__cause__ or self.failed)
             if self._closing:
                 raise StorageError(
@@ -151,9 +155,15 @@ class GroupCommit(Generic[T]):
         return (self._settled if settled else self._durable) >= ticket
 
     def _failure(self) -> StorageError:
+        """The error of a change never stored (the original error chained).
+
+        Its ``details`` are the failure's (its ``"reason"``...), with ``"file"`` and
+        ``"cause"`` (the failure's message).
+        """
+        failed = self.failed.details if self.failed is not None else {}
         cause = self.failed.message if self.failed is not None else "closed"
         error = StorageError(
-            "the change could not be stored", details={"file": self.file, "cause": cause}
+            "the change could not be stored", details={**failed, "file": self.file, "cause": cause}
         )
         if self.failed is not None:  # chain the original error (a disk's, a hook's)
             error.__cause__ = self.failed.__cause__ or self.failed

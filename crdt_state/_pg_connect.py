@@ -4,7 +4,9 @@ The writer's setup and lock, and psycopg errors as :class:`~crdt_state.errors.St
 
 Every error names the database as ``postgresql://user@host:port/dbname#key`` and
 carries a stable ``details["reason"]``: ``"unavailable"`` (the server does not answer or
-fails), ``"in_use"`` (another writer holds the key), ``"postgres"`` (a statement failed).
+fails), ``"in_use"`` (another writer holds the key), ``"postgres"`` (a statement failed),
+``"refused"`` (the ``before_commit`` hook refused the write); a shared writer's batch whose
+own statement was refused fails with ``"rejected"`` (:func:`crdt_state._pg_round.rejected`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ The writer's thread runs **rounds**: it takes the batch of every store handed in
 far, turns each into the statements the store would run (:class:`Recorded`: nothing is
 sent yet), and stores them all in **one** transaction; the stores handing theirs in
 meanwhile go in the next round. :meth:`SharedWriter.commit` hands in one batch of
-recorded statements directly and waits for its round. A round:
+recorded statements directly and waits for its round. A round
+(:func:`~crdt_state._pg_round.store_round`):
 
 1. the stores' ``before_commit`` hooks first: all in one call of the writer's ``check``
    when it has one (the hub cluster checks every room's fence in one statement), else
@@ -18,10 +19,20 @@ recorded statements directly and waits for its round. A round:
 2. the statements of the batches that passed, the same statement of every store sent
    as one ``executemany`` (each store's statements keep their order), so a transaction
    of many stores costs little more than one of a store;
-3. one ``COMMIT``. A failure in 2 or 3 (the connection lost, a statement refused) fails
-   every batch of the round: nothing of it is stored. Nobody is told a batch is stored
-   before the ``COMMIT`` returned: the stores mark their batches durable after it, and
-   only then are their durability callbacks called (on the writer's thread).
+3. one ``COMMIT``.
+
+A batch fails alone: when a statement is refused (a constraint, a value, a row too large;
+the connection still up), the transaction rolls back and the round runs once more, the
+hooks again then each batch in a savepoint of its own: only the batches refused again
+fail (:class:`StorageError`, ``details["reason"] == "rejected"``, with the store's
+``"key"``, the ``"sqlstate"`` and the refusal as ``__cause__``), the others commit. A lost
+connection (or a refused ``COMMIT`` of that retry) fails every batch of the round not
+failed yet, with no retry: a ``COMMIT`` whose answer was lost may have stored its
+batches. A store whose batch failed is failed for good, as after any failed write
+(:class:`~crdt_state._group_commit.GroupCommit`): its later writes raise. Nobody is told a
+batch is stored before the ``COMMIT`` holding it returned: the stores mark their batches
+durable after it, and only then are their durability callbacks called (on the writer's
+thread).
 
 A lost connection is opened again for the next round. Knows SQL statements as text and
 parameters, not the rows: the stores record them.
@@ -31,14 +42,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 
 from . import _writer_pool
 from ._group_rounds import RoundCommit
-from ._pg_connect import Durability, connect, hook_refused, prepare, safe_dsn
+from ._pg_connect import Durability, connect, prepare, safe_dsn
+from ._pg_round import CheckHooks, Hook, Part, Recorded, store_round
 from .errors import StorageError
 
 __all__ = ["IDLE_SECONDS", "CheckHooks", "Hook", "Part", "Recorded", "SharedWriter"]
@@ -47,54 +58,6 @@ log = logging.getLogger("crdt_state.storage")
 
 IDLE_SECONDS = 5.0
 """A writer's thread ends after this long without work (a writer never closed keeps none)."""
-
-Hook = Callable[["psycopg.Connection[Any]", int], None]
-"""A store's ``before_commit(conn, last_ticket)``."""
-CheckHooks = Callable[
-    ["psycopg.Connection[Any]", Sequence[tuple[Hook, int]]], Sequence[BaseException | None]
-]
-"""``check(conn, [(hook, last_ticket), ...])``: runs those hooks' checks together inside
-the round's transaction; per hook, ``None`` (passed) or the error it would have raised."""
-
-
-class Recorded:
-    """The statements of one batch, recorded in order instead of sent.
-
-    Stands for a connection where the row writers of :mod:`crdt_state._pg_log` expect
-    one: ``execute(sql, params)`` and ``cursor().executemany(sql, rows)`` (they read
-    nothing back while writing).
-    """
-
-    def __init__(self) -> None:
-        self.statements: list[tuple[str, list[Any]]] = []
-
-    def execute(self, sql: str, params: Any = None) -> None:
-        """Record one execution of ``sql``."""
-        self.statements.append((sql, [params]))
-
-    def executemany(self, sql: str, rows: Sequence[Any]) -> None:
-        """Record ``sql`` for each of ``rows``."""
-        if rows:
-            self.statements.append((sql, list(rows)))
-
-    def cursor(self) -> Recorded:
-        """Itself (``conn.cursor().executemany(...)``)."""
-        return self
-
-
-class Part:
-    """One batch in a round: its statements and hook, then its error (``None``: stored)."""
-
-    __slots__ = ("done", "error", "hook", "statements", "ticket", "where")
-    done: bool
-
-    def __init__(self, statements: Recorded, hook: Hook | None, ticket: int, where: str) -> None:
-        self.statements = statements.statements
-        self.hook = hook
-        self.ticket = ticket
-        self.where = where
-        self.error: BaseException | None = None
-        self.done = False
 
 
 class SharedWriter:
@@ -127,9 +90,11 @@ class SharedWriter:
         self.connect_timeout = connect_timeout
         self.check = check
         self.rounds = 0
-        """Transactions tried so far."""
+        """Rounds run so far (a round run again is one round, two transactions)."""
         self.parts = 0
-        """Batches those transactions carried."""
+        """Batches those rounds carried."""
+        self.retries = 0
+        """Rounds run again, each batch in a savepoint of its own (a statement was refused)."""
         self._conn: psycopg.Connection[Any] | None = None
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)  # something was handed in
@@ -176,9 +141,10 @@ class SharedWriter:
 
         Raises:
             StorageError: the hook refused the batch (``details["reason"] == "refused"``,
-                ``__cause__`` the hook's error: nothing of the batch is stored), or the
+                ``__cause__`` the hook's error: nothing of the batch is stored), a
+                statement of it was refused (``"rejected"``, see the module doc), or the
                 writer is closed.
-            psycopg.Error: the round failed (nothing of it is stored).
+            psycopg.Error: the connection was lost (nothing of the round is stored).
         """
         part = Part(statements, hook, ticket, where)
         with self._lock:
@@ -311,60 +277,5 @@ class SharedWriter:
         """Store ``parts`` in one transaction; each that fails gets its error."""
         self.rounds += 1
         self.parts += len(parts)
-        try:
-            conn = self._connected()
-            with conn.pipeline(), conn.transaction():
-                passed = self._checked(conn, parts)
-                for sql, rows in merged([part.statements for part in passed]):
-                    conn.cursor().executemany(sql, rows)
-        except BaseException as exc:  # the round failed: nothing of it is stored
-            for part in parts:
-                if part.error is None:
-                    part.error = exc
-
-    def _checked(self, conn: psycopg.Connection[Any], parts: list[Part]) -> list[Part]:
-        """Run the hooks; the parts that passed (the others have their error)."""
-        hooked = [part for part in parts if part.hook is not None]
-        if self.check is not None and hooked:
-            errors = self.check(conn, [(part.hook, part.ticket) for part in hooked])  # type: ignore[misc]
-            for part, error in zip(hooked, errors, strict=True):
-                if error is not None:
-                    part.error = hook_refused(error, part.where)
-        else:
-            for part in hooked:
-                assert part.hook is not None
-                try:
-                    with conn.transaction():  # a savepoint: a failed statement fails it alone
-                        part.hook(conn, part.ticket)
-                except Exception as exc:
-                    if conn.broken or isinstance(exc, psycopg.OperationalError):
-                        raise  # the connection failed: the whole round does
-                    part.error = hook_refused(exc, part.where)
-        return [part for part in parts if part.error is None]
-
-
-def merged(batches: Sequence[Sequence[tuple[str, list[Any]]]]) -> list[tuple[str, list[Any]]]:
-    """The statements of ``batches`` as few ``executemany`` calls, each batch's order kept.
-
-    Repeatedly takes the statement at the front of the first batch that has one left, and
-    from every batch the leading statements of that same text: batches of the same shape
-    (a log insert, a blame upsert, ...) become one call per statement. Batches write
-    disjoint rows (each its own key), so only each batch's own order matters.
-    """
-    fronts = [0] * len(batches)
-    out: list[tuple[str, list[Any]]] = []
-    while True:
-        sql = next(
-            (b[f][0] for b, f in zip(batches, fronts, strict=True) if f < len(b)),
-            None,
-        )
-        if sql is None:
-            return out
-        rows: list[Any] = []
-        for i, batch in enumerate(batches):
-            front = fronts[i]
-            while front < len(batch) and batch[front][0] == sql:
-                rows.extend(batch[front][1])
-                front += 1
-            fronts[i] = front
-        out.append((sql, rows))
+        if store_round(self._connected, parts, self.check):
+            self.retries += 1

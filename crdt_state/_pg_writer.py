@@ -50,7 +50,7 @@ def stage_batch(
     items = [item for _, item in batch]
     written = write_batch(cast(Any, recorded), key, items, at[0], at[1], where)
     with failures("writing to PostgreSQL failed", where):
-        error = yield Part(recorded, hook, batch[-1][0], where)
+        error = yield Part(recorded, hook, batch[-1][0], where, key)
         if error is not None:
             raise error
     return written

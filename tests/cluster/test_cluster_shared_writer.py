@@ -4,9 +4,11 @@ Real PostgreSQL. Three judges share a :class:`~crdt_state.postgres.SharedWriter`
 writer is held busy while each of them hands it a batch, so the three batches go in one
 transaction. Another hub has meanwhile claimed one of the rooms: that room's batch is
 refused by its fence (nothing of it written, its store failed), and the other two
-commit in the same transaction, their position and the writer's session recorded. Both
-ways of running the hooks: the cluster's one statement for all rooms, and one savepoint
-per hook.
+commit in the same transaction, their position and the writer's session recorded. Then a
+fenced room and a room whose batch the server refuses (a duplicate log row) in one round:
+the round runs again, each batch on its own, and only those two fail (a fence moved between
+the two tries refuses its batch on the retry). Both ways of running the hooks: the
+cluster's one statement for all rooms, and one savepoint per hook.
 """
 
 from __future__ import annotations
@@ -191,6 +193,167 @@ async def test_the_writer_connects_again_after_its_session_was_ended(
         assert stored is not None and len(stored.changes) == 1
         stored = await asyncio.to_thread(load_stored, postgres_dsn, fences[0].room)
         assert stored is not None and len(stored.changes) == 1  # {"a": 2} was never stored
+    finally:
+        for judge in judges:
+            await asyncio.to_thread(judge.close)
+        await asyncio.to_thread(writer.close)
+
+
+@pytest.mark.parametrize("check", [fenced_positions, None], ids=["one-check", "savepoints"])
+async def test_a_fenced_room_and_a_refused_batch_fail_alone_in_one_round(
+    pool: Pool, postgres_dsn: str, check: CheckHooks | None
+) -> None:
+    """Room 0 stores, room 1 is fenced (another hub claimed it), room 2's batch is refused
+    by the server (its next log row was written by someone else): the round runs again,
+    each batch on its own, the fence checked again; only rooms 1 and 2 fail."""
+    prefix = f"isolate-{secrets.token_hex(4)}"
+    rooms = [f"{prefix}-{n}" for n in range(3)]
+    async with pool.connection() as conn:
+        fences = [await claim_fence(conn, room, "hub-a#1") for room in rooms]
+    writer = await asyncio.to_thread(SharedWriter, postgres_dsn, check=check)
+    judges: list[SharedState] = []
+    try:
+        for room, fence in zip(rooms, fences, strict=True):
+            hook = PositionHook(room, fence.value)
+            judges.append(
+                await asyncio.to_thread(
+                    open_postgres, postgres_dsn, room, before_commit=hook, writer=writer
+                )
+            )
+            hook.committed(f"{fence.value}-7")
+        async with pool.connection() as conn:
+            taken = await claim_fence(conn, rooms[1], "hub-b#2")
+            await conn.execute(
+                "INSERT INTO crdt_store_log (key, seq, token, doc_update, agent, origin,"
+                " time, paths) VALUES (%s, 1, '', '', 'intruder', 'test', 0, '[]')",
+                (rooms[2],),
+            )
+        rounds = writer.rounds
+        gate = await asyncio.to_thread(psycopg.connect, postgres_dsn, autocommit=True)
+        gate.execute("SELECT pg_advisory_lock(%s)", (GATE,))
+        waits = Recorded()
+        waits.execute("SELECT pg_advisory_xact_lock(%s)", (GATE,))
+        busy = threading.Thread(target=writer.commit, args=(waits, None, 0, "gate"))
+        busy.start()
+        try:
+            deadline = time.monotonic() + 10
+            while writer.rounds == rounds:
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+            for n, judge in enumerate(judges):
+                judge.commit({"n": n}, judge.token, "agent", wait=False)
+            _wait_pending(writer, 3)
+        finally:
+            gate.close()
+            busy.join(10)
+        outcomes = [await asyncio.to_thread(_errors, judge) for judge in judges]
+        assert writer.rounds == rounds + 2 and writer.retries == 1
+        assert outcomes[0] == [None]
+        fenced, rejected = outcomes[1][0], outcomes[2][0]
+        assert isinstance(fenced, StorageError) and isinstance(fenced.__cause__, Fenced)
+        assert fenced.details["reason"] == "refused"
+        assert (fenced.__cause__.fence, fenced.__cause__.current) == (1, taken.value)
+        assert isinstance(rejected, StorageError) and rejected.details["reason"] == "rejected"
+        assert rejected.details["key"] == rooms[2]
+        assert isinstance(rejected.__cause__, psycopg.errors.UniqueViolation)
+        stored = await asyncio.to_thread(load_stored, postgres_dsn, rooms[0])
+        assert stored is not None and len(stored.changes) == 1
+        stored = await asyncio.to_thread(load_stored, postgres_dsn, rooms[1])
+        assert stored is not None and stored.changes == []
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT room, stream_position, judge_pid FROM crdt_rooms"
+                " WHERE room = ANY(%s) ORDER BY room",
+                (rooms,),
+            )
+            rows = await cur.fetchall()
+            cur = await conn.execute(
+                "SELECT agent FROM crdt_store_log WHERE key = %s ORDER BY seq", (rooms[2],)
+            )
+            assert await cur.fetchall() == [("intruder",)]  # nothing of the refused batch
+        assert rows[0] == (rooms[0], "1-7", writer.pid)
+        assert rows[1][1] is None  # the fenced room's position was never recorded
+        # The refused batch's fence held: its committed position (the last durable batch's,
+        # true whatever became of this one) went in with the others.
+        assert rows[2] == (rooms[2], "1-7", writer.pid)
+        for n in (1, 2):  # both failed stores refuse every later write
+            with pytest.raises(StorageError):
+                judges[n].commit({"n": 9}, judges[n].token, "agent")
+        judges[0].commit({"m": 1}, judges[0].token, "agent")
+    finally:
+        for judge in judges:
+            await asyncio.to_thread(judge.close)
+        await asyncio.to_thread(writer.close)
+
+
+async def test_a_fence_moved_before_the_retry_refuses_its_batch(
+    pool: Pool, postgres_dsn: str
+) -> None:
+    """The retry checks every fence again: a room claimed by another hub between the two
+    tries (its row unlocked by the first try's rollback) is refused, not stored."""
+    prefix = f"recheck-{secrets.token_hex(4)}"
+    rooms = [f"{prefix}-{n}" for n in range(3)]
+    async with pool.connection() as conn:
+        fences = [await claim_fence(conn, room, "hub-a#1") for room in rooms]
+    calls: list[int] = []
+
+    def check(conn: psycopg.Connection[Any], hooks: Any) -> Any:
+        hooked = {h.room for h, _ in hooks if isinstance(h, PositionHook)}
+        if rooms[2] in hooked:
+            calls.append(len(hooks))
+            if len(calls) == 2:  # the retry: another hub claims room 2 first
+                with psycopg.connect(postgres_dsn, autocommit=True) as other:
+                    other.execute(
+                        "UPDATE crdt_rooms SET fence = fence + 1, owner = 'hub-b#2'"
+                        " WHERE room = %s",
+                        (rooms[2],),
+                    )
+        return fenced_positions(conn, hooks)
+
+    writer = await asyncio.to_thread(SharedWriter, postgres_dsn, check=check)
+    judges: list[SharedState] = []
+    try:
+        for room, fence in zip(rooms, fences, strict=True):
+            hook = PositionHook(room, fence.value)
+            judges.append(
+                await asyncio.to_thread(
+                    open_postgres, postgres_dsn, room, before_commit=hook, writer=writer
+                )
+            )
+        async with pool.connection() as conn:
+            await conn.execute(
+                "INSERT INTO crdt_store_log (key, seq, token, doc_update, agent, origin,"
+                " time, paths) VALUES (%s, 1, '', '', 'intruder', 'test', 0, '[]')",
+                (rooms[1],),
+            )
+        rounds = writer.rounds
+        gate = await asyncio.to_thread(psycopg.connect, postgres_dsn, autocommit=True)
+        gate.execute("SELECT pg_advisory_lock(%s)", (GATE,))
+        waits = Recorded()
+        waits.execute("SELECT pg_advisory_xact_lock(%s)", (GATE,))
+        busy = threading.Thread(target=writer.commit, args=(waits, None, 0, "gate"))
+        busy.start()
+        try:
+            deadline = time.monotonic() + 10
+            while writer.rounds == rounds:
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+            for n, judge in enumerate(judges):
+                judge.commit({"n": n}, judge.token, "agent", wait=False)
+            _wait_pending(writer, 3)
+        finally:
+            gate.close()
+            busy.join(10)
+        outcomes = [await asyncio.to_thread(_errors, judge) for judge in judges]
+        assert calls == [3, 3] and writer.retries == 1  # both tries checked all three
+        assert outcomes[0] == [None]
+        rejected, fenced = outcomes[1][0], outcomes[2][0]
+        assert isinstance(rejected, StorageError) and rejected.details["reason"] == "rejected"
+        assert isinstance(fenced, StorageError) and isinstance(fenced.__cause__, Fenced)
+        assert (fenced.__cause__.fence, fenced.__cause__.current) == (1, 2)
+        for n, count in ((0, 1), (2, 0)):
+            stored = await asyncio.to_thread(load_stored, postgres_dsn, rooms[n])
+            assert stored is not None and len(stored.changes) == count
     finally:
         for judge in judges:
             await asyncio.to_thread(judge.close)

@@ -289,7 +289,8 @@ class PostgresRoomStorage:
         writer, self._writer = self._writer, None
         if writer is not None:
             await asyncio.to_thread(writer.close)
-            log.info("shared writer: %d batches in %d transactions", writer.parts, writer.rounds)
+            counts = (writer.parts, writer.rounds, writer.retries)
+            log.info("shared writer: %d batches in %d rounds (%d run again)", *counts)
 
     async def open_replica(self, room: str) -> SharedState:
         """Load the room's stored snapshot and changes into a follower replica."""
