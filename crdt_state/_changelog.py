@@ -57,10 +57,11 @@ class ChangeLog:
         start_seq: int = 0,
         retired: Iterable[int] = (),
     ) -> None:
-        if limit < 1:
-            raise ValueError("history limit must be at least 1")
-        if limit_bytes < 1:
-            raise ValueError("history byte limit must be at least 1")
+        for name, value in (("history", limit), ("history_bytes", limit_bytes)):
+            if type(value) is not int:
+                raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, not {value}")
         self.limit = limit
         self.limit_bytes = limit_bytes
         self._entries: list[Entry] = []

@@ -109,10 +109,18 @@ def test_the_byte_budget_is_kept_when_a_stored_state_is_reopened(tmp_path: Path)
         again.close()
 
 
+@pytest.mark.parametrize("name", ["history", "history_bytes"])
 @pytest.mark.parametrize("bad", [0, -1])
-def test_a_byte_budget_below_one_is_refused(bad: int) -> None:
-    with pytest.raises(ValueError, match="history byte limit"):
-        SharedState(history_bytes=bad)
+def test_a_bound_below_one_is_refused(name: str, bad: int) -> None:
+    with pytest.raises(ValueError, match=f"{name} must be at least 1, not {bad}"):
+        SharedState(**{name: bad})
+
+
+@pytest.mark.parametrize("name", ["history", "history_bytes"])
+@pytest.mark.parametrize("bad", ["1MB", 1.5, True, None])
+def test_a_bound_that_is_not_an_int_is_refused_by_name(name: str, bad: object) -> None:
+    with pytest.raises(TypeError, match=f"{name} must be an int, not {type(bad).__name__}"):
+        SharedState(**{name: bad})
 
 
 def test_value_bytes_counts_strings_by_length_and_walks_deep_values_without_recursion() -> None:
