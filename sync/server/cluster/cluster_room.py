@@ -4,10 +4,10 @@ Every hub that has the room open follows it and contends for it:
 
 - **following**: the hub's :class:`~sync.server.cluster.follower.Follower` reads
   ``crdt:{room}:out`` (with every other room's, in one ``XREAD BLOCK``) from where the
-  replica was loaded and hands each entry to :meth:`ClusterRoom.apply_entry`: its update
-  is applied to the room's replica (the :class:`Room` fans it out to the hub's sessions,
-  as for any change), then the answers addressed to this hub go to their sessions, after
-  that update. While this hub owns the room, its owner applies each entry it published
+  replica was loaded and hands the entries of each read to
+  :meth:`ClusterRoom.apply_entries`: their updates are applied to the room's replica as
+  one (the :class:`Room` fans it out to the hub's sessions, as for any change), then the
+  answers addressed to this hub go to their sessions, after that update. While this hub owns the room, its owner applies each entry it published
   the same way as soon as the publish returned (:meth:`ClusterRoom.published`), and the
   follower leaves the room out of its reads (:meth:`ClusterRoom.current`). When Redis
   fails (or restarts, losing the streams), the room loads the replica again from the
