@@ -7,11 +7,12 @@ Every hub that has the room open follows it and contends for it:
   replica was loaded and hands the entries of each read to
   :meth:`ClusterRoom.apply_entries`: their updates are applied to the room's replica as
   one (the :class:`Room` fans it out to the hub's sessions, as for any change), then the
-  answers addressed to this hub go to their sessions, after that update. While this hub owns the room, its owner applies each entry it published
-  the same way as soon as the publish returned (:meth:`ClusterRoom.published`), and the
-  follower leaves the room out of its reads (:meth:`ClusterRoom.current`). When Redis
-  fails (or restarts, losing the streams), the room loads the replica again from the
-  durable store once Redis answers, so nothing published while it was away is missed.
+  answers addressed to this hub go to their sessions, after that update. While this hub
+  owns the room, its owner applies each entry it published the same way as soon as the
+  publish returned (:meth:`ClusterRoom.published`), and the follower leaves the room out
+  of its reads (:meth:`ClusterRoom.current`). When Redis fails (or restarts, losing the
+  streams), the room loads the replica again from the durable store once Redis answers,
+  so nothing published while it was away is missed.
 - the **contender**: tries to take the room's lease, again just after the holder's
   lease would run out (Redis tells it how long that is; at most ``ttl / 3``); once it holds
   it, it loads a judge state and runs :class:`~sync.server.cluster.owner.RoomOwner` until
