@@ -117,6 +117,10 @@ class FakeRoom:
             raise RuntimeError("cannot apply")
         self.seen.append(value)
 
+    def apply_entries(self, entries: list[tuple[str, Mapping[bytes | str, bytes | str]]]) -> None:
+        for entry_id, fields in entries:
+            self.apply_entry(entry_id, fields)
+
     async def resync(self) -> None:
         self.stale = False
         self.resyncs += 1

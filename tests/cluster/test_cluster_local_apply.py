@@ -10,7 +10,7 @@ follower reads the room again, so what the next owner publishes still arrives.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -39,13 +39,13 @@ def cluster_room(hub: Hub, room: str) -> ClusterRoom:
 def count_reads(room: ClusterRoom) -> list[str]:
     """The ids of the ``out`` entries the hub's follower hands to ``room`` from now on."""
     read: list[str] = []
-    follow = room.apply_entry
+    follow = room.apply_entries
 
-    def counted(entry_id: str, fields: Mapping[bytes | str, bytes | str]) -> None:
-        read.append(entry_id)
-        follow(entry_id, fields)
+    def counted(entries: Sequence[tuple[str, Mapping[bytes | str, bytes | str]]]) -> None:
+        read.extend(entry_id for entry_id, _ in entries)
+        follow(entries)
 
-    room.apply_entry = counted  # type: ignore[method-assign]
+    room.apply_entries = counted  # type: ignore[method-assign]
     return read
 
 

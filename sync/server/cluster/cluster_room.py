@@ -4,14 +4,15 @@ Every hub that has the room open follows it and contends for it:
 
 - **following**: the hub's :class:`~sync.server.cluster.follower.Follower` reads
   ``crdt:{room}:out`` (with every other room's, in one ``XREAD BLOCK``) from where the
-  replica was loaded and hands each entry to :meth:`ClusterRoom.apply_entry`: its update
-  is applied to the room's replica (the :class:`Room` fans it out to the hub's sessions,
-  as for any change), then the answers addressed to this hub go to their sessions, after
-  that update. While this hub owns the room, its owner applies each entry it published
-  the same way as soon as the publish returned (:meth:`ClusterRoom.published`), and the
-  follower leaves the room out of its reads (:meth:`ClusterRoom.current`). When Redis
-  fails (or restarts, losing the streams), the room loads the replica again from the
-  durable store once Redis answers, so nothing published while it was away is missed.
+  replica was loaded and hands the entries of each read to
+  :meth:`ClusterRoom.apply_entries`: their updates are applied to the room's replica as
+  one (the :class:`Room` fans it out to the hub's sessions, as for any change), then the
+  answers addressed to this hub go to their sessions, after that update. While this hub
+  owns the room, its owner applies each entry it published the same way as soon as the
+  publish returned (:meth:`ClusterRoom.published`), and the follower leaves the room out
+  of its reads (:meth:`ClusterRoom.current`). When Redis fails (or restarts, losing the
+  streams), the room loads the replica again from the durable store once Redis answers,
+  so nothing published while it was away is missed.
 - the **contender**: tries to take the room's lease, again just after the holder's
   lease would run out (Redis tells it how long that is; at most ``ttl / 3``); once it holds
   it, it loads a judge state and runs :class:`~sync.server.cluster.owner.RoomOwner` until
@@ -32,8 +33,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
+
+from pycrdt import merge_updates
 
 from crdt_state import CrdtStateError
 from sync.server._room import Room, Session
@@ -44,7 +47,7 @@ from sync.server.cluster.keys import room_key
 from sync.server.cluster.owner import RoomOwner, StepDown, newest_published
 from sync.server.cluster.ownership import Ownership, try_acquire
 from sync.server.cluster.preload import Preload
-from sync.server.cluster.streamio import later, newest
+from sync.server.cluster.streamio import Entry, later, newest
 from sync.server.cluster.streams import AnswerKind, OutEntry, StreamEntryError, decode_out
 from sync.wire.errors import CloseCode
 from sync.wire.protocol import reply_head
@@ -137,13 +140,43 @@ class ClusterRoom:
     # -- following out ------------------------------------------------------------------
     def apply_entry(self, entry_id: str, fields: Mapping[bytes | str, bytes | str]) -> None:
         """Apply the ``out`` entry ``entry_id`` (read by the hub's follower) to the room."""
-        self.position = entry_id
-        try:
-            entry = decode_out(fields)
-        except StreamEntryError as exc:
-            log.warning("room %r: skipping out-entry: %s", self.name, exc)
+        self.apply_entries([(entry_id, fields)])
+
+    def apply_entries(self, entries: Sequence[Entry]) -> None:
+        """Apply the ``out`` entries of one read (in stream order) to the room.
+
+        Their updates go into the replica in **one** ``apply_update`` (merged first:
+        updates are idempotent and commutative, so the state is the same as after one
+        apply each, and the room's sessions get the same single update frame they would
+        have got for changes made in one loop iteration), then the answers of every
+        entry are delivered in stream order, after the update that carries them. An
+        entry that cannot be read is skipped (logged). When the merged update is
+        refused, each entry's update is applied on its own, so one bad entry does not
+        keep the others out.
+        """
+        batch: list[OutEntry] = []
+        for entry_id, fields in entries:
+            self.position = entry_id
+            try:
+                batch.append(decode_out(fields))
+            except StreamEntryError as exc:
+                log.warning("room %r: skipping out-entry: %s", self.name, exc)
+        if not batch:
             return
-        self._apply(entry)
+        updates = [entry.update for entry in batch if entry.update]
+        if len(updates) == 1:
+            self._apply_update(updates[0])
+        elif updates:
+            try:
+                merged = bytes(merge_updates(*updates))
+            except Exception as exc:  # pycrdt raises plain exceptions
+                log.warning("room %r: cannot merge %d updates (%s)", self.name, len(updates), exc)
+                merged = None
+            if merged is None or not self._apply_update(merged):
+                for update in updates:
+                    self._apply_update(update)
+        for entry in batch:
+            self._answer(entry)
 
     def current(self) -> bool:
         """True when the follower need not read the room's ``out`` stream.
@@ -184,10 +217,20 @@ class ClusterRoom:
 
     def _apply(self, entry: OutEntry) -> None:
         if entry.update:
-            try:
-                self.room.state.apply_update(entry.update, agent="cluster")
-            except CrdtStateError as exc:  # cannot happen for updates the owner accepted
-                log.error("room %r: published update refused by the replica: %s", self.name, exc)
+            self._apply_update(entry.update)
+        self._answer(entry)
+
+    def _apply_update(self, update: bytes) -> bool:
+        """Apply a published update to the replica; False (logged) when it refuses it."""
+        try:
+            self.room.state.apply_update(update, agent="cluster")
+        except CrdtStateError as exc:  # cannot happen for updates the owner accepted
+            log.error("room %r: published update refused by the replica: %s", self.name, exc)
+            return False
+        return True
+
+    def _answer(self, entry: OutEntry) -> None:
+        """Count ``entry`` applied and deliver its answers (its update is in the replica)."""
         self.applied += 1
         me = self.node.hub_id
         for answer in entry.answers:

@@ -3,9 +3,10 @@
 A hub serving many rooms would otherwise hold one blocking ``XREAD`` (and one pooled Redis
 connection) per room, and pay one round trip per room with news. :class:`Follower` reads
 the ``out`` streams of every room it follows in one ``XREAD BLOCK`` call, from each
-room's own position, and hands each entry to its room
-(:meth:`~sync.server.cluster.cluster_room.ClusterRoom.apply_entry`), in stream order per
-room.
+room's own position, and hands the entries each room got to it in one call
+(:meth:`~sync.server.cluster.cluster_room.ClusterRoom.apply_entries`), in stream order:
+several entries of a room (a follower catching up after a stall, or a busy room) go
+into its replica as one update.
 
 A room this hub owns is left out of the reads while its owner's lease holds and the
 replica has every entry up to the owner's newest (``ClusterRoom.current``): only that owner
@@ -100,14 +101,19 @@ class Follower:
             target = self.rooms.get(name)
             if target is None or name in self._resyncs:
                 continue
-            expected = positions.get(name)
+            # entries the room's owner on this hub applied while the read was on its
+            # way (the position moved past them) are left out: their answers would
+            # reach the sessions twice
+            moved = target.position != positions.get(name)
             try:
+                batch = []
                 for entry_id, fields in entries:
                     entry = _text(entry_id)
-                    if target.position != expected and not later(entry, target.position):
-                        continue  # applied meanwhile by the room's owner on this hub
-                    target.apply_entry(entry, fields or {})
-                    expected = entry
+                    if moved and not later(entry, target.position):
+                        continue
+                    batch.append((entry, fields or {}))
+                if batch:
+                    target.apply_entries(batch)
             except Exception:
                 log.exception("room %r: following failed, reloading its replica", name)
                 self._resync(target)
