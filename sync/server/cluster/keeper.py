@@ -49,7 +49,14 @@ from typing import Final
 from .errors import LeaseLost, LossReason
 from .lease import RedisLease
 
-__all__ = ["DRIFT", "MARGIN", "RENEWALS_PER_TTL", "LeaseKeeper", "lease_deadline"]
+__all__ = [
+    "DRIFT",
+    "GATHER_WINDOW",
+    "MARGIN",
+    "RENEWALS_PER_TTL",
+    "LeaseKeeper",
+    "lease_deadline",
+]
 
 log = logging.getLogger("crdt_state.cluster")
 
@@ -57,6 +64,9 @@ DRIFT: Final = 0.01
 """Fraction of the ttl allowed for the clock rate difference between this host and Redis."""
 RENEWALS_PER_TTL: Final = 6
 """The keeper renews every ``ttl / RENEWALS_PER_TTL`` (see the module doc)."""
+GATHER_WINDOW: Final = 1 / (2 * RENEWALS_PER_TTL)
+"""Longest a hub holds a renewal back to send it with others, as a fraction of the ttl
+(:class:`~sync.server.cluster.renewals.Renewals`)."""
 MARGIN: Final = 0.002
 """Seconds taken off every lease validity, for the clock's own granularity."""
 

@@ -38,7 +38,7 @@ from sync.server.cluster.context import MergeAnswered
 from sync.server.cluster.errors import ClusterUnavailable
 from sync.server.cluster.follower import Follower
 from sync.server.cluster.inbox import Inbox
-from sync.server.cluster.keeper import RENEWALS_PER_TTL
+from sync.server.cluster.keeper import GATHER_WINDOW
 from sync.server.cluster.keys import parse_room_key, room_key
 from sync.server.cluster.lease import UNAVAILABLE
 from sync.server.cluster.outbox import Outbox
@@ -165,7 +165,7 @@ class ClusterNode:
         self._inbox = Inbox(self._streams.client())  # reads in a loop: a connection of its own
         # a renewal waits up to half the keepers' interval: the keepers of the hub then
         # renew in one or two calls per interval (see renewals.py)
-        self._renewals = Renewals(self._redis, self.lease_ttl / RENEWALS_PER_TTL / 2)
+        self._renewals = Renewals(self._redis, self.lease_ttl * GATHER_WINDOW)
         if self.postgres_dsn is not None:
             # a dead hub's rooms are claimed at once (one fence claim each): a pool of 4
             # queued them behind each other on a busy event loop
