@@ -50,6 +50,20 @@ class InlineConnection(ServerConnection):
                     return
         super().process_event(event)
 
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Drop the traceback of the error that closed the connection, if any.
+
+        ``websockets`` keeps a frame parser's error (a message too big, a protocol
+        error) as ``protocol.parser_exc``; its traceback holds the parser's frames, which
+        hold the protocol: a cycle that kept the connection, its buffers and its
+        transport until a full garbage collection. The error itself stays (it is the
+        cause of the ``ConnectionClosed`` the handler gets), without its frames.
+        """
+        super().connection_lost(exc)
+        failed = getattr(self.protocol, "parser_exc", None)
+        if failed is not None:
+            failed.__traceback__ = None
+
 
 def inline_connection(base: type[ServerConnection]) -> type[ServerConnection]:
     """``base`` (the inspector's metered connection) with :class:`InlineConnection`'s sink."""
