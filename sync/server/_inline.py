@@ -51,18 +51,27 @@ class InlineConnection(ServerConnection):
         super().process_event(event)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        """Drop the traceback of the error that closed the connection, if any.
+        """Break the cycles that kept a closed connection's protocol until a full collection.
 
-        ``websockets`` keeps a frame parser's error (a message too big, a protocol
-        error) as ``protocol.parser_exc``; its traceback holds the parser's frames, which
-        hold the protocol: a cycle that kept the connection, its buffers and its
-        transport until a full garbage collection. The error itself stays (it is the
-        cause of the ``ConnectionClosed`` the handler gets), without its frames.
+        ``websockets``' protocol parses with a generator of its own (``protocol.parser``,
+        its frame holding the protocol), left suspended for good once the connection is
+        closed; and it keeps a parser's error (a message too big, a protocol error) as
+        ``protocol.parser_exc``, whose traceback holds the frames of the parser, which
+        hold the protocol. Both are cycles: the protocol and its buffers stayed until a
+        collection of the oldest generation, which a hub makes rarely (see
+        ``sync.server._memory``). Once the connection is lost (the protocol at end of
+        stream: nothing steps its parser again), the parser is closed and the error's
+        traceback dropped; the error itself stays, the cause of the ``ConnectionClosed``
+        the handler gets.
         """
         super().connection_lost(exc)
-        failed = getattr(self.protocol, "parser_exc", None)
+        protocol = self.protocol
+        failed = getattr(protocol, "parser_exc", None)
         if failed is not None:
             failed.__traceback__ = None
+        close = getattr(getattr(protocol, "parser", None), "close", None)
+        if close is not None:
+            close()
 
 
 def inline_connection(base: type[ServerConnection]) -> type[ServerConnection]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import sys
 from pathlib import Path
@@ -69,3 +70,40 @@ async def test_unloading_rooms_trims(tmp_path: Path) -> None:
         await eventually(lambda: not hub.rooms and not hub._registry.unloading)
         await eventually(lambda: memory.trims >= 1, timeout=3)
         assert 1 <= len(calls) <= 3
+
+
+async def test_a_quiet_spell_after_frees_collects_then_trims() -> None:
+    events: list[str] = []
+    loop = asyncio.get_running_loop()
+    trimmer = MemoryTrimmer(
+        0.05, trim=lambda: events.append("trim"), quiet=0.2, collect=lambda: events.append("gc")
+    )
+    started = loop.time()
+    for _ in range(10):  # a burst of unloads: no collection while it lasts
+        trimmer.freed()
+        await asyncio.sleep(0.05)
+    burst = loop.time() - started
+    assert "gc" not in events
+    await eventually(lambda: trimmer.collections == 1, timeout=3)
+    assert loop.time() - started >= burst + 0.15
+    await eventually(lambda: events[-1] == "trim", timeout=3)  # a trim follows it
+    await asyncio.sleep(0.4)
+    await trimmer.close()
+    assert events.count("gc") == 1, events
+
+
+async def test_a_full_collection_that_freed_cycles_is_trimmed_after() -> None:
+    calls: list[int] = []
+    trimmer = MemoryTrimmer(0.0, trim=lambda: calls.append(1), quiet=None)
+    trimmer.freed()
+    await eventually(lambda: trimmer.trims == 1)
+    cycle: list[object] = []
+    cycle.append(cycle)
+    del cycle
+    assert gc.collect() >= 1  # on another thread it would trim the same way
+    await eventually(lambda: trimmer.trims == 2)
+    await trimmer.close()
+    assert trimmer._collected not in gc.callbacks  # removed on close
+    gc.collect()
+    await asyncio.sleep(0.05)
+    assert trimmer.trims == 2 and len(calls) == 2
