@@ -1,9 +1,10 @@
 """A websocket connection whose handler may take a message straight from the read callback.
 
 The one place the hub relies on ``websockets``' private attributes for reading
-(``recv_messages.frames``, its ``get_waiter`` and ``queue``); where they are missing
-the connection behaves as a plain ``ServerConnection``. A ``websockets`` upgrade must
-rerun ``tests/sync/server/test_hub_inline_merges.py``.
+(``recv_messages.frames``, its ``get_waiter`` and ``queue``) and, once a connection is
+lost, on its protocol's ``parser`` and ``parser_exc``; where they are missing the
+connection behaves as a plain ``ServerConnection``. A ``websockets`` upgrade must rerun
+``tests/sync/server/test_hub_inline_merges.py`` and ``test_hub_closed_cycles.py``.
 """
 
 from __future__ import annotations

@@ -6,12 +6,13 @@ import asyncio
 import gc
 import itertools
 import sys
+import time
 from pathlib import Path
 
 from hubs import eventually
 from websockets.asyncio.client import connect as ws_connect
 
-from sync.server._memory import MemoryTrimmer, libc_trim, next_trim_delay
+from sync.server._memory import COLLECTION_SHARE, MemoryTrimmer, libc_trim, next_trim_delay
 from sync.server.hub import Hub
 from sync.server.limits import Limits
 
@@ -73,23 +74,26 @@ async def test_unloading_rooms_trims(tmp_path: Path) -> None:
 
 
 async def test_a_quiet_spell_after_frees_collects_then_trims() -> None:
-    events: list[str] = []
+    events: list[tuple[str, float]] = []
     loop = asyncio.get_running_loop()
     trimmer = MemoryTrimmer(
-        0.05, trim=lambda: events.append("trim"), quiet=0.2, collect=lambda: events.append("gc")
+        0.05,
+        trim=lambda: events.append(("trim", loop.time())),
+        quiet=0.2,
+        collect=lambda: events.append(("gc", loop.time())),
     )
-    started = loop.time()
     for _ in range(10):  # a burst of unloads: no collection while it lasts
         trimmer.freed()
+        last = loop.time()
         await asyncio.sleep(0.05)
-    burst = loop.time() - started
-    assert "gc" not in events
+    assert all(kind == "trim" for kind, _ in events)
     await eventually(lambda: trimmer.collections == 1, timeout=3)
-    assert loop.time() - started >= burst + 0.15
-    await eventually(lambda: events[-1] == "trim", timeout=3)  # a trim follows it
+    (collected,) = [at for kind, at in events if kind == "gc"]
+    assert collected >= last + 0.19
+    await eventually(lambda: events[-1][0] == "trim", timeout=3)  # a trim follows it
     await asyncio.sleep(0.4)
     await trimmer.close()
-    assert events.count("gc") == 1, events
+    assert [kind for kind, _ in events].count("gc") == 1, events
 
 
 async def test_a_full_collection_that_freed_cycles_is_trimmed_after() -> None:
@@ -107,3 +111,22 @@ async def test_a_full_collection_that_freed_cycles_is_trimmed_after() -> None:
     gc.collect()
     await asyncio.sleep(0.05)
     assert trimmer.trims == 2 and len(calls) == 2
+
+
+async def test_a_slow_collection_spaces_out_the_next() -> None:
+    collected: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    def slow_collect() -> None:
+        collected.append(loop.time())
+        time.sleep(0.01)  # the next waits at least COLLECTION_SHARE times as long
+
+    trimmer = MemoryTrimmer(0.0, trim=lambda: None, quiet=0.05, collect=slow_collect)
+    trimmer.freed()
+    await eventually(lambda: len(collected) == 1, timeout=3)
+    trimmer.freed()  # another quiet spell, 0.05 s later: its collection waits
+    await asyncio.sleep(0.3)
+    assert len(collected) == 1
+    await eventually(lambda: len(collected) == 2, timeout=5)
+    assert collected[1] - collected[0] >= 0.01 * COLLECTION_SHARE - 0.01
+    await trimmer.close()
