@@ -87,7 +87,7 @@ class MemoryTrimmer:
     From the first :meth:`freed` on (until :meth:`close`), a collection of the oldest
     generation that freed objects (on any thread) is followed by a trim the same way;
     and ``quiet`` seconds after the last :meth:`freed` call, the trimmer runs a full
-    collection on the loop's thread (``collect``), then trims; not sooner after the
+    collection on the loop's thread (``collect``), then trims at once; not sooner after the
     previous such collection than :data:`COLLECTION_SHARE` times as long as that took.
 
     Args:
@@ -103,7 +103,7 @@ class MemoryTrimmer:
         interval: float = 1.0,
         trim: Trim | None = None,
         *,
-        quiet: float | None = 1.0,
+        quiet: float | None = 0.5,
         collect: Callable[[], object] = gc.collect,
     ) -> None:
         self.interval = interval
@@ -120,6 +120,7 @@ class MemoryTrimmer:
         self._freed_at = 0.0
         self._quiet_timer: asyncio.TimerHandle | None = None
         self._next_collection = 0.0  # monotonic time of the next collection at the soonest
+        self._collecting = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -150,16 +151,26 @@ class MemoryTrimmer:
         """Collect, then trim, once no :meth:`freed` call came for ``quiet`` seconds."""
         self._quiet_timer = None
         assert self.quiet is not None and self._loop is not None
+        if self._trim is None:  # trimming failed meanwhile: nothing to collect for
+            return
         now = time.monotonic()
         wait = max(self._freed_at + self.quiet, self._next_collection) - now
         if wait > 0:
             self._quiet_timer = self._loop.call_later(wait, self._when_quiet)
             return
         self.collections += 1
-        self._collect()  # frees what cycles held; the callback below trims after it
+        self._collecting = True
+        try:
+            self._collect()  # frees what cycles held
+        finally:
+            self._collecting = False
         took = time.monotonic() - now
         self._next_collection = now + took * COLLECTION_SHARE
-        self._soon()
+        # trim now, not an interval after the last trim: the quiet spell is the moment
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._start()
 
     def _collected(self, phase: str, info: dict[str, int]) -> None:
         """``gc.callbacks`` hook: trim after a collection of the oldest generation freed objects.
@@ -167,7 +178,9 @@ class MemoryTrimmer:
         Runs on whatever thread collected, inside the collection: it only schedules.
         """
         loop = self._loop
-        if phase == "stop" and info["generation"] == 2 and info["collected"] and loop is not None:
+        if self._collecting or loop is None:  # after its own collection the trimmer trims
+            return
+        if phase == "stop" and info["generation"] == 2 and info["collected"]:
             with contextlib.suppress(RuntimeError):  # the loop is closed
                 loop.call_soon_threadsafe(self._soon)
 
