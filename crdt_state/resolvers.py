@@ -295,7 +295,11 @@ class PolicyTable:
             last = self._last_overlay
             if last is not None and last[0] is default:
                 return last[1]
-            table = PolicyTable(None, default, parent=self)
+            # this table's rules and parent with another default: the same lookups as a
+            # child of this table, but no reference back to it (a cached child would be
+            # a cycle, this table kept alive until a full garbage collection)
+            table = PolicyTable(None, default, parent=self._parent)
+            table._rules = self._rules
             self._last_overlay = (default, table)
             return table
         return PolicyTable(resolvers, self.default if default is None else default, parent=self)

@@ -72,14 +72,16 @@ class MergeDesk:
         the connection causes (the loop runs callbacks in the order they were
         scheduled), so a connection's messages are still handled in order.
 
-        Only rooms kept in memory use it. Judged once per loop iteration, a durable
-        room's merges cost less CPU than through the handler's loop, and the extra RSS
-        the durable hostile soak (``tests/sync/server/test_hub_soak.py``) kept with them
-        was cyclic garbage (a refused merge's escalation kept its traceback, holding the
-        frames down from here), fixed; but with the fix that soak's leveling check still
-        failed in 2 of 13 runs (0 of 13 without), so durable rooms stay on the handler's
-        loop for now. :meth:`_judge_taken` pops each merge before judging it, so a frame
-        kept by a cycle holds no batch of connections.
+        Rooms kept in memory and durable rooms use it alike: judged once per loop
+        iteration, a durable room's merges reach the store's queue in one burst and cost
+        less CPU than through the handler's loop. A durable merge's answer still waits
+        until the merge is in the room's file (:meth:`merge` returns the future of that
+        round, kept as ``session.unsent``): until it is sent, this method takes nothing
+        more from the connection, whose next message waits in the handler's loop for
+        it, so one merge per connection waits for the disk at a time and the answers
+        keep their order; a failing store answers with the typed ``storage`` error, as
+        through the loop. :meth:`_judge_taken` pops each merge before judging it, so a
+        frame kept by a cycle holds no batch of connections.
         """
         if not data or data[0] != _MERGE or session.taken:
             return False

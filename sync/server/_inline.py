@@ -1,9 +1,10 @@
 """A websocket connection whose handler may take a message straight from the read callback.
 
 The one place the hub relies on ``websockets``' private attributes for reading
-(``recv_messages.frames``, its ``get_waiter`` and ``queue``); where they are missing
-the connection behaves as a plain ``ServerConnection``. A ``websockets`` upgrade must
-rerun ``tests/sync/server/test_hub_inline_merges.py``.
+(``recv_messages.frames``, its ``get_waiter`` and ``queue``) and, once a connection is
+lost, on its protocol's ``parser`` and ``parser_exc``; where they are missing the
+connection behaves as a plain ``ServerConnection``. A ``websockets`` upgrade must rerun
+``tests/sync/server/test_hub_inline_merges.py`` and ``test_hub_closed_cycles.py``.
 """
 
 from __future__ import annotations
@@ -49,6 +50,29 @@ class InlineConnection(ServerConnection):
                 if sink(data if type(data) is bytes else bytes(data)):
                     return
         super().process_event(event)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Break the cycles that kept a closed connection's protocol until a full collection.
+
+        ``websockets``' protocol parses with a generator of its own (``protocol.parser``,
+        its frame holding the protocol), left suspended for good once the connection is
+        closed; and it keeps a parser's error (a message too big, a protocol error) as
+        ``protocol.parser_exc``, whose traceback holds the frames of the parser, which
+        hold the protocol. Both are cycles: the protocol and its buffers stayed until a
+        collection of the oldest generation, which a hub makes rarely (see
+        ``sync.server._memory``). Once the connection is lost (the protocol at end of
+        stream: nothing steps its parser again), the parser is closed and the error's
+        traceback dropped; the error itself stays, the cause of the ``ConnectionClosed``
+        the handler gets.
+        """
+        super().connection_lost(exc)
+        protocol = self.protocol
+        failed = getattr(protocol, "parser_exc", None)
+        if failed is not None:
+            failed.__traceback__ = None
+        close = getattr(getattr(protocol, "parser", None), "close", None)
+        if close is not None:
+            close()
 
 
 def inline_connection(base: type[ServerConnection]) -> type[ServerConnection]:

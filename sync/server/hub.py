@@ -297,8 +297,7 @@ class Hub:
                 expiry = asyncio.create_task(expire_at(ws, grant.expires))
             peer = HubPeer(can_write=session.can_write)
             session.enqueue_many(HubPeer.greeting(room.state.token, list(room.awareness.values())))
-            if isinstance(ws, InlineConnection) and room.state.store is None:
-                # in memory only (see _take_now)
+            if isinstance(ws, InlineConnection):  # see _take_now
                 ws.message_sink = lambda data: self._take_now(ws, room, session, peer, data)
             async for data in ws:
                 unsent = session.unsent

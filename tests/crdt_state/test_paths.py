@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -135,6 +138,27 @@ def test_policy_table_routes_by_most_specific_pattern() -> None:
     assert overlay.resolve(_conflict(("scores", "final")))[0].resolution == "merge-time"
     bare = PolicyTable({}, default=lambda c: "default")
     assert bare.resolve(_conflict(("x",)))[0].resolution == "default"
+
+
+def test_a_cached_default_overlay_routes_as_the_table_and_holds_no_cycle() -> None:
+    outer = PolicyTable({"**": lambda c: "outer"})
+    table = PolicyTable({"scores.*": lambda c: "star"}, default=lambda c: "default", parent=outer)
+    default = lambda c: "new default"  # noqa: E731
+    overlay = table.overlay(None, default)
+    assert table.overlay(None, default) is overlay  # cached
+    assert overlay.resolve(_conflict(("scores", "q1")))[0].resolution == "star"
+    assert overlay.resolve(_conflict(("other",)))[0].resolution == "outer"
+    assert overlay.has_rule(("scores", "q1")) and overlay.has_rule(("other",))
+    bare = PolicyTable(None, default=lambda c: "default").overlay(None, default)
+    assert bare.resolve(_conflict(("x",)))[0].resolution == "new default"
+    # the table is freed as its last reference goes, no collection needed
+    alive = weakref.ref(table)
+    gc.disable()
+    try:
+        del table, overlay
+        assert alive() is None, "the cached overlay kept its table in a cycle"
+    finally:
+        gc.enable()
 
 
 def test_state_resolvers_by_pattern_end_to_end() -> None:
