@@ -178,7 +178,7 @@ BATCH_ROWS: Final = (
     " WHEN NEW.kind = 1 BEGIN INSERT OR REPLACE INTO blame (path, seq, agent, time, token)"
     " VALUES (NEW.a, NEW.b, NEW.c, NEW.d, NEW.e); END",
     "CREATE TEMP TRIGGER IF NOT EXISTS batch_request INSTEAD OF INSERT ON batch_rows"
-    " WHEN NEW.kind = 2 BEGIN INSERT OR REPLACE INTO writer_requests"
+    " WHEN NEW.kind = 2 BEGIN INSERT INTO writer_requests"
     " (writer, id, seq, token, paths, clean) VALUES (NEW.a, NEW.b, NEW.c, NEW.d, NEW.e, NEW.f);"
     " END",
 )
@@ -264,7 +264,7 @@ def append_changes(conn: sqlite3.Connection, changes: Sequence[StateUpdate]) -> 
     ]
     insert_rows(
         conn,
-        "INSERT OR REPLACE INTO writer_requests (writer, id, seq, token, paths, clean)",
+        "INSERT INTO writer_requests (writer, id, seq, token, paths, clean)",
         requests,
     )
 
@@ -274,7 +274,7 @@ def remember_request(
 ) -> None:
     """Store an applied request that wrote nothing (it has no change row)."""
     conn.execute(
-        "INSERT OR REPLACE INTO writer_requests (writer, id, seq, token, paths, clean)"
+        "INSERT INTO writer_requests (writer, id, seq, token, paths, clean)"
         " VALUES (?, ?, ?, ?, '[]', ?)",
         (writer, request_id, seq, token, int(clean)),
     )
