@@ -272,7 +272,7 @@ def append_changes(conn: sqlite3.Connection, changes: Sequence[StateUpdate]) -> 
 def remember_request(
     conn: sqlite3.Connection, writer: str, request_id: int, seq: int, token: bytes, clean: bool
 ) -> None:
-    """Store an applied request that wrote nothing (it has no change row)."""
+    """Store an applied request that wrote nothing (it has no change row); appended."""
     conn.execute(
         "INSERT INTO writer_requests (writer, id, seq, token, paths, clean)"
         " VALUES (?, ?, ?, ?, '[]', ?)",
@@ -281,7 +281,12 @@ def remember_request(
 
 
 def recent_requests(conn: sqlite3.Connection) -> list[StoredRequest]:
-    """The newest :data:`KEEP_REQUESTS` remembered requests, oldest first."""
+    """The newest :data:`KEEP_REQUESTS` remembered requests, oldest first.
+
+    In the order they were applied (rowid). A key stored twice (applied again after
+    the memory forgot it) comes back twice, the newer row last: loaded in this
+    order into a :class:`~crdt_state.requests.RequestMemory`, the newer wins.
+    """
     found = conn.execute(
         "SELECT writer, id, seq, token, paths, clean FROM writer_requests"
         " ORDER BY rowid DESC LIMIT ?",
