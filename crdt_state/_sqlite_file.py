@@ -305,6 +305,7 @@ def _prepare(conn: sqlite3.Connection, file: str) -> bool:
             with _transaction(conn):
                 for statement in upgrade(version, tables, FORMAT_VERSION):
                     conn.execute(statement)
+            conn.executescript("PRAGMA incremental_vacuum;")  # the old tables' pages
     except sqlite3.Error as exc:
         if is_busy(exc):
             raise in_use(file, exc) from exc

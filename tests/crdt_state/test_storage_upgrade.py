@@ -99,6 +99,7 @@ def test_a_format_2_file_keeps_every_row_and_is_written_in_the_new_format(
         assert conn.execute("PRAGMA user_version").fetchone()[0] == FORMAT_VERSION == 3
         meta = conn.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
         assert meta == ("3",)
+        assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0  # old pages released
     schema = _schema(file)
     assert "WITHOUT ROWID" in schema["blame"]
     assert "UNIQUE" not in schema["writer_requests"]
