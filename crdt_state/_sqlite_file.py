@@ -15,19 +15,25 @@ A state file is an ordinary SQLite database (WAL journal) marked with
                                        version after the change
     blame      (path, seq, agent, time, token)
                                        the last change that wrote each path
+                                       (``WITHOUT ROWID``: one b-tree keyed by path)
     conflicts  (id, time, path, base, current, incoming, current_agent,
                 incoming_agent, policy, resolution, applied, token)
                                        the conflict audit log
     writer_requests (writer, id, seq, token, paths, clean)
-                                       the newest applied requests, unique per
-                                       ``(writer, id)`` (see ``crdt_state.requests``);
-                                       ``seq`` is the change they made (the head
-                                       seq, and ``paths`` ``[]``, when they wrote
-                                       nothing); ``clean``: applied without conflict
+                                       the newest applied requests (see
+                                       ``crdt_state.requests``), in the order they
+                                       were applied (rowid), with no index: each
+                                       commit appends to one page; ``seq`` is the
+                                       change they made (the head seq, and ``paths``
+                                       ``[]``, when they wrote nothing); ``clean``:
+                                       applied without conflict
 
-Format 1 files kept requests by id alone (table ``requests``); opening one
-moves those rows to ``writer_requests`` (writer = the agent of their change)
-and marks the file format 2, in one transaction.
+Deduplication of requests is the in-memory ``RequestMemory``'s: a request is stored
+once when applied, and a key stored twice (applied again after the memory forgot
+it) has two rows, of which the newer wins when the memory is loaded back.
+
+Files of older formats are upgraded when opened for writing
+(:mod:`crdt_state._sqlite_upgrade`); :func:`connect_read_only` reads formats 2 and 3.
 
 Paths are stored as ASCII JSON arrays (``["customer","tier"]``), so the
 descendants of a path are one key range. Values in the audit log are JSON
@@ -57,6 +63,7 @@ from urllib.parse import quote
 
 from . import _file_lock
 from ._file_errors import failure, in_this_process, in_use, is_busy, os_failure, refuse
+from ._sqlite_upgrade import BLAME_TABLE, REQUESTS_TABLE, upgrade
 from .conflicts import UNRESOLVED
 from .paths import Path
 from .values import MISSING
@@ -78,25 +85,13 @@ __all__ = [
 ]
 
 APPLICATION_ID: Final = 0x63727374  # "crst"
-FORMAT_VERSION: Final = 2
+FORMAT_VERSION: Final = 3
+READ_FORMATS: Final = range(2, FORMAT_VERSION + 1)
+"""The formats :func:`connect_read_only` reads (their queries are the same)."""
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 
 Durability = Literal["full", "normal", "off"]
 _SYNCHRONOUS: Final[dict[str, str]] = {"full": "FULL", "normal": "NORMAL", "off": "OFF"}
-
-_REQUESTS_TABLE: Final = (
-    "CREATE TABLE IF NOT EXISTS writer_requests (writer TEXT NOT NULL, id INTEGER NOT NULL,"
-    " seq INTEGER NOT NULL, token BLOB NOT NULL, paths TEXT NOT NULL, clean INTEGER NOT NULL,"
-    " UNIQUE (writer, id))"
-)
-_MIGRATE_REQUESTS: Final = (
-    "INSERT OR IGNORE INTO writer_requests (writer, id, seq, token, paths, clean)"
-    " SELECT coalesce(log.agent, ''), r.id, r.seq, r.token, r.paths, 0"
-    " FROM requests AS r LEFT JOIN log ON log.seq = r.seq ORDER BY r.seq",
-    "DROP TABLE requests",
-    f"PRAGMA user_version={FORMAT_VERSION}",
-    f"UPDATE meta SET value = '{FORMAT_VERSION}' WHERE key = 'format'",
-)
 
 _SCHEMA: Final = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -104,16 +99,15 @@ _SCHEMA: Final = (
     " doc BLOB NOT NULL, time REAL NOT NULL)",
     "CREATE TABLE log (seq INTEGER PRIMARY KEY, token BLOB NOT NULL, doc_update BLOB NOT NULL,"
     " agent TEXT, origin TEXT NOT NULL, time REAL NOT NULL, paths TEXT NOT NULL)",
-    "CREATE INDEX log_token ON log (token)",
-    "CREATE TABLE blame (path TEXT PRIMARY KEY, seq INTEGER NOT NULL, agent TEXT,"
-    " time REAL NOT NULL, token BLOB NOT NULL)",
+    "CREATE INDEX log_token ON log (token)",  # SqliteReads.at: the seq of a token
+    BLAME_TABLE,
     "CREATE TABLE conflicts (id INTEGER PRIMARY KEY, time REAL NOT NULL, path TEXT NOT NULL,"
     " base TEXT NOT NULL, current TEXT NOT NULL, incoming TEXT NOT NULL, current_agent TEXT,"
     " incoming_agent TEXT, policy TEXT, resolution TEXT NOT NULL, applied INTEGER NOT NULL,"
     " token BLOB NOT NULL)",
     "CREATE INDEX conflicts_path ON conflicts (path)",
     "CREATE INDEX conflicts_time ON conflicts (time)",
-    _REQUESTS_TABLE,
+    REQUESTS_TABLE,
 )
 BUSY_WAIT_MS: Final = 5_000
 """How long a statement waits for SQLite's own brief locks (a reader recovering the WAL
@@ -250,6 +244,8 @@ def _check_readable(conn: sqlite3.Connection, file: str) -> None:
         app_id = conn.execute("PRAGMA application_id").fetchone()[0]
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except UnicodeDecodeError as exc:  # a damaged schema: a table name that is not text
+        raise refuse(f"the state file is damaged: {exc}", file) from exc
     except sqlite3.Error as exc:
         error = failure("not a crdt-state file (or a damaged one)", file, exc)
         error.details.setdefault("reason", "not_a_state_file")
@@ -262,7 +258,7 @@ def _check_readable(conn: sqlite3.Connection, file: str) -> None:
         raise refuse(f"the state file has format {version}, newer than {FORMAT_VERSION}", file)
     if not tables >= _TABLES:
         raise refuse("the state file is damaged: tables are missing", file)
-    if version < FORMAT_VERSION or "writer_requests" not in tables:
+    if version not in READ_FORMATS or "writer_requests" not in tables:
         error = refuse(
             f"the state file has the old format {version}: open it once for writing to upgrade it",
             file,
@@ -276,6 +272,8 @@ def _prepare(conn: sqlite3.Connection, file: str) -> bool:
         app_id = conn.execute("PRAGMA application_id").fetchone()[0]
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except UnicodeDecodeError as exc:  # a damaged schema: a table name that is not text
+        raise refuse(f"the state file is damaged: {exc}", file) from exc
     except sqlite3.Error as exc:
         if is_busy(exc):
             raise in_use(file, exc) from exc
@@ -303,15 +301,11 @@ def _prepare(conn: sqlite3.Connection, file: str) -> bool:
                 raise refuse(f"the state file is damaged: {check[:3]}", file)
         conn.execute("PRAGMA wal_autocheckpoint=256")
         conn.execute("PRAGMA journal_size_limit=1048576")
-        if not is_new:
-            conn.execute(_REQUESTS_TABLE)  # files written before request ids get the table
-            if "requests" in tables or version < FORMAT_VERSION:
-                with _transaction(conn):  # format 1: requests were keyed by id alone
-                    if "requests" in tables:
-                        for statement in _MIGRATE_REQUESTS[:2]:
-                            conn.execute(statement)
-                    for statement in _MIGRATE_REQUESTS[2:]:
-                        conn.execute(statement)
+        if not is_new and (version < FORMAT_VERSION or "writer_requests" not in tables):
+            with _transaction(conn):
+                for statement in upgrade(version, tables, FORMAT_VERSION):
+                    conn.execute(statement)
+            conn.executescript("PRAGMA incremental_vacuum;")  # the old tables' pages
     except sqlite3.Error as exc:
         if is_busy(exc):
             raise in_use(file, exc) from exc

@@ -178,7 +178,7 @@ BATCH_ROWS: Final = (
     " WHEN NEW.kind = 1 BEGIN INSERT OR REPLACE INTO blame (path, seq, agent, time, token)"
     " VALUES (NEW.a, NEW.b, NEW.c, NEW.d, NEW.e); END",
     "CREATE TEMP TRIGGER IF NOT EXISTS batch_request INSTEAD OF INSERT ON batch_rows"
-    " WHEN NEW.kind = 2 BEGIN INSERT OR REPLACE INTO writer_requests"
+    " WHEN NEW.kind = 2 BEGIN INSERT INTO writer_requests"
     " (writer, id, seq, token, paths, clean) VALUES (NEW.a, NEW.b, NEW.c, NEW.d, NEW.e, NEW.f);"
     " END",
 )
@@ -264,7 +264,7 @@ def append_changes(conn: sqlite3.Connection, changes: Sequence[StateUpdate]) -> 
     ]
     insert_rows(
         conn,
-        "INSERT OR REPLACE INTO writer_requests (writer, id, seq, token, paths, clean)",
+        "INSERT INTO writer_requests (writer, id, seq, token, paths, clean)",
         requests,
     )
 
@@ -272,16 +272,21 @@ def append_changes(conn: sqlite3.Connection, changes: Sequence[StateUpdate]) -> 
 def remember_request(
     conn: sqlite3.Connection, writer: str, request_id: int, seq: int, token: bytes, clean: bool
 ) -> None:
-    """Store an applied request that wrote nothing (it has no change row)."""
+    """Store an applied request that wrote nothing (it has no change row); appended."""
     conn.execute(
-        "INSERT OR REPLACE INTO writer_requests (writer, id, seq, token, paths, clean)"
+        "INSERT INTO writer_requests (writer, id, seq, token, paths, clean)"
         " VALUES (?, ?, ?, ?, '[]', ?)",
         (writer, request_id, seq, token, int(clean)),
     )
 
 
 def recent_requests(conn: sqlite3.Connection) -> list[StoredRequest]:
-    """The newest :data:`KEEP_REQUESTS` remembered requests, oldest first."""
+    """The newest :data:`KEEP_REQUESTS` remembered requests, oldest first.
+
+    In the order they were applied (rowid). A key stored twice (applied again after
+    the memory forgot it) comes back twice, the newer row last: loaded in this
+    order into a :class:`~crdt_state.requests.RequestMemory`, the newer wins.
+    """
     found = conn.execute(
         "SELECT writer, id, seq, token, paths, clean FROM writer_requests"
         " ORDER BY rowid DESC LIMIT ?",

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from crdt_state import BrokenChain, Change, ConflictError, SharedState, VersionVector, resolvers
+from crdt_state._sqlite_file import FORMAT_VERSION
 from crdt_state.requests import RequestKey, RequestMemory
 
 
@@ -187,9 +188,11 @@ def test_a_format_1_file_is_migrated(tmp_path: Path) -> None:
     assert again.applied == (("n",),) and reopened.get("n") == 1  # still deduplicated
     reopened.close()
     with closing(sqlite3.connect(file)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == FORMAT_VERSION
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
         assert "requests" not in tables and "writer_requests" in tables
+        rows = conn.execute("SELECT writer, id FROM writer_requests").fetchall()
+        assert rows == [("agent-a", 42)]
 
 
 def test_a_repeated_request_is_answered_once_the_original_is_durable(tmp_path: Path) -> None:

@@ -288,7 +288,8 @@ def test_a_batch_at_once_stores_what_the_transaction_stores(
     batches: list[list[StateUpdate]],
 ) -> None:
     """``write_batch(at_once=True)`` (one statement through the batch view) equals the
-    general path: the same rows in every table, rowids included, the same ``Written``."""
+    general path: the same rows in every table, rowids included (blame has none), the same
+    ``Written``."""
     dumps = []
     for at_once in (True, False):
         conn = sqlite3.connect(":memory:", isolation_level=None)
@@ -302,16 +303,12 @@ def test_a_batch_at_once_stores_what_the_transaction_stores(
             written = write_batch(conn, batch, last_seq, log_rows, "f", at_once=at_once)
             last_seq, log_rows = written.last_seq, written.log_rows
             results.append(written)
-        tables = ("log", "blame", "writer_requests", "conflicts")
-        dumps.append(
-            (
-                results,
-                [
-                    conn.execute(f"SELECT rowid, * FROM {t} ORDER BY rowid").fetchall()
-                    for t in tables
-                ],
-            )
-        )
+        queries = [
+            f"SELECT rowid, * FROM {t} ORDER BY rowid"
+            for t in ("log", "writer_requests", "conflicts")
+        ]
+        queries.append("SELECT * FROM blame ORDER BY path")  # WITHOUT ROWID: keyed by path
+        dumps.append((results, [conn.execute(query).fetchall() for query in queries]))
         conn.close()
     assert dumps[0] == dumps[1]
 

@@ -124,17 +124,18 @@ def corrupt_row(file: FilePath, rng: random.Random) -> str:
     column = rng.choice(COLUMNS[table])
     conn = sqlite3.connect(file, isolation_level=None)
     try:
-        rowids = [r[0] for r in conn.execute(f"SELECT rowid FROM {table}")]
+        key = "path" if table == "blame" else "rowid"  # blame is WITHOUT ROWID: keyed by path
+        rowids = [r[0] for r in conn.execute(f"SELECT {key} FROM {table}")]
         if not rowids:
             return f"{table} is empty"
         rowid = rng.choice(rowids)
         if rng.random() < 0.2:
-            sql = f"UPDATE OR IGNORE {table} SET {column} = {BAD_UTF8} WHERE rowid = ?"
+            sql = f"UPDATE OR IGNORE {table} SET {column} = {BAD_UTF8} WHERE {key} = ?"
             params: tuple[Any, ...] = (rowid,)
             value: Any = "bad utf-8"
         else:
             value = rng.choice(GARBAGE)
-            sql = f"UPDATE OR IGNORE {table} SET {column} = ? WHERE rowid = ?"
+            sql = f"UPDATE OR IGNORE {table} SET {column} = ? WHERE {key} = ?"
             params = (value, rowid)
         try:
             conn.execute(sql, params)
@@ -215,8 +216,9 @@ def test_the_message_says_what_is_damaged(
     file = tmp_path / "state.db"
     make_state_file(file)
     conn = sqlite3.connect(file, isolation_level=None)
+    key = "path" if table == "blame" else "rowid"  # blame is WITHOUT ROWID: keyed by path
     conn.execute(
-        f"UPDATE {table} SET {column} = ? WHERE rowid = (SELECT max(rowid) FROM {table})", (value,)
+        f"UPDATE {table} SET {column} = ? WHERE {key} = (SELECT max({key}) FROM {table})", (value,)
     )
     conn.close()
     with pytest.raises(StorageError) as info:
