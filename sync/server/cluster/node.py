@@ -304,6 +304,9 @@ class ClusterNode:
         """A local write's batch was published, or its owner stopped first (see ``_append``)."""
         if done.cancelled() or done.exception() is None:
             return
+        cluster_room = self.rooms.get(room)
+        if cluster_room is None or cluster_room.room.sessions.get(session.id) is not session:
+            return  # it left already: nothing to close, nothing to remember
         self._broken.add((room, session.id))
         log.info("room %r: the owner stopped before answering a write, closing its session", room)
         self.close_session(session, TRY_AGAIN_LATER, "owner stepped down")
