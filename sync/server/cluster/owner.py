@@ -8,8 +8,9 @@ One round:
 
 1. take up to :data:`BATCH` entries of ``crdt:{room}:in`` after the last one judged: from
    the hub's :class:`~sync.server.cluster.inbox.Inbox` (one ``XREAD`` for every room the hub
-   owns) when given an ``inbox`` slot, else by an ``XREAD`` of its own;
-2. judge them in stream order with the single hub's code: a plain update is applied
+   owns) when given an ``inbox`` slot, else by an ``XREAD`` of its own; then the writes
+   of the hub's own sessions handed over since (:meth:`RoomOwner.submit`, see below);
+2. judge them in that order with the single hub's code: a plain update is applied
    (``apply_update``), a merge request is judged
    (:func:`~sync.server._merge.judge_merge_unwaited`); each change is made in memory at
    once, in that order, and handed to the store, then one wait covers the batch, so one
@@ -21,6 +22,21 @@ One round:
    next batch in the same script was tried and dropped: the shorter cycle made batches
    smaller, so Redis commands and PostgreSQL commits per merge rose; see
    docs/architecture.md.)
+
+**Local writes.** A write received by the owner's own hub need not go through ``in``
+(an ``XADD``, then reading it back): the hub hands it over with :meth:`RoomOwner.submit`
+(a :class:`LocalWrite`, the merge request already decoded), and it is judged in the next
+batch after that batch's ``in`` entries. Each session's writes stay in the order it sent
+them: a session's write is handed over only once every earlier write it sent through
+``in`` was taken into a batch (:meth:`RoomOwner.accepts`, by ``in`` id), and from then on
+its writes follow each other in ``submit`` order. A local write has no ``in`` id: it
+moves nothing in the stream position a next owner resumes from, so if this owner stops
+before publishing its batch (the write not judged, or judged and committed but not
+answered), it is not judged again by the next owner; its ``done`` fails instead, and the
+hub closes the session (1013) and drops its later writes until it leaves, so the client
+sends it again: a merge committed already is answered from its remembered request, an
+update re-sent by the reconnecting client's sync. A committed change not published is
+also in the next owner's catch-up entry.
 
 Nothing is published for a batch whose storage failed (fenced, PostgreSQL gone): the
 loop raises :class:`StepDown` and the hub drops the judge state. Because every change is
@@ -244,7 +260,10 @@ class RoomOwner:
         return after is None or not later(after, self.taken)
 
     def submit(self, write: LocalWrite) -> bool:
-        """Judge ``write`` in the next batch, after the ``in`` entries taken with it.
+        """Judge ``write`` in a next batch, after the ``in`` entries taken with it.
+
+        A batch takes up to :data:`BATCH` local writes, oldest first; the rest wait for
+        the next one (``in`` entries taken then come first: they are other sessions').
 
         Returns ``False`` (nothing done) when the owner no longer takes writes. The
         caller must have checked :meth:`accepts` for the write's session.
@@ -278,7 +297,7 @@ class RoomOwner:
             while not stop():
                 self.ownership.check()
                 entries = await self._read()
-                local, self._local = self._local, []
+                local, self._local = self._local[:BATCH], self._local[BATCH:]
                 if not entries and not local:
                     continue
                 self._unpublished = local
