@@ -77,6 +77,14 @@ class InSlot:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):
                     await self.ready.wait()
+        return self.take_now()
+
+    def take_now(self) -> list[Entry]:
+        """Up to :data:`COUNT` entries, oldest first, without waiting (maybe none).
+
+        Raises:
+            ClusterUnavailable: the hub's read failed (Redis did not answer).
+        """
         self.ready.clear()
         if self.error is not None:
             error, self.error = self.error, None

@@ -23,6 +23,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -42,6 +43,7 @@ from sync.server.cluster.keeper import GATHER_WINDOW
 from sync.server.cluster.keys import parse_room_key, room_key
 from sync.server.cluster.lease import UNAVAILABLE
 from sync.server.cluster.outbox import Outbox
+from sync.server.cluster.owner import LocalWrite
 from sync.server.cluster.renewals import Renewals
 from sync.server.cluster.schema import migrate
 from sync.server.cluster.storage import RoomStorage
@@ -112,6 +114,10 @@ class ClusterNode:
         self._outbox: Outbox | None = None
         self._inbox: Inbox | None = None
         self._renewals: Renewals | None = None
+        self._last_in: dict[tuple[str, int], str] = {}
+        """(room, session id) -> the ``in`` id of the session's newest write appended there."""
+        self._broken: set[tuple[str, int]] = set()
+        """(room, session id) of sessions closed because a local write may be lost."""
 
     @property
     def redis(self) -> Redis:
@@ -256,15 +262,54 @@ class ClusterNode:
         """
         cluster_room = self.rooms[room.name]
         cluster_room.remember(session, request.request_id)
-        await self._append(room, session, MERGE, frame or p.encode_message(request))
+        await self._append(room, session, MERGE, frame or p.encode_message(request), request)
 
-    async def _append(self, room: Room, session: Session, kind: str, data: bytes) -> None:
+    async def _append(
+        self,
+        room: Room,
+        session: Session,
+        kind: str,
+        data: bytes,
+        request: p.MergeRequest | None = None,
+    ) -> None:
+        """Hand a session's write to the room's owner: directly when it is this hub, else ``in``.
+
+        A write goes to this hub's owner loop directly (:meth:`RoomOwner.submit`: no
+        ``XADD``, no read back, no encoding) when the owner takes it in the session's
+        order (:meth:`RoomOwner.accepts`: every earlier write the session sent through
+        ``in`` already taken into a batch). If that owner stops before publishing the
+        write's batch, the session is closed with 1013 and its later writes are dropped
+        until it leaves (its client reconnects and sends again what was not answered).
+        """
+        key = (room.name, session.id)
+        if key in self._broken:  # closing: a lost local write must not be overtaken
+            return
         entry = InEntry(kind, data, self.hub_id, session.id, session.label, session.writer)
+        cluster_room = self.rooms.get(room.name)
+        owner = cluster_room.owner if cluster_room is not None else None
+        if owner is not None and owner.accepts(self._last_in.get(key)):
+            write = LocalWrite(entry, request)
+            if owner.submit(write):
+                write.done.add_done_callback(partial(self._local_done, room.name, session))
+                return
         try:
-            await self.outbox.append(stream_key(room.name, "in"), encode_in(entry))
+            self._last_in[key] = await self.outbox.append(
+                stream_key(room.name, "in"), encode_in(entry)
+            )
         except ClusterUnavailable as exc:
             log.info("room %r: cannot forward a write (%s), closing its session", room.name, exc)
             self.close_session(session, TRY_AGAIN_LATER, "cluster unavailable")
+
+    def _local_done(self, room: str, session: Session, done: asyncio.Future[None]) -> None:
+        """A local write's batch was published, or its owner stopped first (see ``_append``)."""
+        if done.cancelled() or done.exception() is None:
+            return
+        cluster_room = self.rooms.get(room)
+        if cluster_room is None or cluster_room.room.sessions.get(session.id) is not session:
+            return  # it left already: nothing to close, nothing to remember
+        self._broken.add((room, session.id))
+        log.info("room %r: the owner stopped before answering a write, closing its session", room)
+        self.close_session(session, TRY_AGAIN_LATER, "owner stepped down")
 
     def close_session(self, session: Session, code: int, reason: str) -> None:
         """Close ``session``'s connection from synchronous code."""
@@ -280,6 +325,8 @@ class ClusterNode:
         cluster_room = self.rooms.get(room.name)
         if cluster_room is not None:
             cluster_room.forget_session(session)
+        self._last_in.pop((room.name, session.id), None)
+        self._broken.discard((room.name, session.id))
         payload = room.awareness.get(session.id)
         clients = safe_clients(payload) if payload is not None else {}
         if clients:

@@ -74,16 +74,17 @@ class Outbox:
             self._task = None
         self._fail(self._take_all(), ClusterUnavailable("redis", "the hub is stopping"))
 
-    async def append(self, key: str | bytes, fields: Mapping[str, bytes | str]) -> None:
-        """``XADD`` ``fields`` to ``key``; returns once Redis stored it.
+    async def append(self, key: str | bytes, fields: Mapping[str, bytes | str]) -> str:
+        """``XADD`` ``fields`` to ``key``; the new entry's id, once Redis stored it.
 
         Raises:
             ClusterUnavailable: Redis did not answer (the entry may or may not be stored).
         """
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.append(("xadd", key, dict(fields), done))
         self._ready.set()
-        await done
+        added = await done
+        return added.decode() if isinstance(added, bytes) else str(added)
 
     async def append_if_holder(
         self,

@@ -8,8 +8,9 @@ One round:
 
 1. take up to :data:`BATCH` entries of ``crdt:{room}:in`` after the last one judged: from
    the hub's :class:`~sync.server.cluster.inbox.Inbox` (one ``XREAD`` for every room the hub
-   owns) when given an ``inbox`` slot, else by an ``XREAD`` of its own;
-2. judge them in stream order with the single hub's code: a plain update is applied
+   owns) when given an ``inbox`` slot, else by an ``XREAD`` of its own; then the writes
+   of the hub's own sessions handed over since (:meth:`RoomOwner.submit`, see below);
+2. judge them in that order with the single hub's code: a plain update is applied
    (``apply_update``), a merge request is judged
    (:func:`~sync.server._merge.judge_merge_unwaited`); each change is made in memory at
    once, in that order, and handed to the store, then one wait covers the batch, so one
@@ -22,6 +23,21 @@ One round:
    smaller, so Redis commands and PostgreSQL commits per merge rose; see
    docs/architecture.md.)
 
+**Local writes.** A write received by the owner's own hub need not go through ``in``
+(an ``XADD``, then reading it back): the hub hands it over with :meth:`RoomOwner.submit`
+(a :class:`LocalWrite`, the merge request already decoded), and it is judged in the next
+batch after that batch's ``in`` entries. Each session's writes stay in the order it sent
+them: a session's write is handed over only once every earlier write it sent through
+``in`` was taken into a batch (:meth:`RoomOwner.accepts`, by ``in`` id), and from then on
+its writes follow each other in ``submit`` order. A local write has no ``in`` id: it
+moves nothing in the stream position a next owner resumes from, so if this owner stops
+before publishing its batch (the write not judged, or judged and committed but not
+answered), it is not judged again by the next owner; its ``done`` fails instead, and the
+hub closes the session (1013) and drops its later writes until it leaves, so the client
+sends it again: a merge committed already is answered from its remembered request, an
+update re-sent by the reconnecting client's sync. A committed change not published is
+also in the next owner's catch-up entry.
+
 Nothing is published for a batch whose storage failed (fenced, PostgreSQL gone): the
 loop raises :class:`StepDown` and the hub drops the judge state. Because every change is
 in PostgreSQL before it is published, and a new owner resumes after the last *published*
@@ -32,6 +48,7 @@ identity makes its second judgement answer like the first without writing.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
@@ -49,6 +66,7 @@ from sync.server.cluster.ownership import Ownership
 from sync.server.cluster.streamio import (
     Entry,
     append_if_holder,
+    later,
     newest,
     read_after,
     trim_before,
@@ -67,7 +85,15 @@ from sync.server.cluster.streams import (
 from sync.wire import protocol as p
 from sync.wire.errors import ProtocolError
 
-__all__ = ["BATCH", "Publish", "RoomOwner", "StepDown", "last_published", "newest_published"]
+__all__ = [
+    "BATCH",
+    "LocalWrite",
+    "Publish",
+    "RoomOwner",
+    "StepDown",
+    "last_published",
+    "newest_published",
+]
 
 log = logging.getLogger("crdt_state.cluster")
 
@@ -103,6 +129,36 @@ class StepDown(ClusterError):
     """The owner must stop: its storage failed (fenced, PostgreSQL unreachable)."""
 
     code = "step_down"
+
+
+class LocalWrite:
+    """A write of one of the owner's own hub's sessions, handed over without ``in``.
+
+    Args:
+        entry: the write, as it would have been appended to ``in``.
+        request: the merge request ``entry.data`` encodes, already decoded (``None``:
+            decode it, or the entry is an update).
+
+    ``done`` is resolved once the batch that judged the write is published (its answer,
+    if any, is then on its way to the session), and fails with :class:`StepDown` when
+    the owner stopped first: the write may then be lost (not judged, or judged and
+    committed but not answered), and the session must be closed so that its client
+    sends it again (a merge's request identity makes a second judgement answer like
+    the first).
+    """
+
+    __slots__ = ("done", "entry", "request")
+
+    def __init__(self, entry: InEntry, request: p.MergeRequest | None = None) -> None:
+        self.entry = entry
+        self.request = request
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def fail(self, error: BaseException) -> None:
+        """Fail ``done`` with ``error`` unless it is settled."""
+        if not self.done.done():
+            self.done.set_exception(error)
+            self.done.exception()  # retrieved: a dropped session's write need not be awaited
 
 
 async def last_published(redis: Redis, room: str) -> str | None:
@@ -181,6 +237,42 @@ class RoomOwner:
         self._size = len(judge.get_update())
         self.judged = 0
         """Entries judged so far (for tests and metrics)."""
+        self.taken = start
+        """The id of the newest ``in`` entry taken into a batch (judged, or being judged)."""
+        self.local_judged = 0
+        """Local writes judged so far (for tests and metrics)."""
+        self._local: list[LocalWrite] = []
+        self._unpublished: list[LocalWrite] = []
+        self._stopped = False
+
+    def accepts(self, after: str | None) -> bool:
+        """True when a write may be handed over with :meth:`submit` now.
+
+        ``after`` is the ``in`` id of the newest write its session appended to ``in``
+        (``None``: none). A session's writes must be judged in the order it sent them,
+        so a write goes to the owner directly only once every earlier write of its
+        session that went through ``in`` was taken into a batch; later ones then
+        follow it in :meth:`submit`'s order. Also false once the owner stopped, or when
+        it reads ``in`` by itself (no inbox slot to wake).
+        """
+        if self._stopped or self.inbox is None:
+            return False
+        return after is None or not later(after, self.taken)
+
+    def submit(self, write: LocalWrite) -> bool:
+        """Judge ``write`` in a next batch, after the ``in`` entries taken with it.
+
+        A batch takes up to :data:`BATCH` local writes, oldest first; the rest wait for
+        the next one (``in`` entries taken then come first: they are other sessions').
+
+        Returns ``False`` (nothing done) when the owner no longer takes writes. The
+        caller must have checked :meth:`accepts` for the write's session.
+        """
+        if self._stopped or self.inbox is None:
+            return False
+        self._local.append(write)
+        self.inbox.ready.set()
+        return True
 
     def _on_change(self, change: StateUpdate) -> None:
         self._changes.append(change.update)
@@ -205,24 +297,48 @@ class RoomOwner:
             while not stop():
                 self.ownership.check()
                 entries = await self._read()
-                if not entries:
+                local, self._local = self._local[:BATCH], self._local[BATCH:]
+                if not entries and not local:
                     continue
-                out = await self._judge_batch(entries)
+                self._unpublished = local
+                out = await self._judge_batch(entries, local)
                 self.on_committed(out.last_in)
                 await self._publish(out)
+                self._unpublished = []
+                for write in local:
+                    if not write.done.done():
+                        write.done.set_result(None)
                 self.position = out.last_in
+                count = len(entries) + len(local)
                 if not self.judged:
-                    log.info("room %r: first batch published (%d entries)", self.room, len(entries))
-                self.judged += len(entries)
-                if self.judged % (BATCH * 4) < len(entries):
+                    log.info("room %r: first batch published (%d entries)", self.room, count)
+                self.judged += count
+                self.local_judged += len(local)
+                if entries and self.judged % (BATCH * 4) < count:
                     await self._trim()
         finally:
             unsubscribe()
+            self._stopped = True
+            abandoned = [*self._unpublished, *self._local]
+            self._unpublished, self._local = [], []
+            if abandoned:
+                error = StepDown(f"room {self.room!r}: the owner stopped before answering")
+                for write in abandoned:
+                    write.fail(error)
 
     async def _read(self) -> list[Entry]:
-        """The next entries of ``in`` (up to :data:`BATCH`; none after a while without)."""
+        """The next entries of ``in`` (up to :data:`BATCH`; none after a while without).
+
+        Does not wait when local writes are waiting (they are judged after these).
+        """
         if self.inbox is not None:
-            return await self.inbox.take(self.block_ms / 1000)
+            if self._local:
+                entries = self.inbox.take_now()
+            else:
+                entries = await self.inbox.take(self.block_ms / 1000)
+            if entries:
+                self.taken = entries[-1][0]
+            return entries
         return await read_after(
             self.redis, self._in, self.position, count=BATCH, block_ms=self.block_ms
         )
@@ -251,13 +367,18 @@ class RoomOwner:
         """Drop the ``in`` entries judged and published (keeps the last one)."""
         await trim_before(self.redis, self._in, self.position)
 
-    async def _judge_batch(self, entries: list[Entry]) -> OutEntry:
-        """Judge ``entries`` in order; the out entry to publish once all are durable.
+    async def _judge_batch(
+        self, entries: list[Entry], local: list[LocalWrite] | None = None
+    ) -> OutEntry:
+        """Judge ``entries``, then ``local``, in order; the out entry to publish once durable.
 
         Every entry is judged at once, in stream order, without waiting for the store
         (each change is made in memory and handed to it); then one wait covers the
         whole batch, so one PostgreSQL transaction can carry it and the loop pays one
         wake-up per batch, not one per merge. Nothing is answered before that wait.
+        The local writes (this hub's sessions' writes handed over by :meth:`submit`)
+        come after the batch's ``in`` entries; the entry's last ``in`` id is that of
+        ``entries`` (the current position when there are none).
         """
         self._changes.clear()
         answers: list[Answer] = []
@@ -267,14 +388,9 @@ class RoomOwner:
             except StreamEntryError as exc:
                 log.warning("room %r: skipping in-entry %r: %s", self.room, entry_id, exc)
                 continue
-            try:
-                answer = self._judge_one(entry)
-            except StepDown:
-                raise
-            except Exception as exc:  # the judge's storage failed: nothing is published
-                raise StepDown(f"room {self.room!r}: judging failed: {exc}") from exc
-            if answer is not None:
-                answers.append(answer)
+            self._judge_into(answers, entry, None)
+        for write in local or ():
+            self._judge_into(answers, write.entry, write.request)
         await self._durable()
         updates = self._changes[:]
         self._changes.clear()
@@ -284,7 +400,20 @@ class RoomOwner:
             update = bytes(merge_updates(*updates))
         else:
             update = b""
-        return OutEntry(update, entries[-1][0], self.ownership.fence.value, tuple(answers))
+        last_in = entries[-1][0] if entries else self.position
+        return OutEntry(update, last_in, self.ownership.fence.value, tuple(answers))
+
+    def _judge_into(
+        self, answers: list[Answer], entry: InEntry, request: p.MergeRequest | None
+    ) -> None:
+        try:
+            answer = self._judge_one(entry, request)
+        except StepDown:
+            raise
+        except Exception as exc:  # the judge's storage failed: nothing is published
+            raise StepDown(f"room {self.room!r}: judging failed: {exc}") from exc
+        if answer is not None:
+            answers.append(answer)
 
     async def _durable(self) -> None:
         """Wait until every change judged so far is durable; :class:`StepDown` if never."""
@@ -293,9 +422,9 @@ class RoomOwner:
         except Exception as exc:  # fenced, PostgreSQL gone: nothing is published
             raise StepDown(f"room {self.room!r}: storage failed: {exc}") from exc
 
-    def _judge_one(self, entry: InEntry) -> Answer | None:
+    def _judge_one(self, entry: InEntry, request: p.MergeRequest | None = None) -> Answer | None:
         if entry.kind == MERGE:
-            return self._judge_merge(entry)
+            return self._judge_merge(entry, request)
         try:
             self.judge.apply_update(entry.data, agent=entry.agent, wait=False)
         except CrdtStateError as exc:
@@ -305,14 +434,16 @@ class RoomOwner:
             return Answer(entry.hub, entry.session, AnswerKind.CLOSE, reason)
         return None
 
-    def _judge_merge(self, entry: InEntry) -> Answer | None:
-        try:
-            request = p.decode_message(entry.data)
-        except ProtocolError as exc:
-            log.warning("room %r: undecodable merge in the stream: %s", self.room, exc)
-            return None
-        if not isinstance(request, p.MergeRequest):
-            return None
+    def _judge_merge(self, entry: InEntry, request: p.MergeRequest | None) -> Answer | None:
+        if request is None:
+            try:
+                message = p.decode_message(entry.data)
+            except ProtocolError as exc:
+                log.warning("room %r: undecodable merge in the stream: %s", self.room, exc)
+                return None
+            if not isinstance(message, p.MergeRequest):
+                return None
+            request = message
         frame = judge_merge_unwaited(
             self.judge,
             request,
