@@ -17,18 +17,17 @@ from typing import Any
 
 import psycopg
 import pytest
+from owned import owned_judge
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
-from crdt_state.postgres import load_stored, open_postgres
+from crdt_state.postgres import load_stored
 from sync import ChangeKind, Hub, WireChange, connect
 from sync.server.cluster import room_key
 from sync.server.cluster.cluster_room import ClusterRoom
 from sync.server.cluster.inbox import Inbox
 from sync.server.cluster.owner import LocalWrite, RoomOwner, StepDown
-from sync.server.cluster.ownership import try_acquire
-from sync.server.cluster.pgstorage import PositionHook
 from sync.server.cluster.streamio import read_all
 from sync.server.cluster.streams import MERGE, AnswerKind, InEntry, decode_out, encode_in
 from sync.wire import protocol as p
@@ -63,15 +62,7 @@ async def test_local_writes_follow_the_in_entries_taken_and_wait_for_the_commit(
     redis: Redis, pool: AsyncConnectionPool[AsyncConnection[Any]], postgres_dsn: str
 ) -> None:
     room = f"local-{secrets.token_hex(4)}"
-    ownership = await try_acquire(redis, pool, room, owner="test", ttl=10.0)
-    assert ownership is not None
-    judge = await asyncio.to_thread(
-        open_postgres,
-        postgres_dsn,
-        room,
-        before_commit=PositionHook(room, ownership.fence.value),
-        compact_document=False,
-    )
+    ownership, judge = await owned_judge(redis, pool, postgres_dsn, room)
     ids = [
         await redis.xadd(room_key(room, "in"), encode_in(_entry(7, _request(n + 1, f"k{n}"))))
         for n in range(2)
@@ -124,15 +115,7 @@ async def test_local_writes_fail_when_the_owner_stops_before_publishing(
     redis: Redis, pool: AsyncConnectionPool[AsyncConnection[Any]], postgres_dsn: str
 ) -> None:
     room = f"local-stop-{secrets.token_hex(4)}"
-    ownership = await try_acquire(redis, pool, room, owner="test", ttl=10.0)
-    assert ownership is not None
-    judge = await asyncio.to_thread(
-        open_postgres,
-        postgres_dsn,
-        room,
-        before_commit=PositionHook(room, ownership.fence.value),
-        compact_document=False,
-    )
+    ownership, judge = await owned_judge(redis, pool, postgres_dsn, room)
     inbox = Inbox(redis.client())
     slot = inbox.register(room, "0-0")
     owner = RoomOwner(redis, ownership, judge, start="0-0", max_document=1 << 20, inbox=slot)

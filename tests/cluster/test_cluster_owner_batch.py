@@ -14,16 +14,15 @@ import secrets
 from typing import Any
 
 import psycopg
+from owned import owned_judge
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
-from crdt_state.postgres import load_stored, open_postgres
+from crdt_state.postgres import load_stored
 from sync import ChangeKind, WireChange
 from sync.server.cluster import room_key
 from sync.server.cluster.owner import RoomOwner
-from sync.server.cluster.ownership import try_acquire
-from sync.server.cluster.pgstorage import PositionHook
 from sync.server.cluster.streamio import read_all
 from sync.server.cluster.streams import MERGE, AnswerKind, InEntry, decode_out, encode_in
 from sync.wire import protocol as p
@@ -38,15 +37,7 @@ async def test_a_batch_is_answered_only_once_postgres_committed_it(
     redis: Redis, pool: AsyncConnectionPool[AsyncConnection[Any]], postgres_dsn: str
 ) -> None:
     room = f"batch-{secrets.token_hex(4)}"
-    ownership = await try_acquire(redis, pool, room, owner="test", ttl=10.0)
-    assert ownership is not None
-    judge = await asyncio.to_thread(
-        open_postgres,
-        postgres_dsn,
-        room,
-        before_commit=PositionHook(room, ownership.fence.value),
-        compact_document=False,
-    )
+    ownership, judge = await owned_judge(redis, pool, postgres_dsn, room)
     for n in range(3):
         entry = InEntry(MERGE, _merge(n + 1, f"k{n}"), "hub-a", 7, "agent", "scope")
         await redis.xadd(room_key(room, "in"), encode_in(entry))

@@ -68,14 +68,7 @@ async def test_a_fenced_room_fails_alone_in_a_shared_transaction(
     writer = await asyncio.to_thread(SharedWriter, postgres_dsn, check=check)
     judges: list[SharedState] = []
     try:
-        for room, fence in zip(rooms, fences, strict=True):
-            hook = PositionHook(room, fence.value)
-            judges.append(
-                await asyncio.to_thread(
-                    open_postgres, postgres_dsn, room, before_commit=hook, writer=writer
-                )
-            )
-            hook.committed(f"{fence.value}-7")  # recorded by the next write
+        judges += await _open_judges(writer, postgres_dsn, rooms, fences, committed="7")
         async with pool.connection() as conn:  # another hub takes the middle room
             taken = await claim_fence(conn, rooms[1], "hub-b#2")
         rounds, parts = writer.rounds, writer.parts
@@ -213,39 +206,12 @@ async def test_a_fenced_room_and_a_refused_batch_fail_alone_in_one_round(
     writer = await asyncio.to_thread(SharedWriter, postgres_dsn, check=check)
     judges: list[SharedState] = []
     try:
-        for room, fence in zip(rooms, fences, strict=True):
-            hook = PositionHook(room, fence.value)
-            judges.append(
-                await asyncio.to_thread(
-                    open_postgres, postgres_dsn, room, before_commit=hook, writer=writer
-                )
-            )
-            hook.committed(f"{fence.value}-7")
+        judges += await _open_judges(writer, postgres_dsn, rooms, fences, committed="7")
         async with pool.connection() as conn:
             taken = await claim_fence(conn, rooms[1], "hub-b#2")
-            await conn.execute(
-                "INSERT INTO crdt_store_log (key, seq, token, doc_update, agent, origin,"
-                " time, paths) VALUES (%s, 1, '', '', 'intruder', 'test', 0, '[]')",
-                (rooms[2],),
-            )
+            await _intrude(conn, rooms[2])
         rounds = writer.rounds
-        gate = await asyncio.to_thread(psycopg.connect, postgres_dsn, autocommit=True)
-        gate.execute("SELECT pg_advisory_lock(%s)", (GATE,))
-        waits = Recorded()
-        waits.execute("SELECT pg_advisory_xact_lock(%s)", (GATE,))
-        busy = threading.Thread(target=writer.commit, args=(waits, None, 0, "gate"))
-        busy.start()
-        try:
-            deadline = time.monotonic() + 10
-            while writer.rounds == rounds:
-                assert time.monotonic() < deadline
-                time.sleep(0.005)
-            for n, judge in enumerate(judges):
-                judge.commit({"n": n}, judge.token, "agent", wait=False)
-            _wait_pending(writer, 3)
-        finally:
-            gate.close()
-            busy.join(10)
+        await asyncio.to_thread(_commit_in_one_round, writer, judges, postgres_dsn)
         outcomes = [await asyncio.to_thread(_errors, judge) for judge in judges]
         assert writer.rounds == rounds + 2 and writer.retries == 1
         assert outcomes[0] == [None]
@@ -313,37 +279,10 @@ async def test_a_fence_moved_before_the_retry_refuses_its_batch(
     writer = await asyncio.to_thread(SharedWriter, postgres_dsn, check=check)
     judges: list[SharedState] = []
     try:
-        for room, fence in zip(rooms, fences, strict=True):
-            hook = PositionHook(room, fence.value)
-            judges.append(
-                await asyncio.to_thread(
-                    open_postgres, postgres_dsn, room, before_commit=hook, writer=writer
-                )
-            )
+        judges += await _open_judges(writer, postgres_dsn, rooms, fences)
         async with pool.connection() as conn:
-            await conn.execute(
-                "INSERT INTO crdt_store_log (key, seq, token, doc_update, agent, origin,"
-                " time, paths) VALUES (%s, 1, '', '', 'intruder', 'test', 0, '[]')",
-                (rooms[1],),
-            )
-        rounds = writer.rounds
-        gate = await asyncio.to_thread(psycopg.connect, postgres_dsn, autocommit=True)
-        gate.execute("SELECT pg_advisory_lock(%s)", (GATE,))
-        waits = Recorded()
-        waits.execute("SELECT pg_advisory_xact_lock(%s)", (GATE,))
-        busy = threading.Thread(target=writer.commit, args=(waits, None, 0, "gate"))
-        busy.start()
-        try:
-            deadline = time.monotonic() + 10
-            while writer.rounds == rounds:
-                assert time.monotonic() < deadline
-                time.sleep(0.005)
-            for n, judge in enumerate(judges):
-                judge.commit({"n": n}, judge.token, "agent", wait=False)
-            _wait_pending(writer, 3)
-        finally:
-            gate.close()
-            busy.join(10)
+            await _intrude(conn, rooms[1])
+        await asyncio.to_thread(_commit_in_one_round, writer, judges, postgres_dsn)
         outcomes = [await asyncio.to_thread(_errors, judge) for judge in judges]
         assert calls == [3, 3] and writer.retries == 1  # both tries checked all three
         assert outcomes[0] == [None]
@@ -358,3 +297,54 @@ async def test_a_fence_moved_before_the_retry_refuses_its_batch(
         for judge in judges:
             await asyncio.to_thread(judge.close)
         await asyncio.to_thread(writer.close)
+
+
+async def _open_judges(
+    writer: SharedWriter,
+    dsn: str,
+    rooms: list[str],
+    fences: list[Any],
+    committed: str | None = None,
+) -> list[SharedState]:
+    """A judge of each room on ``writer``, fenced by its claim; ``committed``: the position
+    each records with its next write (as ``<fence>-<committed>``)."""
+    judges = []
+    for room, fence in zip(rooms, fences, strict=True):
+        hook = PositionHook(room, fence.value)
+        judges.append(
+            await asyncio.to_thread(open_postgres, dsn, room, before_commit=hook, writer=writer)
+        )
+        if committed is not None:
+            hook.committed(f"{fence.value}-{committed}")
+    return judges
+
+
+async def _intrude(conn: Any, room: str) -> None:
+    """Write ``room``'s next log row from outside: its store's next batch is refused."""
+    await conn.execute(
+        "INSERT INTO crdt_store_log (key, seq, token, doc_update, agent, origin,"
+        " time, paths) VALUES (%s, 1, '', '', 'intruder', 'test', 0, '[]')",
+        (room,),
+    )
+
+
+def _commit_in_one_round(writer: SharedWriter, judges: list[SharedState], dsn: str) -> None:
+    """One merge in each judge, all handed in while the writer is held: one round for all."""
+    rounds = writer.rounds
+    gate = psycopg.connect(dsn, autocommit=True)
+    gate.execute("SELECT pg_advisory_lock(%s)", (GATE,))
+    waits = Recorded()
+    waits.execute("SELECT pg_advisory_xact_lock(%s)", (GATE,))
+    busy = threading.Thread(target=writer.commit, args=(waits, None, 0, "gate"))
+    busy.start()
+    try:
+        deadline = time.monotonic() + 10
+        while writer.rounds == rounds:
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        for n, judge in enumerate(judges):
+            judge.commit({"n": n}, judge.token, "agent", wait=False)
+        _wait_pending(writer, len(judges))
+    finally:
+        gate.close()
+        busy.join(10)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,22 +63,6 @@ async def join(url: str, *, sync: bool = True) -> Peer:
     if sync:
         await peer.ws.send(p.encode_sync_step1(b"\x00"))
     return peer
-
-
-@pytest.fixture
-def disk(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
-    """Open while set: every commit of a state file waits until the event is set."""
-    gate = threading.Event()
-    gate.set()
-    commit = storage.Store._commit
-
-    def gated(self: storage.Store, batch: Any) -> None:
-        gate.wait(30)
-        commit(self, batch)
-
-    monkeypatch.setattr(storage.Store, "_commit", gated)
-    yield gate
-    gate.set()
 
 
 def merge_request(request_id: int, path: str, value: int) -> bytes:

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,22 +42,6 @@ class _CountingHub(Hub):
         took = super()._take_now(*args)
         self.taken += took
         return took
-
-
-@pytest.fixture
-def disk(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
-    """Open while set: every commit of a state file waits until the event is set."""
-    gate = threading.Event()
-    gate.set()
-    commit = storage.Store._commit
-
-    def gated(self: storage.Store, batch: Any) -> None:
-        gate.wait(30)
-        commit(self, batch)
-
-    monkeypatch.setattr(storage.Store, "_commit", gated)
-    yield gate
-    gate.set()
 
 
 def _stored(file: Path, writer: str, request_id: int) -> bool:
