@@ -71,7 +71,6 @@ __all__ = ["Hub"]
 log = masking_logger("crdt_state.hub")
 
 _TRY_AGAIN_LATER = 1013
-"""Messages at least this big are decoded on a worker thread (see :meth:`Hub._handle`)."""
 AWARENESS_TOO_LARGE = "awareness_too_large"
 """The code of :class:`PeerRefused` for an awareness message over ``Limits.max_awareness``."""
 

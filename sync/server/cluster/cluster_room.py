@@ -138,10 +138,6 @@ class ClusterRoom:
                 await asyncio.sleep(0.1)
 
     # -- following out ------------------------------------------------------------------
-    def apply_entry(self, entry_id: str, fields: Mapping[bytes | str, bytes | str]) -> None:
-        """Apply the ``out`` entry ``entry_id`` (read by the hub's follower) to the room."""
-        self.apply_entries([(entry_id, fields)])
-
     def apply_entries(self, entries: Sequence[Entry]) -> None:
         """Apply the ``out`` entries of one read (in stream order) to the room.
 

@@ -32,7 +32,7 @@ from redis.asyncio import Redis
 
 from sync.server.cluster.clients import CALL_TIMEOUT
 from sync.server.cluster.lease import UNAVAILABLE
-from sync.server.cluster.streamio import end_if_cancelled, later, read_rooms
+from sync.server.cluster.streamio import end_if_cancelled, later, read_rooms, text_id
 
 if TYPE_CHECKING:
     from sync.server.cluster.cluster_room import ClusterRoom
@@ -108,7 +108,7 @@ class Follower:
             try:
                 batch = []
                 for entry_id, fields in entries:
-                    entry = _text(entry_id)
+                    entry = text_id(entry_id)
                     if moved and not later(entry, target.position):
                         continue
                     batch.append((entry, fields or {}))
@@ -139,7 +139,3 @@ class Follower:
         task = self._resyncs.pop(name, None)
         if task is not None:
             task.cancel()
-
-
-def _text(raw: bytes | str) -> str:
-    return raw.decode() if isinstance(raw, bytes) else str(raw)

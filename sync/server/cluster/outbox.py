@@ -25,7 +25,7 @@ from redis.asyncio import Redis
 from sync.server.cluster.clients import CALL_TIMEOUT
 from sync.server.cluster.errors import ClusterUnavailable
 from sync.server.cluster.lease import UNAVAILABLE
-from sync.server.cluster.streamio import APPEND_IF_HOLDER, end_if_cancelled
+from sync.server.cluster.streamio import APPEND_IF_HOLDER, end_if_cancelled, text_id
 
 __all__ = ["MAX_BATCH", "Outbox"]
 
@@ -83,8 +83,7 @@ class Outbox:
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.append(("xadd", key, dict(fields), done))
         self._ready.set()
-        added = await done
-        return added.decode() if isinstance(added, bytes) else str(added)
+        return text_id(await done)
 
     async def append_if_holder(
         self,

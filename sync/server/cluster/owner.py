@@ -91,7 +91,6 @@ __all__ = [
     "Publish",
     "RoomOwner",
     "StepDown",
-    "last_published",
     "newest_published",
 ]
 
@@ -159,11 +158,6 @@ class LocalWrite:
         if not self.done.done():
             self.done.set_exception(error)
             self.done.exception()  # retrieved: a dropped session's write need not be awaited
-
-
-async def last_published(redis: Redis, room: str) -> str | None:
-    """The ``in`` id of the newest ``out`` entry of ``room``, ``None`` when ``out`` is empty."""
-    return (await newest_published(redis, room))[1]
 
 
 async def newest_published(redis: Redis, room: str) -> tuple[str, str | None]:

@@ -30,6 +30,7 @@ __all__ = [
     "read_all",
     "read_rooms",
     "stream_key",
+    "text_id",
     "trim_before",
 ]
 
@@ -46,13 +47,14 @@ Entry = tuple[str, Mapping[bytes | str, bytes | str]]
 """A stream entry: its id and its fields."""
 
 
-def _id(raw: Any) -> str:
+def text_id(raw: Any) -> str:
+    """A stream id (or key) as Redis returned it (bytes, or text), as text."""
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
 def entries_of(raw: Any) -> list[Entry]:
     """The entries of a raw ``XREAD``/``XRANGE`` answer for one stream, ids as ``str``."""
-    return [(_id(entry_id), fields or {}) for entry_id, fields in raw or ()]
+    return [(text_id(entry_id), fields or {}) for entry_id, fields in raw or ()]
 
 
 def later(entry_id: str, than: str) -> bool:
@@ -103,7 +105,7 @@ async def read_rooms(
         known = names.get(raw_key) if isinstance(raw_key, bytes) else None
         if known is None:
             try:
-                known, _ = parse_room_key(_id(raw_key))
+                known, _ = parse_room_key(text_id(raw_key))
             except ValueError:
                 continue
         rooms.append((known, raw_entries))
@@ -169,7 +171,7 @@ async def append_if_holder(
         done: Any = await script(keys=[lease_key, key], args=args)
     except UNAVAILABLE as exc:
         raise ClusterUnavailable("redis", f"redis did not answer: {exc}") from exc
-    return None if done is None else _id(done)
+    return None if done is None else text_id(done)
 
 
 async def trim_before(redis: Redis, key: str, position: str) -> None:
