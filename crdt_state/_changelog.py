@@ -32,12 +32,11 @@ __all__ = ["ChangeLog", "Entry", "TruncateTo", "WriteKind", "read_at", "unseen_b
 class ChangeLog:
     """The retained history of one state, oldest first, bounded in length and bytes.
 
-    Sequence numbers start at 1; seq 0 is the initial (empty) state. Entries
-    older than ``limit`` are dropped, and so are the oldest entries while the
-    values the retained ones keep for undoing (:func:`~crdt_state._sizes.undo_bytes`)
-    come to more than ``limit_bytes`` (the newest entry is always kept); a base
-    older than what is retained raises :class:`StaleBase`. A log restored from storage starts at
-    ``start_seq`` (the seq of ``initial``): bases older than it are stale.
+    Sequence numbers start at 1; seq 0 is the initial (empty) state. Entries older than ``limit``
+    are dropped, and so are the oldest entries while the values the retained ones keep for undoing
+    (:func:`~crdt_state._sizes.undo_bytes`) come to more than ``limit_bytes`` (the newest entry is
+    always kept); a base older than what is retained raises :class:`StaleBase`. A log restored from
+    storage starts at ``start_seq`` (the seq of ``initial``): bases older than it are stale.
     ``retired`` are the client ids of earlier epochs of the document (see
     ``SharedState._reset_document``): tokens naming them are stale too.
 
@@ -134,7 +133,8 @@ class ChangeLog:
 
     def _trim(self) -> None:
         """Drop the oldest entries: down to ``limit``, and to 3/4 of ``limit_bytes``."""
-        drop = oldest_to_drop(self._sizes, len(self._sizes) - self.limit, self.limit_bytes)
+        over = len(self._sizes) - self.limit
+        drop = oldest_to_drop(self._sizes, over, self.limit_bytes, self._bytes)
         if drop == 0:
             return
         self._bytes -= sum(self._sizes[:drop])

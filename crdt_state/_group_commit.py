@@ -78,14 +78,7 @@ class GroupCommit(Generic[T]):
         """
         with self._lock:
             if self.failed is not None:
-                raise StorageError(
-                    "the state file failed earlier; this change is not stored",
-                    details={
-                        **self.failed.details,
-                        "file": self.file,
-                        "cause": self.failed.message,
-                    },
-                ) from (self.failed.__cause__ or self.failed)
+                raise self._failure("the state file failed earlier; this change is not stored")
             if self._closing:
                 raise StorageError(
                     "the durable state is closed; this change is not stored (reopen the file)",
@@ -154,7 +147,7 @@ class GroupCommit(Generic[T]):
     def _reached(self, ticket: int, settled: bool) -> bool:
         return (self._settled if settled else self._durable) >= ticket
 
-    def _failure(self) -> StorageError:
+    def _failure(self, message: str = "the change could not be stored") -> StorageError:
         """The error of a change never stored (the original error chained).
 
         Its ``details`` are the failure's (its ``"reason"``...), with ``"file"`` and
@@ -162,9 +155,7 @@ class GroupCommit(Generic[T]):
         """
         failed = self.failed.details if self.failed is not None else {}
         cause = self.failed.message if self.failed is not None else "closed"
-        error = StorageError(
-            "the change could not be stored", details={**failed, "file": self.file, "cause": cause}
-        )
+        error = StorageError(message, details={**failed, "file": self.file, "cause": cause})
         if self.failed is not None:  # chain the original error (a disk's, a hook's)
             error.__cause__ = self.failed.__cause__ or self.failed
         return error

@@ -64,15 +64,19 @@ def undo_bytes(undo: Sequence[tuple[Any, Any]]) -> int:
     return total
 
 
-def oldest_to_drop(sizes: Sequence[int], over: int, limit_bytes: int) -> int:
+def oldest_to_drop(
+    sizes: Sequence[int], over: int, limit_bytes: int, total: int | None = None
+) -> int:
     """How many of the oldest entries a log drops (``sizes``: their bytes, oldest first).
 
     At least ``over`` (the entries beyond the log's length limit); when ``sizes`` sum
     to more than ``limit_bytes``, as many more as bring them to 3/4 of it (room for
-    the next entries before the next trim), but never the newest entry.
+    the next entries before the next trim), but never the newest entry. ``total`` is
+    ``sum(sizes)`` when the caller keeps it already.
     """
     drop = min(max(0, over), len(sizes) - 1)
-    total = sum(sizes)
+    if total is None:
+        total = sum(sizes)
     if total > limit_bytes:
         goal = total - limit_bytes * 3 // 4
         freed = sum(sizes[:drop])

@@ -238,14 +238,26 @@ def connect_read_only(path: str | os.PathLike[str]) -> sqlite3.Connection:
     return conn
 
 
-def _check_readable(conn: sqlite3.Connection, file: str) -> None:
-    """Refuse, without writing, what a read-only connection cannot read as a state."""
+def _header(conn: sqlite3.Connection, file: str) -> tuple[int, int, set[str]]:
+    """The file's application id, format and table names.
+
+    Raises:
+        StorageError: a damaged schema (a table name that is not text).
+        sqlite3.Error: SQLite could not read them (not a database, busy...).
+    """
     try:
         app_id = conn.execute("PRAGMA application_id").fetchone()[0]
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    except UnicodeDecodeError as exc:  # a damaged schema: a table name that is not text
+    except UnicodeDecodeError as exc:
         raise refuse(f"the state file is damaged: {exc}", file) from exc
+    return app_id, version, tables
+
+
+def _check_readable(conn: sqlite3.Connection, file: str) -> None:
+    """Refuse, without writing, what a read-only connection cannot read as a state."""
+    try:
+        app_id, version, tables = _header(conn, file)
     except sqlite3.Error as exc:
         error = failure("not a crdt-state file (or a damaged one)", file, exc)
         error.details.setdefault("reason", "not_a_state_file")
@@ -269,11 +281,7 @@ def _check_readable(conn: sqlite3.Connection, file: str) -> None:
 
 def _prepare(conn: sqlite3.Connection, file: str) -> bool:
     try:
-        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    except UnicodeDecodeError as exc:  # a damaged schema: a table name that is not text
-        raise refuse(f"the state file is damaged: {exc}", file) from exc
+        app_id, version, tables = _header(conn, file)
     except sqlite3.Error as exc:
         if is_busy(exc):
             raise in_use(file, exc) from exc
