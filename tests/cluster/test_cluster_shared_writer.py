@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import threading
 import time
 from typing import Any
 
@@ -23,34 +22,14 @@ import psycopg
 import pytest
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
+from writer_rounds import durability_told, held_writer, until
 
 from crdt_state import SharedState, StorageError
-from crdt_state.postgres import CheckHooks, Recorded, SharedWriter, load_stored, open_postgres
+from crdt_state.postgres import CheckHooks, SharedWriter, load_stored, open_postgres
 from sync.server.cluster import Fenced, claim_fence
 from sync.server.cluster.pgstorage import PositionHook, depose, fenced_positions
 
 Pool = AsyncConnectionPool[AsyncConnection[Any]]
-
-
-def _errors(state: SharedState) -> list[BaseException | None]:
-    """What ``state.when_durable`` reports for everything changed so far (waits for it)."""
-    told: list[BaseException | None] = []
-    done = threading.Event()
-
-    def record(error: BaseException | None) -> None:
-        told.append(error)
-        done.set()
-
-    state.when_durable(record)
-    assert done.wait(10), "durability was never reported"
-    return told
-
-
-def _wait_pending(writer: SharedWriter, count: int) -> None:
-    deadline = time.monotonic() + 10
-    while writer.waiting < count:
-        assert time.monotonic() < deadline, f"{writer.waiting} of {count} batches handed in"
-        time.sleep(0.005)
 
 
 GATE = 0x7E57_0001
@@ -72,24 +51,8 @@ async def test_a_fenced_room_fails_alone_in_a_shared_transaction(
         async with pool.connection() as conn:  # another hub takes the middle room
             taken = await claim_fence(conn, rooms[1], "hub-b#2")
         rounds, parts = writer.rounds, writer.parts
-        gate = await asyncio.to_thread(psycopg.connect, postgres_dsn, autocommit=True)
-        gate.execute("SELECT pg_advisory_lock(%s)", (GATE,))
-        waits = Recorded()  # a round that waits for the test's lock
-        waits.execute("SELECT pg_advisory_xact_lock(%s)", (GATE,))
-        busy = threading.Thread(target=writer.commit, args=(waits, None, 0, "gate"))
-        busy.start()
-        try:
-            deadline = time.monotonic() + 10
-            while writer.rounds == rounds:  # the writer is inside the busy round
-                assert time.monotonic() < deadline
-                time.sleep(0.005)
-            for n, judge in enumerate(judges):
-                judge.commit({"n": n}, judge.token, "agent", wait=False)
-            _wait_pending(writer, 3)
-        finally:
-            gate.close()  # the lock goes with the session
-            busy.join(10)
-        outcomes = [await asyncio.to_thread(_errors, judge) for judge in judges]
+        await asyncio.to_thread(_commit_in_one_round, writer, judges, postgres_dsn)
+        outcomes = [await asyncio.to_thread(durability_told, judge) for judge in judges]
         assert (writer.rounds, writer.parts) == (rounds + 2, parts + 4)  # busy, then all three
         assert outcomes[0] == [None] and outcomes[2] == [None]
         refused = outcomes[1][0]
@@ -212,7 +175,7 @@ async def test_a_fenced_room_and_a_refused_batch_fail_alone_in_one_round(
             await _intrude(conn, rooms[2])
         rounds = writer.rounds
         await asyncio.to_thread(_commit_in_one_round, writer, judges, postgres_dsn)
-        outcomes = [await asyncio.to_thread(_errors, judge) for judge in judges]
+        outcomes = [await asyncio.to_thread(durability_told, judge) for judge in judges]
         assert writer.rounds == rounds + 2 and writer.retries == 1
         assert outcomes[0] == [None]
         fenced, rejected = outcomes[1][0], outcomes[2][0]
@@ -283,7 +246,7 @@ async def test_a_fence_moved_before_the_retry_refuses_its_batch(
         async with pool.connection() as conn:
             await _intrude(conn, rooms[1])
         await asyncio.to_thread(_commit_in_one_round, writer, judges, postgres_dsn)
-        outcomes = [await asyncio.to_thread(_errors, judge) for judge in judges]
+        outcomes = [await asyncio.to_thread(durability_told, judge) for judge in judges]
         assert calls == [3, 3] and writer.retries == 1  # both tries checked all three
         assert outcomes[0] == [None]
         rejected, fenced = outcomes[1][0], outcomes[2][0]
@@ -330,21 +293,7 @@ async def _intrude(conn: Any, room: str) -> None:
 
 def _commit_in_one_round(writer: SharedWriter, judges: list[SharedState], dsn: str) -> None:
     """One merge in each judge, all handed in while the writer is held: one round for all."""
-    rounds = writer.rounds
-    gate = psycopg.connect(dsn, autocommit=True)
-    gate.execute("SELECT pg_advisory_lock(%s)", (GATE,))
-    waits = Recorded()
-    waits.execute("SELECT pg_advisory_xact_lock(%s)", (GATE,))
-    busy = threading.Thread(target=writer.commit, args=(waits, None, 0, "gate"))
-    busy.start()
-    try:
-        deadline = time.monotonic() + 10
-        while writer.rounds == rounds:
-            assert time.monotonic() < deadline
-            time.sleep(0.005)
+    with held_writer(writer, dsn, GATE):
         for n, judge in enumerate(judges):
             judge.commit({"n": n}, judge.token, "agent", wait=False)
-        _wait_pending(writer, len(judges))
-    finally:
-        gate.close()
-        busy.join(10)
+        until(lambda: writer.waiting >= len(judges), "the batches were not handed in")

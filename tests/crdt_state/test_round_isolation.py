@@ -16,13 +16,12 @@ from __future__ import annotations
 import itertools
 import secrets
 import threading
-import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 import pytest
+from writer_rounds import durability_told, held_writer, until
 
 from crdt_state import SharedState, StorageError
 from crdt_state.postgres import Recorded, SharedWriter, load_stored, open_postgres
@@ -31,53 +30,14 @@ GATE = 0x7E57_0002
 """The advisory lock a test holds to keep the writer busy in a round."""
 
 
-def _told(state: SharedState) -> list[BaseException | None]:
-    """What ``state.when_durable`` reports for everything changed so far (waits for it)."""
-    told: list[BaseException | None] = []
-    done = threading.Event()
-
-    def record(error: BaseException | None) -> None:
-        told.append(error)
-        done.set()
-
-    state.when_durable(record)
-    assert done.wait(10), "durability was never reported"
-    return told
-
-
-def _until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 10
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.005)
-
-
-@contextmanager
-def _held(writer: SharedWriter, dsn: str, lock: int = GATE) -> Iterator[threading.Thread]:
-    """The writer busy in a round of its own until the block ends (that round commits)."""
-    rounds = writer.rounds
-    gate = psycopg.connect(dsn, autocommit=True)
-    gate.execute("SELECT pg_advisory_lock(%s)", (lock,))
-    waits = Recorded()
-    waits.execute("SELECT pg_advisory_xact_lock(%s)", (lock,))
-    busy = threading.Thread(target=writer.commit, args=(waits, None, 0, "gate"))
-    busy.start()
-    try:
-        _until(lambda: writer.rounds > rounds, "the writer never took the busy round")
-        yield busy
-    finally:
-        gate.close()  # the lock goes with the session
-        busy.join(10)
-
-
 def _one_round(writer: SharedWriter, dsn: str, edits: list[Callable[[], None]]) -> None:
     """Run ``edits`` (each hands one batch in) so that their batches share one round."""
     rounds = writer.rounds
-    with _held(writer, dsn):
+    with held_writer(writer, dsn, GATE):
         for edit in edits:
             edit()
-        _until(lambda: writer.waiting >= len(edits), "the batches were not handed in")
-    _until(lambda: writer.rounds >= rounds + 2, "the round never ran")
+        until(lambda: writer.waiting >= len(edits), "the batches were not handed in")
+    until(lambda: writer.rounds >= rounds + 2, "the round never ran")
 
 
 def _take_next_row(dsn: str, key: str) -> None:
@@ -128,7 +88,7 @@ def test_a_refused_batch_fails_alone_and_stays_failed(
             return lambda: state.commit({"m": n}, state.token, agent, wait=False)
 
         _one_round(writer, dsn, [edit(n) for n in range(3)])
-        told = [_told(state) for state in states]
+        told = [durability_told(state) for state in states]
         assert writer.retries == retries + 1
         assert told[0] == [None] and told[2] == [None]  # stored, and told so
         for n in (0, 2):
@@ -197,7 +157,7 @@ def test_any_subset_of_refused_batches_leaves_exactly_the_others_stored(
             for n, state in enumerate(states)
         ]
         _one_round(shared, dsn, edits)
-        told = [_told(state) for state in states]
+        told = [durability_told(state) for state in states]
         assert shared.retries == retries + (1 if failing else 0)  # no refusal: one transaction
         for n, room in enumerate(rooms):
             if n in failing:
@@ -237,19 +197,19 @@ def test_a_lost_connection_fails_every_batch_of_its_round(throwaway_postgres: st
         inner_round = threading.Thread(target=direct)
         try:
             rounds = writer.rounds
-            with _held(writer, dsn):
+            with held_writer(writer, dsn, GATE):
                 inner_round.start()
                 for n, state in enumerate(states):
                     state.commit({"n": n + 1}, state.token, "second", wait=False)
-                _until(lambda: writer.waiting >= 4, "the batches were not handed in")
-            _until(lambda: writer.rounds >= rounds + 2, "the round never started")
+                until(lambda: writer.waiting >= 4, "the batches were not handed in")
+            until(lambda: writer.rounds >= rounds + 2, "the round never started")
             pid = writer.pid
-            _until(lambda: _waits_for_lock(held, pid), "the round never waited for the lock")
+            until(lambda: _waits_for_lock(held, pid), "the round never waited for the lock")
             held.execute("SELECT pg_terminate_backend(%s)", (pid,))
             inner_round.join(10)
         finally:
             held.close()
-        told = [_told(state) for state in states]
+        told = [durability_told(state) for state in states]
         assert len(lost) == 1 and isinstance(lost[0], psycopg.OperationalError)
         assert writer.retries == 0
         for n, room in enumerate(rooms):
