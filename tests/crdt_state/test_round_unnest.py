@@ -18,9 +18,9 @@ import psycopg
 import pytest
 from writer_rounds import durability_told, held_writer, until
 
-from crdt_state import SharedState, StorageError, _pg_round
+from crdt_state import SharedState, StorageError, _pg_round, _pg_unnest
 from crdt_state import _pg_log as pglog
-from crdt_state._pg_unnest import unnested
+from crdt_state._pg_unnest import MIN_ROWS, unnested
 from crdt_state.postgres import Recorded, SharedWriter, load_stored, open_postgres
 
 GATE = 0x7E57_0003
@@ -29,8 +29,13 @@ GATE = 0x7E57_0003
 
 @pytest.fixture
 def statements(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
-    """The tables' one-statement sends of the rounds: ``(sql, rows)`` each."""
+    """The tables' one-statement sends of the rounds: ``(sql, rows)`` each.
+
+    From two rows on (the writer's threshold is a cost, not a rule), so that small
+    rounds exercise the form.
+    """
     sent: list[tuple[str, int]] = []
+    monkeypatch.setattr(_pg_unnest, "MIN_ROWS", 2)
 
     def spy(sql: str, rows: Any) -> tuple[str, list[list[Any]]] | None:
         one = unnested(sql, rows)
@@ -57,13 +62,23 @@ def _rows(dsn: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         return conn.execute(sql, params).fetchall()
 
 
-def test_one_row_and_unknown_statements_are_left_alone() -> None:
-    row = ("k", "p", 1, "a", 0.0, b"t")
-    assert unnested(pglog.UPSERT_BLAME, [row]) is None
-    assert unnested("DELETE FROM crdt_store_log WHERE key = %s", [("k",), ("j",)]) is None
+def test_few_rows_and_unknown_statements_are_left_alone() -> None:
+    rows = [("k", f"p{n}", n, "a", 0.0, b"t") for n in range(MIN_ROWS)]
+    assert unnested(pglog.UPSERT_BLAME, rows[1:]) is None
+    assert unnested(pglog.UPSERT_BLAME, rows) is not None
+    keys = [(f"k{n}",) for n in range(MIN_ROWS)]
+    assert unnested("DELETE FROM crdt_store_log WHERE key = %s", keys) is None
 
 
-def test_an_upsert_keeps_the_last_row_of_a_key_at_its_place() -> None:
+def test_a_round_of_many_rows_uses_the_form_without_help() -> None:
+    rows = [("k", n, b"", b"", None, "o", 0.0, "[]") for n in range(MIN_ROWS)]
+    one = unnested(pglog.INSERT_LOG, rows)
+    assert one is not None and one[1][1] == list(range(MIN_ROWS))
+
+
+def test_an_upsert_keeps_the_last_row_of_a_key_at_its_place(
+    statements: list[tuple[str, int]],
+) -> None:
     rows = [
         ("k", "/a", 1, "x", 1.0, b"1"),
         ("k", "/b", 2, "x", 2.0, b"2"),
