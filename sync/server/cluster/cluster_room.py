@@ -301,7 +301,9 @@ class ClusterRoom:
             nonlocal next_at, routine
             if left > 0:  # 0: a key without expiry, not ours to hurry
                 expiry = loop.time() + left + EXPIRY_SLACK
-                if expiry < next_at:
+                # before the next routine attempt could be sent (it may wait up to the
+                # gathering window): try alone at the expiry instead
+                if expiry < next_at + node.renewals.window:
                     next_at, routine = expiry, False
             # a renewal missed: load the judge while the lease runs out; renewed (or
             # taken by another hub): drop what was loaded
