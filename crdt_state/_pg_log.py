@@ -37,6 +37,10 @@ if TYPE_CHECKING:
     Conn = psycopg.Connection[Any]
 
 __all__ = [
+    "INSERT_CONFLICTS",
+    "INSERT_LOG",
+    "UPSERT_BLAME",
+    "UPSERT_REQUEST",
     "append_changes",
     "append_conflicts",
     "blame_paths_upto",
@@ -152,15 +156,18 @@ def create(
     _upsert_blame(conn, [(key, path_key(p), s, a, w, t) for p, s, a, w, t in blame])
 
 
+UPSERT_BLAME: Final = (
+    "INSERT INTO crdt_store_blame (key, path, seq, agent, time, token)"
+    " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (key, path) DO UPDATE"
+    " SET seq = excluded.seq, agent = excluded.agent, time = excluded.time,"
+    " token = excluded.token"
+)
+"""The blame upsert, one row per execution (see :mod:`._pg_unnest` for its round form)."""
+
+
 def _upsert_blame(conn: Conn, rows: list[tuple[str, str, int, str | None, float, bytes]]) -> None:
     if rows:
-        conn.cursor().executemany(
-            "INSERT INTO crdt_store_blame (key, path, seq, agent, time, token)"
-            " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (key, path) DO UPDATE"
-            " SET seq = excluded.seq, agent = excluded.agent, time = excluded.time,"
-            " token = excluded.token",
-            rows,
-        )
+        conn.cursor().executemany(UPSERT_BLAME, rows)
 
 
 def seq_of_token(conn: Conn, key: str, token: bytes) -> int | None:
@@ -240,12 +247,23 @@ def requests_of(found: Sequence[Sequence[Any]]) -> list[StoredRequest]:
 
 
 # -- writing (inside the caller's transaction) -----------------------------------------
-_UPSERT_REQUEST: Final = (
+UPSERT_REQUEST: Final = (
     "INSERT INTO crdt_store_requests (key, writer, id, seq, token, paths, clean)"
     " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (key, writer, id) DO UPDATE"
     " SET seq = excluded.seq, token = excluded.token, paths = excluded.paths,"
     " clean = excluded.clean, n = nextval('crdt_store_requests_n')"
 )
+"""The remembered-request upsert, one row per execution."""
+INSERT_LOG: Final = (
+    f"INSERT INTO crdt_store_log (key, {LOG_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+)
+"""The change-log insert, one row per execution."""
+INSERT_CONFLICTS: Final = (
+    "INSERT INTO crdt_store_conflicts (key, time, path, base, current, incoming,"
+    " current_agent, incoming_agent, policy, resolution, applied, token)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
+"""The audit-log insert, one row per execution."""
 
 
 def append_changes(conn: Conn, key: str, changes: Sequence[StateUpdate]) -> None:
@@ -254,10 +272,7 @@ def append_changes(conn: Conn, key: str, changes: Sequence[StateUpdate]) -> None
         return
     tokens = [c.token.to_state() for c in changes]
     pairs = list(zip(changes, tokens, strict=True))
-    conn.cursor().executemany(
-        f"INSERT INTO crdt_store_log (key, {LOG_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-        [(key, *row) for row in log_params(changes, tokens)],
-    )
+    conn.cursor().executemany(INSERT_LOG, [(key, *row) for row in log_params(changes, tokens)])
     newest: dict[str, tuple[str, str, int, str | None, float, bytes]] = {}
     for c, t in pairs:  # one row per path: the newest write (an upsert may not repeat a key)
         for p in c.paths:
@@ -273,14 +288,14 @@ def append_changes(conn: Conn, key: str, changes: Sequence[StateUpdate]) -> None
         if c.request_id is not None
     ]
     if requests:
-        conn.cursor().executemany(_UPSERT_REQUEST, requests)
+        conn.cursor().executemany(UPSERT_REQUEST, requests)
 
 
 def remember_request(
     conn: Conn, key: str, writer: str, request_id: int, seq: int, token: bytes, clean: bool
 ) -> None:
     """Store an applied request that wrote nothing (it has no change row)."""
-    conn.execute(_UPSERT_REQUEST, (key, writer, request_id, seq, token, "[]", clean))
+    conn.execute(UPSERT_REQUEST, (key, writer, request_id, seq, token, "[]", clean))
 
 
 def append_conflicts(
@@ -294,12 +309,7 @@ def append_conflicts(
     """Add conflicts (and their resolutions) to the audit log."""
     rows = [(key, *row, applied, token) for row in conflict_params(conflicts, when)]
     if rows:
-        conn.cursor().executemany(
-            "INSERT INTO crdt_store_conflicts (key, time, path, base, current, incoming,"
-            " current_agent, incoming_agent, policy, resolution, applied, token)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            rows,
-        )
+        conn.cursor().executemany(INSERT_CONFLICTS, rows)
 
 
 def restart_at(conn: Conn, key: str, seq: int, token: bytes, snapshot: bytes) -> None:

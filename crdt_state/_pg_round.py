@@ -5,8 +5,10 @@
 
 1. **The fast path**: one transaction in one pipeline: the hooks (see :func:`checked`),
    then the statements of the batches that passed, the same statement of every batch sent
-   as one ``executemany`` (:func:`merged`), then one ``COMMIT``. When nothing fails, that
-   is all a round costs.
+   as one statement (:func:`merged`; the change log, blame, audit and request rows of
+   all batches as one ``INSERT ... SELECT FROM unnest(...)`` each,
+   :func:`~crdt_state._pg_unnest.unnested`; any other statement as one
+   ``executemany``), then one ``COMMIT``. When nothing fails, that is all a round costs.
 2. **A statement refused** (the connection still up, back outside any transaction: a
    constraint violated, a value the server or the client's adapter refuses, a row too
    large, a lock timeout...): the fast path's transaction rolled back, so nothing of it is
@@ -41,6 +43,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from ._pg_connect import hook_refused
+from ._pg_unnest import unnested
 from .errors import StorageError
 
 __all__ = ["CheckHooks", "Hook", "Part", "Recorded", "merged", "rejected", "store_round"]
@@ -129,7 +132,11 @@ def store_round(
         with conn.pipeline(), conn.transaction():
             passed = checked(conn, parts, check)
             for sql, rows in merged([part.statements for part in passed]):
-                conn.cursor().executemany(sql, rows)
+                one = unnested(sql, rows)
+                if one is not None:  # the rows of every batch in one statement
+                    conn.execute(one[0], one[1])
+                else:
+                    conn.cursor().executemany(sql, rows)
         return False
     except BaseException as exc:
         if conn is None or _lost(conn, exc, TransactionStatus.IDLE):

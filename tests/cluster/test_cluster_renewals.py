@@ -73,3 +73,69 @@ async def test_renewals_fail_when_redis_does_not_answer() -> None:
     finally:
         await renewals.close()
         await nowhere.aclose()
+
+
+async def test_routine_takes_share_the_renewals_call_and_take_only_free_leases(
+    redis: Redis,
+) -> None:
+    renewals = Renewals(redis, window=0.05)
+    prefix = f"take-{secrets.token_hex(4)}"
+    held = RedisLease(redis, f"{prefix}-held", new_token("a"), ttl=5, renewals=renewals)
+    free = RedisLease(redis, f"{prefix}-free", new_token("b"), ttl=5, renewals=renewals)
+    other = RedisLease(redis, f"{prefix}-other", new_token("b"), ttl=5, renewals=renewals)
+    forever = RedisLease(redis, f"{prefix}-forever", new_token("b"), ttl=5, renewals=renewals)
+    try:
+        assert await held.acquire()  # not routine: alone, at once
+        assert renewals.calls == 0
+        await redis.set(other.key, "someone-else", px=3000)
+        await redis.set(forever.key, "someone-else")  # no expiry
+        answers = await asyncio.gather(
+            held.renew(),
+            free.take(routine=True),
+            other.take(routine=True),
+            forever.take(routine=True),
+        )
+        assert renewals.calls == 1 and renewals.takes == 3
+        assert answers[0] is True
+        assert answers[1] is None  # free: taken
+        assert await redis.get(free.key) == free.token.encode()
+        assert await redis.pttl(free.key) > 4000
+        assert isinstance(answers[2], float) and 2.5 < answers[2] <= 3.0  # its holder's left
+        assert await redis.get(other.key) == b"someone-else"  # untouched
+        assert answers[3] == 0.0  # a key without expiry: no time to give
+        assert await free.take(routine=True) is None  # already its own: still its own
+    finally:
+        await renewals.close()
+        await redis.delete(held.key, free.key, other.key, forever.key)
+
+
+async def test_routine_takes_never_take_a_live_lease_and_take_a_dead_ones(redis: Redis) -> None:
+    """A keeper renewing through one hub's calls, a contender trying through another's."""
+    ttl = 0.6
+    owner_calls = Renewals(redis, window=ttl / 12)
+    contender_calls = Renewals(redis, window=ttl / 12)
+    room = f"take-live-{secrets.token_hex(4)}"
+    lease = RedisLease(redis, room, new_token("owner"), ttl=ttl, renewals=owner_calls)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert await lease.acquire()
+    keeper = LeaseKeeper(lease, acquired_at=started).start()
+    contender = RedisLease(redis, room, new_token("contender"), ttl=ttl, renewals=contender_calls)
+    try:
+        for _ in range(int(3 * ttl / (ttl / 3))):  # three ttls of attempts every ttl/3
+            left = await contender.take(routine=True)
+            assert left is not None and left > 0, "a live owner's lease was taken"
+            await asyncio.sleep(ttl / 3)
+        assert keeper.valid() and keeper.renewals >= 12
+        await keeper.stop()  # the owner dies: no more renewals, no release
+        died = loop.time()
+        while (left := await contender.take(routine=True)) is not None:
+            assert loop.time() - died < ttl + 2 * ttl / 12 + 0.2, "the dead lease was never taken"
+            await asyncio.sleep(min(ttl / 3, left + 0.005))
+        assert await lease.holder() == contender.token
+        assert contender_calls.takes >= 10
+    finally:
+        await keeper.stop()
+        await owner_calls.close()
+        await contender_calls.close()
+        await redis.delete(lease.key)

@@ -287,21 +287,31 @@ class ClusterRoom:
     # -- ownership ---------------------------------------------------------------------------
     async def _contend(self) -> None:
         node = self.node
-        wait = node.lease_ttl / 3
+        loop = asyncio.get_running_loop()
+        # when to try next: ttl/3 after this attempt was *asked* (a routine attempt waits
+        # up to the hub's gathering window for the others: the window must not stretch
+        # the period), or just after the holder's lease would expire
+        next_at = 0.0
+        routine = False  # the first attempt, and a timed one, go alone at once
 
         def busy(left: float) -> None:
             # try again just after the holder's lease would expire (at most ttl/3 from
-            # now: a holder that renews pushes its expiry on), so a dead owner's room is
-            # taken within a few milliseconds of its lease running out
-            nonlocal wait
+            # the ask: a holder that renews pushes its expiry on), so a dead owner's room
+            # is taken within a few milliseconds of its lease running out
+            nonlocal next_at, routine
             if left > 0:  # 0: a key without expiry, not ours to hurry
-                wait = min(node.lease_ttl / 3, left + EXPIRY_SLACK)
+                expiry = loop.time() + left + EXPIRY_SLACK
+                # before the next routine attempt could be sent (it may wait up to the
+                # gathering window): try alone at the expiry instead
+                if expiry < next_at + node.renewals.window:
+                    next_at, routine = expiry, False
             # a renewal missed: load the judge while the lease runs out; renewed (or
             # taken by another hub): drop what was loaded
             self.preload.saw(left, node.lease_ttl)
 
         while not self._stopping:
-            wait = node.lease_ttl / 3
+            asked = loop.time()
+            next_at, this_routine, routine = asked + node.lease_ttl / 3, routine, True
             try:
                 ownership = await try_acquire(
                     node.redis,
@@ -311,13 +321,15 @@ class ClusterRoom:
                     ttl=node.lease_ttl,
                     on_busy=busy,
                     renewals=node.renewals,
+                    routine=this_routine,
                 )
             except ClusterError as exc:
                 log.info("room %r: cannot contend (%s)", self.name, exc)
                 ownership = None
             if ownership is None:
-                await asyncio.sleep(wait)
+                await asyncio.sleep(max(0.0, next_at - loop.time()))
                 continue
+            routine = False
             try:
                 await self._serve(ownership)
             except (ClusterError, CrdtStateError, OSError) as exc:

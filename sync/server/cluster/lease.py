@@ -72,6 +72,10 @@ class Renewer(Protocol):
         """As :meth:`RedisLease.renew` for ``lease``."""
         ...
 
+    async def take(self, lease: RedisLease) -> float | None:
+        """As :meth:`RedisLease.take` for ``lease`` (a routine attempt, held back a little)."""
+        ...
+
 
 def new_token(owner: str) -> str:
     """A fresh lease token: ``owner`` (a hub's name, for people) plus 64 random bits."""
@@ -113,14 +117,20 @@ class RedisLease:
         """
         return await self.take() is None
 
-    async def take(self) -> float | None:
+    async def take(self, *, routine: bool = False) -> float | None:
         """Take the lease if nobody holds it, in one round trip; ``None`` once it is taken.
+
+        A ``routine`` attempt (a contender's periodic check of a live holder) goes with
+        the hub's other lease calls when the lease has a ``renewals``: held back up to
+        its window, one script call for many rooms. Any other goes at once, alone.
 
         Returns:
             ``None`` when this token holds the lease now (just taken, or an earlier
             attempt's ``SET`` took it), else the seconds the current holder's lease has
             left (0 when Redis reports no expiry): when to try again.
         """
+        if routine and self.renewals is not None:
+            return await self.renewals.take(self)
         left = int(await _call(self._take(keys=[self.key], args=[self.token, self.ttl_ms])))
         return None if left == -1 else left / 1000
 

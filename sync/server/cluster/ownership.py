@@ -126,6 +126,7 @@ async def try_acquire(
     clock: Callable[[], float] = time.monotonic,
     on_busy: Callable[[float], object] | None = None,
     renewals: Renewals | None = None,
+    routine: bool = False,
 ) -> Ownership | None:
     """Take ``room`` if its lease is free: lease, then a new fence, then a running keeper.
 
@@ -136,10 +137,12 @@ async def try_acquire(
     ``on_busy`` is told, when another holder has the lease, the seconds its lease has
     left (from the same round trip): a contender sleeps that long, no longer.
     ``renewals``: the hub's gathered renewals, which the keeper then renews through.
+    ``routine``: a contender's periodic attempt, sent with the hub's other lease calls
+    (held back up to their window; see :mod:`~sync.server.cluster.renewals`).
     """
     lease = RedisLease(redis, room, new_token(owner), ttl, renewals=renewals)
     started = clock()
-    left = await lease.take()
+    left = await lease.take(routine=routine)
     if left is not None:
         if on_busy is not None:
             on_busy(left)

@@ -1,4 +1,4 @@
-"""One hub's lease renewals, gathered: one script call renews the leases of many rooms.
+"""One hub's lease calls, gathered: one script call renews and tries many rooms' leases.
 
 Each owned room's keeper renews its lease every ``ttl / 6``; one call each costs a Redis
 round trip and a turn of the event loop per room, four times a second. A :class:`Renewals`
@@ -12,6 +12,18 @@ shortens what the keeper believes; and since the next renewal is asked for ``ttl
 after that moment, the keepers of a hub soon ask within one window of each other and
 share the call. The call names many rooms' keys, so it needs one Redis server (on a Redis
 Cluster it would be one call per slot), as the hub's follower does.
+
+The same call carries the hub's **routine take attempts** (:meth:`Renewals.take`): every
+hub tries, every ``ttl / 3``, the lease of each room it serves and does not own, to
+notice a dead owner (N - 1 attempts per room with N hubs). Held back up to the same
+window, they share the renewals' call (``SET`` if free, else the holder's ``PTTL``, as
+:meth:`~sync.server.cluster.lease.RedisLease.take`). Holding one back is safe for the same
+reason: the contender counts a lease it took from before it asked. It costs no failover
+time: an attempt that matters (the first of a room, or the one timed for just after the
+holder's lease runs out) is not routine and goes alone at once; and a contender times
+its next routine attempt from when it asked this one, not from the answer, so the window
+does not stretch its period (the attempts of a hub, asked within one window, stay
+within one window of each other and keep sharing a call).
 """
 
 from __future__ import annotations
@@ -27,23 +39,42 @@ from .lease import UNAVAILABLE, RedisLease
 
 __all__ = ["Renewals"]
 
-# KEYS: lease keys; ARGV: token and ttl in ms for each key in turn. Per key, 1 if
-# extended, 0 if not that token's.
-_RENEW_MANY: Final = """
+# KEYS: lease keys; ARGV: for each key in turn, the call ('r' renew, 't' take), the
+# token and the ttl in ms. Per key: a renewal 1 if extended, 0 if not that token's; a
+# take -1 if the token holds the lease now, else the ms the holder's lease has left (0:
+# no expiry), as lease.py's take script.
+_LEASE_CALLS: Final = """
 local out = {}
 for i, key in ipairs(KEYS) do
-  if redis.call('get', key) == ARGV[2 * i - 1] then
-    out[i] = redis.call('pexpire', key, ARGV[2 * i])
+  local op, token, ttl = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
+  local holder = redis.call('get', key)
+  if op == 'r' then
+    if holder == token then
+      out[i] = redis.call('pexpire', key, ttl)
+    else
+      out[i] = 0
+    end
+  elseif not holder then
+    redis.call('set', key, token, 'PX', ttl)
+    out[i] = -1
+  elseif holder == token then
+    out[i] = -1
   else
-    out[i] = 0
+    local left = redis.call('pttl', key)
+    if left < 0 then
+      left = 0
+    end
+    out[i] = left
   end
 end
 return out
 """
+_RENEW: Final = b"r"
+_TAKE: Final = b"t"
 
 
 class Renewals:
-    """Sends the renewals asked for within ``window`` seconds together (see the module doc).
+    """Sends the lease calls asked for within ``window`` seconds together (see the module doc).
 
     Args:
         redis: the cluster's Redis.
@@ -55,9 +86,11 @@ class Renewals:
         self.window = window
         self.calls = 0
         """Script calls sent so far (for tests and metrics)."""
-        self._pending: list[tuple[RedisLease, asyncio.Future[bool]]] = []
+        self.takes = 0
+        """Take attempts sent in those calls."""
+        self._pending: list[tuple[RedisLease, bytes, asyncio.Future[int]]] = []
         self._flush: asyncio.Task[None] | None = None
-        self._script = redis.register_script(_RENEW_MANY)
+        self._script = redis.register_script(_LEASE_CALLS)
 
     async def renew(self, lease: RedisLease) -> bool:
         """Extend ``lease`` by its ttl if it is still its token's; False if not.
@@ -65,10 +98,26 @@ class Renewals:
         Raises:
             ClusterUnavailable: Redis did not answer.
         """
-        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._pending.append((lease, done))
+        return await self._ask(lease, _RENEW) == 1
+
+    async def take(self, lease: RedisLease) -> float | None:
+        """Take ``lease`` if it is free, sent with the calls asked for within the window.
+
+        Returns:
+            ``None`` when ``lease``'s token holds the lease now, else the seconds the
+            holder's lease has left (0 when it has no expiry).
+
+        Raises:
+            ClusterUnavailable: Redis did not answer.
+        """
+        left = await self._ask(lease, _TAKE)
+        return None if left == -1 else left / 1000
+
+    async def _ask(self, lease: RedisLease, op: bytes) -> int:
+        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._pending.append((lease, op, done))
         if self._flush is None:
-            self._flush = asyncio.create_task(self._send_later(), name="lease renewals")
+            self._flush = asyncio.create_task(self._send_later(), name="lease calls")
         return await done
 
     async def close(self) -> None:
@@ -80,7 +129,7 @@ class Renewals:
                 await task
         self._fail(self._take(), ClusterUnavailable("redis", "the hub is stopping"))
 
-    def _take(self) -> list[tuple[RedisLease, asyncio.Future[bool]]]:
+    def _take(self) -> list[tuple[RedisLease, bytes, asyncio.Future[int]]]:
         batch, self._pending = self._pending, []
         return batch
 
@@ -89,28 +138,29 @@ class Renewals:
             await asyncio.sleep(self.window)
         finally:
             self._flush = None
-        batch = [(lease, done) for lease, done in self._take() if not done.done()]
+        batch = [call for call in self._take() if not call[2].done()]
         if not batch:
             return
-        args: list[str | int] = []
-        for lease, _ in batch:
-            args += [lease.token, lease.ttl_ms]
+        args: list[bytes | str | int] = []
+        for lease, op, _ in batch:
+            args += [op, lease.token, lease.ttl_ms]
         try:
             self.calls += 1
-            answers: Any = await self._script(keys=[lease.key for lease, _ in batch], args=args)
+            self.takes += sum(op == _TAKE for _, op, _ in batch)
+            answers: Any = await self._script(keys=[call[0].key for call in batch], args=args)
         except UNAVAILABLE as exc:
             self._fail(batch, ClusterUnavailable("redis", f"redis did not answer: {exc}"))
             return
         except Exception as exc:  # an unexpected reply: each keeper retries
             self._fail(batch, ClusterUnavailable("redis", f"redis refused the renewals: {exc}"))
             return
-        for (_, done), answer in zip(batch, answers, strict=False):
+        for (_, _, done), answer in zip(batch, answers, strict=False):
             if not done.done():
-                done.set_result(int(answer) == 1)
+                done.set_result(int(answer))
         self._fail(batch, ClusterUnavailable("redis", "redis answered part of the renewals"))
 
     @staticmethod
-    def _fail(batch: list[tuple[RedisLease, asyncio.Future[bool]]], error: Exception) -> None:
-        for _, done in batch:
+    def _fail(batch: list[tuple[RedisLease, bytes, asyncio.Future[int]]], error: Exception) -> None:
+        for _, _, done in batch:
             if not done.done():
                 done.set_exception(error)
