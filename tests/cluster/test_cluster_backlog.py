@@ -5,7 +5,8 @@ Unit tests (no servers) of :class:`~sync.server.cluster.backlog.Backlog` on a re
 waits as one update before it is next read (through ``room.state``), once enough waits,
 or after :data:`~sync.server.cluster.backlog.DELAY`. Then two hubs in this process (a
 private redis-server, the module's throwaway PostgreSQL database): clients joining the
-following hub in the middle of a burst of merges on the owner's hub end with every merge.
+following hub in the middle of a burst of merges on the owner's hub end with every merge,
+and merges sent through the following hub do not apply its backlog each.
 """
 
 from __future__ import annotations
@@ -193,4 +194,11 @@ async def test_clients_joining_a_following_hub_mid_burst_get_every_merge(
                 await asyncio.sleep(0.01)
         node = b._cluster
         assert node is not None
-        assert node.rooms[name].room.state.snapshot() == expected  # B's replica
+        followed = node.rooms[name]
+        assert followed.room.state.snapshot() == expected  # B's replica
+        # merges sent through B are forwarded without reading (so applying) its replica
+        settled = followed.backlog.settled
+        for n in range(30):
+            await clients[0].acommit({"from_b": n}, clients[0].token)
+        assert followed.backlog.settled - settled < 10  # (the 1 s delay's applies)
+        assert followed.room.state.get("from_b") == 29
