@@ -46,7 +46,7 @@ __all__ = ["DELAY", "MAX_BYTES", "MAX_UPDATES", "Backlog"]
 log = logging.getLogger("crdt_state.cluster")
 
 MAX_UPDATES: Final = 256
-"""Updates kept at most: the next one applies them all."""
+"""Updates kept at most: the one that reaches it applies them all."""
 MAX_BYTES: Final = 1 << 20
 """Bytes kept at most: the update that reaches it applies them all."""
 DELAY: Final = 1.0
