@@ -45,7 +45,7 @@ class StateCore:
     Every field is guarded by :attr:`lock` (re-entrant). ``follower`` makes a
     pure mirror of an authority (a hub client's replica): it never writes on
     its own (no tick for a received deletion) and does not validate received
-    updates against a schema.
+    updates (no schema or depth check: the authority validated them).
     """
 
     def __init__(

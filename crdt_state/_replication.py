@@ -45,6 +45,9 @@ def apply_update(
 ) -> tuple[MergeResult, int | None]:
     """Integrate ``update`` into ``core``; returns the result and the store's ticket.
 
+    A follower (``core.validate_updates`` off) checks neither depth nor schema: its
+    authority validated what it sends.
+
     Args:
         core: the state's core.
         update: a Yjs update (bytes-like).
@@ -64,11 +67,12 @@ def apply_update(
         core.shared = True
         before = core.log.head_token
         changed: dict[Path, WriteKind] = {}
-        if core.schema is not None and core.validate_updates:
-            # structs Yjs keeps pending land with this update: validated with it
-            held = data if core.held is None else join_updates([core.held, data])
-            core.schema.check_update(core.doc, held)
-        _check_update_depth(core, data)
+        if core.validate_updates:  # a follower's authority validated what it sends
+            if core.schema is not None:
+                # structs Yjs keeps pending land with this update: validated with it
+                held = data if core.held is None else join_updates([core.held, data])
+                core.schema.check_update(core.doc, held)
+            _check_update_depth(core, data)
         core.updates.clear()
         with (
             core.deep.routed(core.root, collect_writes(changed, core.mirror)),

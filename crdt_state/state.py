@@ -67,9 +67,9 @@ class SharedState(StateReads, StateExchange):
         initialize: write the schema's defaults into an empty state (turn off
             for a replica that will receive its content from elsewhere).
         follower: a replica that mirrors an authority (a hub client's replica):
-            it takes received updates as they are (the authority validated them)
-            and never writes on its own, not even the tick that marks a received
-            deletion (the authority ticks for it).
+            it takes received updates as they are (the authority validated them:
+            no schema or depth check) and never writes on its own, not even the
+            tick that marks a received deletion (the authority ticks for it).
     """
 
     def __init__(

@@ -166,7 +166,11 @@ class Room:
 
     def __init__(self, name: str, state: SharedState, loop: asyncio.AbstractEventLoop) -> None:
         self.name = name
-        self.state = state
+        self._state = state
+        self.before_read: Callable[[], None] | None = None
+        """Called by :attr:`state` before it returns the state: a cluster replica applies
+        the updates it only relayed so far (:meth:`relay`, :meth:`absorb`)."""
+        self._absorbing: int | None = None  # the thread applying relayed updates (absorb)
         self.sessions: dict[int, Session] = {}
         self.awareness: dict[int, bytes] = {}
         self.size = len(state.get_update())
@@ -184,6 +188,40 @@ class Room:
         self._storage_failed = False
         self.last_merge: float | None = None
         """Unix time of the last merge judged in the room since it was loaded (inspector)."""
+
+    @property
+    def state(self) -> SharedState:
+        """The room's state, holding every change the room sent to its sessions.
+
+        Calls :attr:`before_read` first (when set), so a reader never sees a state that
+        lacks an update relayed to the sessions (:meth:`relay`).
+        """
+        settle = self.before_read
+        if settle is not None:
+            settle()
+        return self._state
+
+    def relay(self, update: bytes) -> None:
+        """Send ``update`` to every session as a change of the state, before the state has it.
+
+        For a replica that applies the updates it follows later (a cluster hub): the
+        sessions get it at once, in the same frame (and order) as any change of this
+        loop turn; the state gets it from :meth:`absorb`, before it is next read
+        (:attr:`before_read`). Event-loop thread only.
+        """
+        self.size += len(update)
+        self._add(update)
+
+    def absorb(self, update: bytes, agent: str) -> None:
+        """Apply relayed updates (:meth:`relay`) to the state without sending them again.
+
+        Raises what :meth:`SharedState.apply_update` raises. Any thread (one at a time).
+        """
+        self._absorbing = threading.get_ident()
+        try:
+            self._state.apply_update(update, agent=agent)
+        finally:
+            self._absorbing = None
 
     def would_exceed(self, extra: int, limit: int) -> bool:
         """True when adding about ``extra`` bytes would take the document past ``limit``.
@@ -208,6 +246,8 @@ class Room:
             self.broadcast(encode_awareness(removal_update(clients)))
 
     def _on_change(self, change: StateUpdate) -> None:
+        if self._absorbing == threading.get_ident():  # relayed already (and counted in size)
+            return
         self.size += len(change.update)
         if threading.get_ident() == self._loop_thread:
             self._add(change.update)
@@ -316,7 +356,7 @@ class Room:
             with contextlib.suppress(RuntimeError):  # the loop is gone: nobody to send to
                 call_on_loop(self._loop, self._ready, round_, error)  # one wake per burst
 
-        self.state.when_durable(done)
+        self._state.when_durable(done)
 
     def _ready(self, round_: _Round, error: BaseException | None) -> None:
         round_.ready, round_.error = True, error
@@ -377,4 +417,5 @@ class Room:
         """
         unsubscribe, self._unsubscribe = self._unsubscribe, _nothing
         unsubscribe()
-        self.state.close()
+        self.before_read = None
+        self._state.close()

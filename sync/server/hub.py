@@ -311,7 +311,8 @@ class Hub:
                     raise PeerRefused(
                         EXPIRED_TOKEN, TOKEN_EXPIRED_REASON, close_code=CloseCode.POLICY_VIOLATION
                     )
-                refused = too_large_reply(data, room.state, self.limits.max_merge_bytes)
+                limit = self.limits.max_merge_bytes  # room.state only for a refusal (see below)
+                refused = too_large_reply(data, room.state, limit) if len(data) > limit else None
                 if refused is not None:  # answered without decoding it
                     room.reply(session, refused)
                     continue
@@ -365,9 +366,11 @@ class Hub:
             For a merge whose answer waits for the disk, a future done once the answer is
             sent (the connection's next message waits for it); else ``None``.
         """
-        state = room.state
+        # room.state is read where it is needed: a cluster replica applies what it
+        # relayed to the sessions before it is read (Room.before_read)
         if isinstance(event, SyncRequested):  # sent once all it holds is durable
-            room.send_durable(session, p.encode_sync_step2(state.get_update(event.since)))
+            update = room.state.get_update(event.since)
+            room.send_durable(session, p.encode_sync_step2(update))
         elif isinstance(event, UpdateReceived):
             if room.would_exceed(len(event.update), self.limits.max_document):
                 raise PeerRefused(
@@ -386,7 +389,7 @@ class Hub:
                 await self._cluster.forward_update(room, session, event.update)
                 return None
             try:
-                await state.aapply_update(event.update, origin=session.label)
+                await room.state.aapply_update(event.update, origin=session.label)
             except CrdtStateError as exc:
                 raise PeerRefused(
                     "update_refused",
@@ -409,12 +412,12 @@ class Hub:
                 session.enqueue(p.encode_awareness(payload))
         elif isinstance(event, MergeDenied):  # the connection stays open for reads
             reason = "read-only token: merges are refused"
-            room.reply(session, refused_reply(event.request, state, READ_ONLY, reason))
+            room.reply(session, refused_reply(event.request, room.state, READ_ONLY, reason))
         elif self._cluster is not None:
             session.agent = event.request.agent or session.agent
             refusal = limits_refusal(event.request, self.limits)
             if refusal is not None:
-                room.reply(session, refused_reply(event.request, state, *refusal))
+                room.reply(session, refused_reply(event.request, room.state, *refusal))
                 return None
             # the room's owner judges it
             await self._cluster.forward_merge(room, session, event.request, event.frame)

@@ -2,9 +2,10 @@
 
 No servers: a :class:`ClusterRoom` on a replica, fed the fields its hub's follower would
 read. Several entries of one room go into the replica as one update (one change in its
-log, one update frame for its sessions); the replica then equals the owner's state, also
-when entries come twice or out of order, and every entry's answers are delivered after
-the update that carries them, in stream order.
+log, one update frame for its sessions); the replica, read through its room as the hub
+reads it (``room.state`` applies what waits first, see ``cluster/backlog.py``), then
+equals the owner's state, also when entries come twice or out of order, and every entry's
+answers are delivered after the update that carries them, in stream order.
 """
 
 from __future__ import annotations
@@ -26,12 +27,11 @@ class _Node:
 
     def __init__(self) -> None:
         self.answers: list[tuple[bytes, Any]] = []
-        self.replica: SharedState | None = None
 
     def merge_answered(self, room: Room, agent: Any, frame: bytes, *_: Any) -> None:
-        # what the replica held when the answer was delivered
-        assert self.replica is not None
-        self.answers.append((frame, self.replica.snapshot()))
+        # what the replica held when the answer was delivered (read through the room,
+        # as every reader of a hub's replica does)
+        self.answers.append((frame, room.state.snapshot()))
 
 
 def _owner_updates(count: int) -> tuple[SharedState, list[bytes]]:
@@ -50,7 +50,6 @@ def _fields(update: bytes, n: int) -> dict[str, bytes | str]:
 
 def _follower_room(node: _Node) -> tuple[ClusterRoom, SharedState, list[StateUpdate]]:
     replica = SharedState(follower=True)
-    node.replica = replica
     changes: list[StateUpdate] = []
     replica.subscribe(changes.append)
     room = ClusterRoom(node, Room("unit", replica, asyncio.get_running_loop()), "0-0")  # type: ignore[arg-type]
@@ -60,9 +59,9 @@ def _follower_room(node: _Node) -> tuple[ClusterRoom, SharedState, list[StateUpd
 async def test_entries_of_one_read_go_into_the_replica_as_one_update() -> None:
     owner, updates = _owner_updates(4)
     node = _Node()
-    room, replica, changes = _follower_room(node)
+    room, _, changes = _follower_room(node)
     room.apply_entries([(f"{n + 1}-0", _fields(u, n)) for n, u in enumerate(updates)])
-    assert replica.snapshot() == owner.snapshot()
+    assert room.room.state.snapshot() == owner.snapshot()
     assert len(changes) == 1  # one apply for the four entries
     assert room.applied == 4 and room.position == "4-0"
     # every answer after the update carrying it, in stream order
@@ -77,13 +76,13 @@ async def test_duplicate_and_reordered_entries_give_the_owners_state() -> None:
     read in stream order, and Yjs itself (yrs) can lose a map key then, see the notes.)"""
     owner, updates = _owner_updates(6)
     node = _Node()
-    room, replica, changes = _follower_room(node)
+    room, _, changes = _follower_room(node)
     room.apply_entries([(f"{n + 1}-0", _fields(updates[n], n)) for n in (2, 0, 1, 0, 3, 2)])
     room.apply_entries([(f"{n + 7}-0", _fields(updates[n], n)) for n in (3, 4, 5, 4)])
-    assert replica.snapshot() == owner.snapshot()
+    assert room.room.state.snapshot() == owner.snapshot()
     assert len(changes) == 2
     room.apply_entries([(f"{n + 11}-0", _fields(u, n)) for n, u in enumerate(updates)])
-    assert replica.snapshot() == owner.snapshot()
+    assert room.room.state.snapshot() == owner.snapshot()
     assert len(changes) == 2  # everything again: nothing changed, nothing logged
     assert room.applied == 16 and room.position == "16-0"
 
@@ -91,7 +90,7 @@ async def test_duplicate_and_reordered_entries_give_the_owners_state() -> None:
 async def test_an_unreadable_entry_is_skipped_and_the_others_applied() -> None:
     owner, updates = _owner_updates(3)
     node = _Node()
-    room, replica, _ = _follower_room(node)
+    room, _, _ = _follower_room(node)
     room.apply_entries(
         [
             ("1-0", _fields(updates[0], 0)),
@@ -100,7 +99,7 @@ async def test_an_unreadable_entry_is_skipped_and_the_others_applied() -> None:
             ("4-0", _fields(updates[2], 2)),
         ]
     )
-    assert replica.snapshot() == owner.snapshot()
+    assert room.room.state.snapshot() == owner.snapshot()
     assert room.applied == 3 and room.position == "4-0"
 
 
@@ -120,5 +119,5 @@ async def test_a_refused_merged_update_falls_back_to_one_apply_per_entry() -> No
     replica.apply_update = refusing_merged  # type: ignore[method-assign]
     room.apply_entries([(f"{n + 1}-0", _fields(u, n)) for n, u in enumerate(updates)])
     assert len(calls) == 4  # the merged one, then one per entry
-    assert replica.snapshot() == owner.snapshot() and len(changes) == 3
+    assert room.room.state.snapshot() == owner.snapshot() and len(changes) == 3
     assert [frame for frame, _ in node.answers] == [b"answer-%d" % n for n in range(3)]

@@ -4,7 +4,8 @@ Two hubs of one cluster (the machine's Redis, a throwaway PostgreSQL database): 
 owns the room (its client opened it first), hub B serves it from its replica, which it
 keeps current by applying A's ``out`` entries (several of one read as one update). A
 stock client joining B gets the full state from B's replica (sync step 1), sees what A's
-agent merges afterwards, and its own write reaches A's agent.
+agent merges afterwards, and its own write reaches A's agent; one joining while A's agent
+merges (B sends followed updates before its replica has them) ends with every merge.
 """
 
 from __future__ import annotations
@@ -77,5 +78,42 @@ async def test_a_stock_client_on_a_following_hub_gets_the_full_state(
             assert await asyncio.to_thread(node.wait, "later", "from A")
             await asyncio.to_thread(node.set, "from_node", [1, 2, 3])
             await eventually(lambda: py.get("from_node") == [1, 2, 3])
+        finally:
+            await asyncio.to_thread(node.close)
+
+
+async def test_a_stock_client_joining_a_following_hub_mid_burst_gets_every_merge(
+    cluster: tuple[Hub, Hub],
+) -> None:
+    """B sends followed updates to its sessions before its replica has them (it applies
+    them before the replica is read): a stock client whose sync falls in the middle of a
+    burst of A's merges still ends with every merge, as does B's replica."""
+    a, b = cluster
+    room = f"interop/burst-{secrets.token_hex(4)}"
+    async with connect(a.url(room), agent="py") as py:
+        await py.acommit({"opened": True}, py.token)
+        synced = asyncio.Event()
+
+        async def burst() -> int:
+            n = more = 0
+            while more < 50:  # until 50 merges after the stock client synced
+                await py.acommit({f"k{n}": n}, py.token)
+                n += 1
+                more += synced.is_set()
+            return n
+
+        merging = asyncio.create_task(burst())
+        await asyncio.sleep(0.1)
+        node = await asyncio.to_thread(NodeYjsClient, base_url(b), room)
+        try:
+            synced.set()
+            count = await merging
+            assert count > 60  # merges before, during and after its sync
+            assert await asyncio.to_thread(node.wait, f"k{count - 1}", count - 1)
+            state = await asyncio.to_thread(node.get)
+            assert state == py.snapshot() and len(state) == count + 1
+            cluster_node = b._cluster
+            assert cluster_node is not None
+            assert cluster_node.rooms[room].room.state.snapshot() == py.snapshot()
         finally:
             await asyncio.to_thread(node.close)

@@ -5,9 +5,9 @@ Every hub that has the room open follows it and contends for it:
 - **following**: the hub's :class:`~sync.server.cluster.follower.Follower` reads
   ``crdt:{room}:out`` (with every other room's, in one ``XREAD BLOCK``) from where the
   replica was loaded and hands the entries of each read to
-  :meth:`ClusterRoom.apply_entries`: their updates are applied to the room's replica as
-  one (the :class:`Room` fans it out to the hub's sessions, as for any change), then the
-  answers addressed to this hub go to their sessions, after that update. While this hub
+  :meth:`ClusterRoom.apply_entries`: their updates go to the hub's sessions at once and
+  into the room's replica later, as one (:mod:`~sync.server.cluster.backlog`), then the
+  answers addressed to this hub go to their sessions, after those updates. While this hub
   owns the room, its owner applies each entry it published the same way as soon as the
   publish returned (:meth:`ClusterRoom.published`), and the follower leaves the room out
   of its reads (:meth:`ClusterRoom.current`). When Redis fails (or restarts, losing the
@@ -36,10 +36,9 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from pycrdt import merge_updates
-
 from crdt_state import CrdtStateError
 from sync.server._room import Room, Session
+from sync.server.cluster.backlog import Backlog
 from sync.server.cluster.context import NodeContext
 from sync.server.cluster.errors import ClusterError, ClusterUnavailable
 from sync.server.cluster.inbox import InSlot
@@ -95,6 +94,8 @@ class ClusterRoom:
             self.name, lambda: node.storage.preload(self.name, node.policies_for(self.name))
         )
         """The judge loaded while the holder's lease runs out, if any."""
+        self.backlog = Backlog(room, self._failed)
+        """Followed updates the sessions were sent and the replica gets later."""
 
     def start(self) -> None:
         """Start contending for the room's ownership, in a task that runs until :meth:`stop`.
@@ -110,6 +111,7 @@ class ClusterRoom:
         """Stop the room's tasks and wait until they ended; their errors are not raised."""
         self._stopping = True
         self.preload.drop()
+        self.backlog.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -141,14 +143,12 @@ class ClusterRoom:
     def apply_entries(self, entries: Sequence[Entry]) -> None:
         """Apply the ``out`` entries of one read (in stream order) to the room.
 
-        Their updates go into the replica in **one** ``apply_update`` (merged first:
-        updates are idempotent and commutative, so the state is the same as after one
-        apply each, and the room's sessions get the same single update frame they would
-        have got for changes made in one loop iteration), then the answers of every
-        entry are delivered in stream order, after the update that carries them. An
-        entry that cannot be read is skipped (logged). When the merged update is
-        refused, each entry's update is applied on its own, so one bad entry does not
-        keep the others out.
+        Their updates go to the room's sessions at once and into the replica later, all
+        as one (:class:`~sync.server.cluster.backlog.Backlog`: before the replica is next
+        read, or when enough waits); the sessions get the same single update frame they
+        got for changes made in one loop iteration. Then the answers of every entry are
+        delivered in stream order, after the update that carries them. An entry that
+        cannot be read is skipped (logged).
         """
         batch: list[OutEntry] = []
         for entry_id, fields in entries:
@@ -157,20 +157,9 @@ class ClusterRoom:
                 batch.append(decode_out(fields))
             except StreamEntryError as exc:
                 log.warning("room %r: skipping out-entry: %s", self.name, exc)
-        if not batch:
-            return
-        updates = [entry.update for entry in batch if entry.update]
-        if len(updates) == 1:
-            self._apply_update(updates[0])
-        elif updates:
-            try:
-                merged = bytes(merge_updates(*updates))
-            except Exception as exc:  # pycrdt raises plain exceptions
-                log.warning("room %r: cannot merge %d updates (%s)", self.name, len(updates), exc)
-                merged = None
-            if merged is None or not self._apply_update(merged):
-                for update in updates:
-                    self._apply_update(update)
+        for entry in batch:
+            if entry.update:
+                self.backlog.add(entry.update)
         for entry in batch:
             self._answer(entry)
 
@@ -192,6 +181,8 @@ class ClusterRoom:
     def published(self, entry_id: str, entry: OutEntry) -> None:
         """This hub's owner published ``entry`` as ``entry_id``: apply it to the replica.
 
+        (Sent to the sessions at once, into the replica later, as in :meth:`apply_entries`.)
+
         Applied at once when the replica holds every entry before it (``position`` is the
         previous newest entry), so the follower need not read it back from ``out``;
         otherwise (the follower is still catching up, or the replica is reloading) the
@@ -204,26 +195,14 @@ class ClusterRoom:
             and not self._resyncing
         ):
             self.position = entry_id
-            try:
-                self._apply(entry)
-            except Exception:  # as when following fails: reload, the owner goes on
-                log.exception("room %r: applying a published entry failed, reloading", self.name)
-                self.stale = True
+            if entry.update:
+                self.backlog.add(entry.update)
+            self._answer(entry)
         self.own_tail = entry_id
 
-    def _apply(self, entry: OutEntry) -> None:
-        if entry.update:
-            self._apply_update(entry.update)
-        self._answer(entry)
-
-    def _apply_update(self, update: bytes) -> bool:
-        """Apply a published update to the replica; False (logged) when it refuses it."""
-        try:
-            self.room.state.apply_update(update, agent="cluster")
-        except CrdtStateError as exc:  # cannot happen for updates the owner accepted
-            log.error("room %r: published update refused by the replica: %s", self.name, exc)
-            return False
-        return True
+    def _failed(self) -> None:
+        """Applying followed updates failed: load the replica again (the owner goes on)."""
+        self.stale = True
 
     def _answer(self, entry: OutEntry) -> None:
         """Count ``entry`` applied and deliver its answers (its update is in the replica)."""
