@@ -168,7 +168,7 @@ class ClusterNode:
         self._streams = stream_client(self.redis_url)
         self._outbox = Outbox(self._streams)
         self._outbox.start()
-        self._inbox = Inbox(self._streams.client())  # reads in a loop: a connection of its own
+        self._inbox = Inbox(self._streams)  # reads in a loop: a connection of its own
         # a renewal waits up to half the keepers' interval: the keepers of the hub then
         # renew in one or two calls per interval (see renewals.py)
         self._renewals = Renewals(self._redis, self.lease_ttl * GATHER_WINDOW)
@@ -339,20 +339,16 @@ class ClusterNode:
         reloading its replica.
         """
         while True:
-            # one connection of its own: a pooled call costs ~30 us more CPU (taking the
-            # connection, checking it, giving it back), and the follower reads in a loop
+            # the follower reads in a loop on a connection of its own (Link), closed as
+            # its run ends
             assert self._streams is not None
-            redis = self._streams.client()
             try:
-                await Follower(redis, self.rooms).run()
+                await Follower(self._streams, self.rooms).run()
             except Exception:
                 log.exception("following the rooms failed, reloading every replica")
                 for cluster_room in self.rooms.values():
                     cluster_room.stale = True
                 await asyncio.sleep(0.1)
-            finally:
-                with contextlib.suppress(Exception):
-                    await redis.aclose()
 
     async def _read_in(self) -> None:
         """Read the ``in`` streams of every room this hub owns, with one ``XREAD`` for all.
@@ -370,7 +366,7 @@ class ClusterNode:
                     await asyncio.sleep(0.1)
         finally:
             with contextlib.suppress(Exception):
-                await inbox.redis.aclose()
+                await inbox.aclose()
 
     async def _watch_answers(self) -> None:
         step = min(0.25, self.answer_timeout / 4)
