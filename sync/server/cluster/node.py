@@ -38,6 +38,7 @@ from sync.server.cluster.cluster_room import TRY_AGAIN_LATER, ClusterRoom, newes
 from sync.server.cluster.context import MergeAnswered
 from sync.server.cluster.errors import ClusterUnavailable
 from sync.server.cluster.follower import Follower
+from sync.server.cluster.forwarding import InCommands
 from sync.server.cluster.inbox import Inbox
 from sync.server.cluster.keeper import GATHER_WINDOW
 from sync.server.cluster.keys import parse_room_key, room_key
@@ -47,8 +48,7 @@ from sync.server.cluster.owner import LocalWrite
 from sync.server.cluster.renewals import Renewals
 from sync.server.cluster.schema import migrate
 from sync.server.cluster.storage import RoomStorage
-from sync.server.cluster.streamio import stream_key
-from sync.server.cluster.streams import MERGE, UPDATE, InEntry, encode_in
+from sync.server.cluster.streams import MERGE, UPDATE, InEntry
 from sync.wire import protocol as p
 from sync.wire.awareness import removal_update, safe_clients
 
@@ -118,6 +118,7 @@ class ClusterNode:
         """(room, session id) -> the ``in`` id of the session's newest write appended there."""
         self._broken: set[tuple[str, int]] = set()
         """(room, session id) of sessions closed because a local write may be lost."""
+        self._in_commands = InCommands(self.hub_id)
 
     @property
     def redis(self) -> Redis:
@@ -284,18 +285,17 @@ class ClusterNode:
         key = (room.name, session.id)
         if key in self._broken:  # closing: a lost local write must not be overtaken
             return
-        entry = InEntry(kind, data, self.hub_id, session.id, session.label, session.writer)
         cluster_room = self.rooms.get(room.name)
         owner = cluster_room.owner if cluster_room is not None else None
         if owner is not None and owner.accepts(self._last_in.get(key)):
+            entry = InEntry(kind, data, self.hub_id, session.id, session.label, session.writer)
             write = LocalWrite(entry, request)
             if owner.submit(write):
                 write.done.add_done_callback(partial(self._local_done, room.name, session))
                 return
+        command = self._in_commands.command(room.name, session, kind, data)
         try:
-            self._last_in[key] = await self.outbox.append(
-                stream_key(room.name, "in"), encode_in(entry)
-            )
+            self._last_in[key] = await self.outbox.append_packed(command)
         except ClusterUnavailable as exc:
             log.info("room %r: cannot forward a write (%s), closing its session", room.name, exc)
             self.close_session(session, TRY_AGAIN_LATER, "cluster unavailable")
@@ -326,6 +326,7 @@ class ClusterNode:
         if cluster_room is not None:
             cluster_room.forget_session(session)
         self._last_in.pop((room.name, session.id), None)
+        self._in_commands.forget(room.name, session.id)
         self._broken.discard((room.name, session.id))
         payload = room.awareness.get(session.id)
         clients = safe_clients(payload) if payload is not None else {}

@@ -91,8 +91,16 @@ class Outbox:
         args = [b"XADD", _raw(key), b"*"]
         for name, value in fields.items():
             args += (name.encode(), _raw(value))
+        return await self.append_packed(pack(*args))
+
+    async def append_packed(self, command: bytes) -> str:
+        """Send ``command``, an ``XADD`` packed for Redis; the new entry's id, once stored.
+
+        Raises:
+            ClusterUnavailable: Redis did not answer (the entry may or may not be stored).
+        """
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append((pack(*args), done))
+        self._queue.append((command, done))
         self._ready.set()
         return text_id(await done)
 
