@@ -25,7 +25,7 @@ from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-__all__ = ["Link", "pack"]
+__all__ = ["Link", "bulk", "pack"]
 
 _RETRIED: Final = (RedisConnectionError, OSError)
 """Failures after which a call is sent once more on a new connection, as the stream
@@ -39,10 +39,12 @@ def pack(*args: bytes) -> bytes:
 
     Every argument must be ``bytes`` (the callers' keys, ids and values are).
     """
-    parts = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        parts.append(b"$%d\r\n%b\r\n" % (len(arg), arg))
-    return b"".join(parts)
+    return b"*%d\r\n%b" % (len(args), b"".join(map(bulk, args)))
+
+
+def bulk(arg: bytes) -> bytes:
+    """``arg`` as one bulk string of a command (:func:`pack` joins them behind a header)."""
+    return b"$%d\r\n%b\r\n" % (len(arg), arg)
 
 
 class Link:

@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from sync.server.cluster.errors import ClusterUnavailable
 from sync.server.cluster.keys import parse_room_key, room_key
 from sync.server.cluster.lease import UNAVAILABLE
-from sync.server.cluster.link import Link, pack
+from sync.server.cluster.link import Link, bulk
 
 __all__ = [
     "end_if_cancelled",
@@ -68,19 +68,25 @@ def _id_key(entry_id: str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
-_KEYS: dict[tuple[str, str], bytes] = {}
-"""Stream keys as bytes by (room, part): read calls name every followed room's key."""
+_KEYS: dict[tuple[str, str], tuple[bytes, bytes]] = {}
+"""Stream keys as bytes, and as a command's bulk string, by (room, part): read calls name
+every followed room's key."""
 _MAX_KEYS: Final = 65_536
 
 
 def stream_key(room: str, part: str) -> bytes:
     """``room_key(room, part)`` as bytes, remembered (cleared past :data:`_MAX_KEYS`)."""
-    key = _KEYS.get((room, part))
-    if key is None:
+    return _key(room, part)[0]
+
+
+def _key(room: str, part: str) -> tuple[bytes, bytes]:
+    known = _KEYS.get((room, part))
+    if known is None:
         if len(_KEYS) >= _MAX_KEYS:
             _KEYS.clear()
-        key = _KEYS[(room, part)] = room_key(room, part).encode()
-    return key
+        key = room_key(room, part).encode()
+        known = _KEYS[(room, part)] = (key, bulk(key))
+    return known
 
 
 async def read_rooms(
@@ -99,14 +105,23 @@ async def read_rooms(
     keys: list[bytes] = []
     ids: list[bytes] = []
     for name, position in positions.items():
-        key = stream_key(name, part)
+        key, packed = _key(name, part)  # the key's bulk string made once per room
         names[key] = name
-        keys.append(key)
-        ids.append(position.encode())
-    command = pack(
-        b"XREAD", b"COUNT", b"%d" % count, b"BLOCK", b"%d" % int(block * 1000), b"STREAMS",
-        *keys, *ids,
-    )  # fmt: skip
+        keys.append(packed)
+        ids.append(bulk(position.encode()))
+    command = b"".join(
+        (
+            b"*%d\r\n" % (6 + 2 * len(keys)),
+            bulk(b"XREAD"),
+            bulk(b"COUNT"),
+            bulk(b"%d" % count),
+            bulk(b"BLOCK"),
+            bulk(b"%d" % int(block * 1000)),
+            bulk(b"STREAMS"),
+            *keys,
+            *ids,
+        )
+    )
     (got,) = await link.call((command,))
     if isinstance(got, Exception):
         raise got
