@@ -7,6 +7,7 @@ import contextlib
 import secrets
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -14,6 +15,7 @@ from redis.asyncio import Redis
 from sync.server.cluster import ClusterUnavailable, redis_client, room_key
 from sync.server.cluster.clients import CALL_TIMEOUT, stream_client
 from sync.server.cluster.follower import BLOCK, Follower
+from sync.server.cluster.link import Link
 from sync.server.cluster.outbox import Outbox
 from sync.server.cluster.streamio import read_all
 
@@ -167,30 +169,31 @@ async def test_follower_leaves_out_current_rooms_and_skips_what_their_owner_appl
     await redis.xadd(room_key(owned.name, "out"), {"u": b"never read"})
     first = await redis.xadd(room_key(followed.name, "out"), {"u": b"applied by its owner"})
     await redis.xadd(room_key(followed.name, "out"), {"u": b"second"})
-    client = redis.client()
-    read = client.xread
+    import sync.server.cluster.follower as follower_module
+
+    read = follower_module.read_rooms
     seen: list[object] = []
 
-    async def xread(streams: dict[bytes, bytes], **options: object) -> object:
-        seen.append(sorted(streams))
-        got = await read(streams, **options)  # type: ignore[arg-type]
+    async def read_rooms(link: Link, positions: dict[str, str], part: str, **options: Any) -> Any:
+        seen.append((sorted(positions), part))
+        got = await read(link, positions, part, **options)
         if got and followed.position == "0-0":  # the owner applied the first entry meanwhile
             followed.position = first.decode()
         return got
 
-    client.xread = xread  # type: ignore[method-assign]
-    follower = Follower(client, {owned.name: owned, followed.name: followed})  # type: ignore[dict-item]
-    task = asyncio.create_task(follower.run())
-    try:
-        for _ in range(100):
-            await asyncio.sleep(0.02)
-            if followed.seen:
-                break
-    finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        await client.aclose()
+    follower = Follower(redis, {owned.name: owned, followed.name: followed})  # type: ignore[dict-item]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(follower_module, "read_rooms", read_rooms)
+        task = asyncio.create_task(follower.run())
+        try:
+            for _ in range(100):
+                await asyncio.sleep(0.02)
+                if followed.seen:
+                    break
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
     assert followed.seen == [b"second"]
     assert owned.seen == []
-    assert seen and all(keys == [room_key(followed.name, "out").encode()] for keys in seen)
+    assert seen and all(read == ([followed.name], "out") for read in seen)

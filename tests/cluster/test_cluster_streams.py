@@ -13,6 +13,7 @@ from redis.asyncio import Redis
 
 from sync.server.cluster import Fenced, room_key
 from sync.server.cluster.keys import parse_room_key
+from sync.server.cluster.link import Link
 from sync.server.cluster.pgstorage import depose, fenced_position, judge_dsn, judge_name
 from sync.server.cluster.streamio import append_if_holder, read_after, read_rooms, stream_key
 from sync.server.cluster.streams import (
@@ -273,7 +274,11 @@ async def test_one_read_over_rooms_names_each_room_by_its_key(redis: Redis) -> N
     try:
         for n, key in enumerate(keys):
             await redis.xadd(key, {"e": str(n)})
-        got = await read_rooms(redis, dict.fromkeys(rooms, "0-0"), "out", count=10, block=0.01)
+        link = Link(redis)
+        try:
+            got = await read_rooms(link, dict.fromkeys(rooms, "0-0"), "out", count=10, block=0.01)
+        finally:
+            await link.aclose()
         assert {name: [f[b"e"] for _, f in entries] for name, entries in got} == {
             room: [str(n).encode()] for n, room in enumerate(rooms)
         }

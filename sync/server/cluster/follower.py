@@ -32,7 +32,8 @@ from redis.asyncio import Redis
 
 from sync.server.cluster.clients import CALL_TIMEOUT
 from sync.server.cluster.lease import UNAVAILABLE
-from sync.server.cluster.streamio import end_if_cancelled, later, read_rooms, text_id
+from sync.server.cluster.link import Link
+from sync.server.cluster.streamio import end_if_cancelled, later, read_rooms
 
 if TYPE_CHECKING:
     from sync.server.cluster.cluster_room import ClusterRoom
@@ -51,13 +52,16 @@ class Follower:
     """Follows the ``out`` streams of ``rooms`` (see the module doc).
 
     Args:
-        redis: the cluster's Redis.
+        redis: the cluster's Redis: the follower reads on a connection of its own made
+            with its settings (:class:`~sync.server.cluster.link.Link`), closed when
+            :meth:`run` ends.
         rooms: the hub's open rooms by name (shared with the node: rooms it adds or
             removes are followed or dropped from the next read on).
     """
 
     def __init__(self, redis: Redis, rooms: dict[str, ClusterRoom]) -> None:
         self.redis = redis
+        self.link = Link(redis)
         self.rooms = rooms
         self.reads = 0
         """``XREAD`` calls made so far (for tests and metrics)."""
@@ -72,6 +76,7 @@ class Follower:
         finally:
             for task in self._resyncs.values():
                 task.cancel()
+            await self.link.aclose()
 
     async def _round(self) -> None:
         positions: dict[str, str] = {}
@@ -90,7 +95,7 @@ class Follower:
         try:
             self.reads += 1
             async with asyncio.timeout(BLOCK + CALL_TIMEOUT):  # the client has none
-                got = await read_rooms(self.redis, positions, "out", count=COUNT, block=BLOCK)
+                got = await read_rooms(self.link, positions, "out", count=COUNT, block=BLOCK)
         except UNAVAILABLE as exc:
             log.info("redis unavailable while following (%s): reloading the replicas", exc)
             for room in list(self.rooms.values()):
@@ -106,12 +111,7 @@ class Follower:
             # reach the sessions twice
             moved = target.position != positions.get(name)
             try:
-                batch = []
-                for entry_id, fields in entries:
-                    entry = text_id(entry_id)
-                    if moved and not later(entry, target.position):
-                        continue
-                    batch.append((entry, fields or {}))
+                batch = [e for e in entries if later(e[0], target.position)] if moved else entries
                 if batch:
                     target.apply_entries(batch)
             except Exception:

@@ -28,7 +28,8 @@ from redis.asyncio import Redis
 from sync.server.cluster.clients import CALL_TIMEOUT
 from sync.server.cluster.errors import ClusterUnavailable
 from sync.server.cluster.lease import UNAVAILABLE
-from sync.server.cluster.streamio import Entry, end_if_cancelled, entries_of, read_rooms
+from sync.server.cluster.link import Link
+from sync.server.cluster.streamio import Entry, end_if_cancelled, read_rooms
 
 __all__ = ["BLOCK", "InSlot", "Inbox"]
 
@@ -108,12 +109,15 @@ class Inbox:
     """Reads the ``in`` streams of the rooms registered (see the module doc).
 
     Args:
-        redis: the cluster's Redis (best a connection of the inbox's own: it reads in a loop).
+        redis: the cluster's Redis: the inbox reads on a connection of its own made with
+            its settings (:class:`~sync.server.cluster.link.Link`), closed by
+            :meth:`aclose`.
         linger: the pause after a read that found entries (see :data:`LINGER`).
     """
 
     def __init__(self, redis: Redis, *, linger: float = LINGER) -> None:
         self.redis = redis
+        self.link = Link(redis)
         self.linger = linger
         self.slots: dict[str, InSlot] = {}
         self.reads = 0
@@ -129,6 +133,10 @@ class Inbox:
         self.slots[room] = slot
         self._changed.set()
         return slot
+
+    async def aclose(self) -> None:
+        """Close the inbox's connection (a later read opens a new one)."""
+        await self.link.aclose()
 
     def unregister(self, slot: InSlot) -> None:
         """Stop reading for ``slot`` (its owner stepped down)."""
@@ -153,16 +161,16 @@ class Inbox:
         try:
             self.reads += 1
             async with asyncio.timeout(BLOCK + CALL_TIMEOUT):  # the client has none
-                got = await read_rooms(self.redis, positions, "in", count=COUNT, block=BLOCK)
+                got = await read_rooms(self.link, positions, "in", count=COUNT, block=BLOCK)
         except UNAVAILABLE as exc:
             error = ClusterUnavailable("redis", f"redis did not answer: {exc}")
             for slot in reading.values():
                 slot._fail(error)
             await asyncio.sleep(BLOCK)
             return
-        for name, raw_entries in got:
+        for name, entries in got:
             read = reading.get(name)
             if read is not None and self.slots.get(name) is read:  # not replaced meanwhile
-                read._deliver(entries_of(raw_entries))
+                read._deliver(entries)
         if got and self.linger > 0:
             await asyncio.sleep(self.linger)

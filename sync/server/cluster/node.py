@@ -38,6 +38,7 @@ from sync.server.cluster.cluster_room import TRY_AGAIN_LATER, ClusterRoom, newes
 from sync.server.cluster.context import MergeAnswered
 from sync.server.cluster.errors import ClusterUnavailable
 from sync.server.cluster.follower import Follower
+from sync.server.cluster.forwarding import InCommands
 from sync.server.cluster.inbox import Inbox
 from sync.server.cluster.keeper import GATHER_WINDOW
 from sync.server.cluster.keys import parse_room_key, room_key
@@ -47,8 +48,7 @@ from sync.server.cluster.owner import LocalWrite
 from sync.server.cluster.renewals import Renewals
 from sync.server.cluster.schema import migrate
 from sync.server.cluster.storage import RoomStorage
-from sync.server.cluster.streamio import stream_key
-from sync.server.cluster.streams import MERGE, UPDATE, InEntry, encode_in
+from sync.server.cluster.streams import MERGE, UPDATE, InEntry
 from sync.wire import protocol as p
 from sync.wire.awareness import removal_update, safe_clients
 
@@ -118,6 +118,7 @@ class ClusterNode:
         """(room, session id) -> the ``in`` id of the session's newest write appended there."""
         self._broken: set[tuple[str, int]] = set()
         """(room, session id) of sessions closed because a local write may be lost."""
+        self._in_commands = InCommands(self.hub_id)
 
     @property
     def redis(self) -> Redis:
@@ -168,7 +169,7 @@ class ClusterNode:
         self._streams = stream_client(self.redis_url)
         self._outbox = Outbox(self._streams)
         self._outbox.start()
-        self._inbox = Inbox(self._streams.client())  # reads in a loop: a connection of its own
+        self._inbox = Inbox(self._streams)  # reads in a loop: a connection of its own
         # a renewal waits up to half the keepers' interval: the keepers of the hub then
         # renew in one or two calls per interval (see renewals.py)
         self._renewals = Renewals(self._redis, self.lease_ttl * GATHER_WINDOW)
@@ -284,18 +285,17 @@ class ClusterNode:
         key = (room.name, session.id)
         if key in self._broken:  # closing: a lost local write must not be overtaken
             return
-        entry = InEntry(kind, data, self.hub_id, session.id, session.label, session.writer)
         cluster_room = self.rooms.get(room.name)
         owner = cluster_room.owner if cluster_room is not None else None
         if owner is not None and owner.accepts(self._last_in.get(key)):
+            entry = InEntry(kind, data, self.hub_id, session.id, session.label, session.writer)
             write = LocalWrite(entry, request)
             if owner.submit(write):
                 write.done.add_done_callback(partial(self._local_done, room.name, session))
                 return
+        command = self._in_commands.command(room.name, session, kind, data)
         try:
-            self._last_in[key] = await self.outbox.append(
-                stream_key(room.name, "in"), encode_in(entry)
-            )
+            self._last_in[key] = await self.outbox.append_packed(command)
         except ClusterUnavailable as exc:
             log.info("room %r: cannot forward a write (%s), closing its session", room.name, exc)
             self.close_session(session, TRY_AGAIN_LATER, "cluster unavailable")
@@ -326,6 +326,7 @@ class ClusterNode:
         if cluster_room is not None:
             cluster_room.forget_session(session)
         self._last_in.pop((room.name, session.id), None)
+        self._in_commands.forget(room.name, session.id)
         self._broken.discard((room.name, session.id))
         payload = room.awareness.get(session.id)
         clients = safe_clients(payload) if payload is not None else {}
@@ -339,20 +340,16 @@ class ClusterNode:
         reloading its replica.
         """
         while True:
-            # one connection of its own: a pooled call costs ~30 us more CPU (taking the
-            # connection, checking it, giving it back), and the follower reads in a loop
+            # the follower reads in a loop on a connection of its own (Link), closed as
+            # its run ends
             assert self._streams is not None
-            redis = self._streams.client()
             try:
-                await Follower(redis, self.rooms).run()
+                await Follower(self._streams, self.rooms).run()
             except Exception:
                 log.exception("following the rooms failed, reloading every replica")
                 for cluster_room in self.rooms.values():
                     cluster_room.stale = True
                 await asyncio.sleep(0.1)
-            finally:
-                with contextlib.suppress(Exception):
-                    await redis.aclose()
 
     async def _read_in(self) -> None:
         """Read the ``in`` streams of every room this hub owns, with one ``XREAD`` for all.
@@ -370,7 +367,7 @@ class ClusterNode:
                     await asyncio.sleep(0.1)
         finally:
             with contextlib.suppress(Exception):
-                await inbox.redis.aclose()
+                await inbox.aclose()
 
     async def _watch_answers(self) -> None:
         step = min(0.25, self.answer_timeout / 4)

@@ -67,6 +67,7 @@ __all__ = [
     "decode_out",
     "encode_in",
     "encode_out",
+    "in_header",
 ]
 
 UPDATE: Final = "u"
@@ -151,21 +152,33 @@ _KINDS: Final = {ord("u"): UPDATE, ord("m"): MERGE}
 
 def encode_in(entry: InEntry) -> dict[str, bytes | str]:
     """The fields of ``entry`` for ``XADD``: one, ``e`` (see the module doc)."""
-    kind = _KIND_BYTES.get(entry.kind)
-    if kind is None:
-        raise ValueError(f"unknown in-entry kind {entry.kind!r}")
-    packed = b"".join(
+    header = in_header(entry.kind, entry.hub, entry.session, entry.agent, entry.scope)
+    return {"e": header + entry.data}
+
+
+def in_header(kind: str, hub: str, session: int, agent: str, scope: str) -> bytes:
+    """The packed ``in`` entry's bytes before its data (see the module doc).
+
+    The same for every write of one session of one kind: a hub forwarding a session's
+    writes computes it once (:mod:`~sync.server.cluster.forwarding`); the entry is this
+    followed by the data.
+
+    Raises:
+        ValueError: ``kind`` is neither ``UPDATE`` nor ``MERGE``.
+    """
+    kind_byte = _KIND_BYTES.get(kind)
+    if kind_byte is None:
+        raise ValueError(f"unknown in-entry kind {kind!r}")
+    return b"".join(
         (
             _FORMAT_BYTE,
-            kind,
-            encode_var_string(entry.hub),
-            encode_var_uint(entry.session),
-            encode_var_string(entry.agent),
-            encode_var_string(entry.scope),
-            entry.data,
+            kind_byte,
+            encode_var_string(hub),
+            encode_var_uint(session),
+            encode_var_string(agent),
+            encode_var_string(scope),
         )
     )
-    return {"e": packed}
 
 
 def _packed(fields: Fields) -> bytes | None:
