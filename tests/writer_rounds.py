@@ -58,3 +58,19 @@ def held_writer(writer: SharedWriter, dsn: str, lock: int) -> Iterator[threading
     finally:
         gate.close()  # the lock goes with the session
         busy.join(10)
+
+
+def in_one_round(
+    writer: SharedWriter, dsn: str, lock: int, sends: list[Callable[[], None]]
+) -> None:
+    """Run ``sends`` (each hands one batch in, perhaps on a thread) in one round.
+
+    The writer is held in a round (advisory ``lock``) while every batch is handed in,
+    then let go; returns once the round that took them all has run.
+    """
+    rounds = writer.rounds
+    with held_writer(writer, dsn, lock):
+        for send in sends:
+            send()
+        until(lambda: writer.waiting >= len(sends), "the batches were not handed in")
+    until(lambda: writer.rounds >= rounds + 2, "the round never ran")

@@ -21,23 +21,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from writer_rounds import durability_told, held_writer, until
+from writer_rounds import durability_told, held_writer, in_one_round, until
 
 from crdt_state import SharedState, StorageError
 from crdt_state.postgres import Recorded, SharedWriter, load_stored, open_postgres
 
 GATE = 0x7E57_0002
 """The advisory lock a test holds to keep the writer busy in a round."""
-
-
-def _one_round(writer: SharedWriter, dsn: str, edits: list[Callable[[], None]]) -> None:
-    """Run ``edits`` (each hands one batch in) so that their batches share one round."""
-    rounds = writer.rounds
-    with held_writer(writer, dsn, GATE):
-        for edit in edits:
-            edit()
-        until(lambda: writer.waiting >= len(edits), "the batches were not handed in")
-    until(lambda: writer.rounds >= rounds + 2, "the round never ran")
 
 
 def _take_next_row(dsn: str, key: str) -> None:
@@ -87,7 +77,7 @@ def test_a_refused_batch_fails_alone_and_stays_failed(
             state = states[n]
             return lambda: state.commit({"m": n}, state.token, agent, wait=False)
 
-        _one_round(writer, dsn, [edit(n) for n in range(3)])
+        in_one_round(writer, dsn, GATE, [edit(n) for n in range(3)])
         told = [durability_told(state) for state in states]
         assert writer.retries == retries + 1
         assert told[0] == [None] and told[2] == [None]  # stored, and told so
@@ -156,7 +146,7 @@ def test_any_subset_of_refused_batches_leaves_exactly_the_others_stored(
             (lambda s=state, n=n: s.commit({"n": n + 1}, s.token, "second", wait=False))
             for n, state in enumerate(states)
         ]
-        _one_round(shared, dsn, edits)
+        in_one_round(shared, dsn, GATE, edits)
         told = [durability_told(state) for state in states]
         assert shared.retries == retries + (1 if failing else 0)  # no refusal: one transaction
         for n, room in enumerate(rooms):

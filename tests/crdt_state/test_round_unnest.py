@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import psycopg
 import pytest
-from writer_rounds import durability_told, held_writer, until
+from writer_rounds import durability_told, in_one_round
 
 from crdt_state import SharedState, StorageError, _pg_round, _pg_unnest
 from crdt_state import _pg_log as pglog
@@ -45,16 +45,6 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
 
     monkeypatch.setattr(_pg_round, "unnested", spy)
     return sent
-
-
-def _in_one_round(writer: SharedWriter, dsn: str, sends: list[Callable[[], None]]) -> None:
-    """Run ``sends`` (each hands one batch in, perhaps on a thread) in one round."""
-    rounds = writer.rounds
-    with held_writer(writer, dsn, GATE):
-        for send in sends:
-            send()
-        until(lambda: writer.waiting >= len(sends), "the batches were not handed in")
-    until(lambda: writer.rounds >= rounds + 2, "the round never ran")
 
 
 def _rows(dsn: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
@@ -114,7 +104,7 @@ def test_a_round_stores_each_table_in_one_statement(
 
             return two
 
-        _in_one_round(writer, dsn, [edit(state, n) for n, state in enumerate(states)])
+        in_one_round(writer, dsn, GATE, [edit(state, n) for n, state in enumerate(states)])
         assert [durability_told(state) for state in states] == [[None]] * 3
         sent = dict(statements)
         assert sent[pglog.INSERT_LOG] == 6  # every change of the round, one statement
@@ -162,7 +152,7 @@ def test_audit_rows_and_requests_keep_their_order(
 
             return start
 
-        _in_one_round(writer, dsn, [send(key) for key in keys])
+        in_one_round(writer, dsn, GATE, [send(key) for key in keys])
         for thread in done:
             thread.join(10)
         sent = dict(statements)
@@ -203,7 +193,7 @@ def test_a_batch_refused_inside_a_statement_fails_alone(
         edits = [
             (lambda s=state: s.commit({"n": 1}, s.token, "second", wait=False)) for state in states
         ]
-        _in_one_round(writer, dsn, edits)
+        in_one_round(writer, dsn, GATE, edits)
         told = [durability_told(state) for state in states]
         assert dict(statements)[pglog.INSERT_LOG] == 3  # the culprit's row was in it
         assert writer.retries == retries + 1
