@@ -23,35 +23,43 @@ from redis.asyncio import Redis
 from .errors import ClusterUnavailable
 from .keys import OWNER, room_key
 
-__all__ = ["RedisLease", "Renewer", "lease_holder", "new_token"]
+__all__ = ["LEASE_CALLS", "RENEW", "TAKE", "RedisLease", "Renewer", "lease_holder", "new_token"]
 
 _T = TypeVar("_T")
 
-# KEYS[1] = lease key, ARGV[1] = token, ARGV[2] = ttl in ms. 1 if extended, 0 if not ours.
-_RENEW: Final = """
-if redis.call('get', KEYS[1]) == ARGV[1] then
-  return redis.call('pexpire', KEYS[1], ARGV[2])
+# The lease calls, one script for one lease or many (a hub's gathered calls).
+# KEYS: lease keys; ARGV: for each key in turn, the call ('r' renew, 't' take), the
+# token and the ttl in ms. Per key: a renewal 1 if extended, 0 if not that token's; a
+# take -1 if the token holds the lease now, else the ms the holder's lease has left (0:
+# no expiry). A single call is the same script with one key.
+LEASE_CALLS: Final = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  local op, token, ttl = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
+  local holder = redis.call('get', key)
+  if op == 'r' then
+    if holder == token then
+      out[i] = redis.call('pexpire', key, ttl)
+    else
+      out[i] = 0
+    end
+  elseif not holder then
+    redis.call('set', key, token, 'PX', ttl)
+    out[i] = -1
+  elseif holder == token then
+    out[i] = -1
+  else
+    local left = redis.call('pttl', key)
+    if left < 0 then
+      left = 0
+    end
+    out[i] = left
+  end
 end
-return 0
+return out
 """
-
-# KEYS[1] = lease key, ARGV[1] = token, ARGV[2] = ttl in ms. -1 if the token holds the
-# lease now (taken, or already its own), else the milliseconds the current lease has left.
-_TAKE: Final = """
-local holder = redis.call('get', KEYS[1])
-if not holder then
-  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return -1
-end
-if holder == ARGV[1] then
-  return -1
-end
-local left = redis.call('pttl', KEYS[1])
-if left < 0 then
-  return 0
-end
-return left
-"""
+RENEW: Final = b"r"
+TAKE: Final = b"t"
 
 # KEYS[1] = lease key, ARGV[1] = token. 1 if deleted, 0 if not ours (or gone).
 _RELEASE: Final = """
@@ -105,8 +113,7 @@ class RedisLease:
         self.ttl_ms: Final = max(1, round(ttl * 1000))
         self.key: Final = room_key(room, OWNER)
         self.renewals = renewals
-        self._take = redis.register_script(_TAKE)
-        self._renew = redis.register_script(_RENEW)
+        self._calls = redis.register_script(LEASE_CALLS)
         self._release = redis.register_script(_RELEASE)
 
     async def acquire(self) -> bool:
@@ -131,7 +138,7 @@ class RedisLease:
         """
         if routine and self.renewals is not None:
             return await self.renewals.take(self)
-        left = int(await _call(self._take(keys=[self.key], args=[self.token, self.ttl_ms])))
+        left = int((await self._one(TAKE))[0])
         return None if left == -1 else left / 1000
 
     async def renew(self) -> bool:
@@ -142,8 +149,12 @@ class RedisLease:
         """
         if self.renewals is not None:  # with the hub's other renewals, in one call
             return await self.renewals.renew(self)
-        done = await _call(self._renew(keys=[self.key], args=[self.token, self.ttl_ms]))
+        done = (await self._one(RENEW))[0]
         return int(done) == 1
+
+    async def _one(self, op: bytes) -> list[Any]:
+        """This lease's ``op`` (:data:`RENEW` or :data:`TAKE`) alone, at once: its answer."""
+        return list(await _call(self._calls(keys=[self.key], args=[op, self.token, self.ttl_ms])))
 
     async def release(self) -> bool:
         """Delete the lease if it is still this token's; True if deleted."""

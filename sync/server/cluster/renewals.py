@@ -30,47 +30,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, Final
+from typing import Any
 
 from redis.asyncio import Redis
 
 from .errors import ClusterUnavailable
-from .lease import UNAVAILABLE, RedisLease
+from .lease import LEASE_CALLS, RENEW, TAKE, UNAVAILABLE, RedisLease
 
 __all__ = ["Renewals"]
-
-# KEYS: lease keys; ARGV: for each key in turn, the call ('r' renew, 't' take), the
-# token and the ttl in ms. Per key: a renewal 1 if extended, 0 if not that token's; a
-# take -1 if the token holds the lease now, else the ms the holder's lease has left (0:
-# no expiry), as lease.py's take script.
-_LEASE_CALLS: Final = """
-local out = {}
-for i, key in ipairs(KEYS) do
-  local op, token, ttl = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
-  local holder = redis.call('get', key)
-  if op == 'r' then
-    if holder == token then
-      out[i] = redis.call('pexpire', key, ttl)
-    else
-      out[i] = 0
-    end
-  elseif not holder then
-    redis.call('set', key, token, 'PX', ttl)
-    out[i] = -1
-  elseif holder == token then
-    out[i] = -1
-  else
-    local left = redis.call('pttl', key)
-    if left < 0 then
-      left = 0
-    end
-    out[i] = left
-  end
-end
-return out
-"""
-_RENEW: Final = b"r"
-_TAKE: Final = b"t"
 
 
 class Renewals:
@@ -90,7 +57,7 @@ class Renewals:
         """Take attempts sent in those calls."""
         self._pending: list[tuple[RedisLease, bytes, asyncio.Future[int]]] = []
         self._flush: asyncio.Task[None] | None = None
-        self._script = redis.register_script(_LEASE_CALLS)
+        self._script = redis.register_script(LEASE_CALLS)
 
     async def renew(self, lease: RedisLease) -> bool:
         """Extend ``lease`` by its ttl if it is still its token's; False if not.
@@ -98,7 +65,7 @@ class Renewals:
         Raises:
             ClusterUnavailable: Redis did not answer.
         """
-        return await self._ask(lease, _RENEW) == 1
+        return await self._ask(lease, RENEW) == 1
 
     async def take(self, lease: RedisLease) -> float | None:
         """Take ``lease`` if it is free, sent with the calls asked for within the window.
@@ -110,7 +77,7 @@ class Renewals:
         Raises:
             ClusterUnavailable: Redis did not answer.
         """
-        left = await self._ask(lease, _TAKE)
+        left = await self._ask(lease, TAKE)
         return None if left == -1 else left / 1000
 
     async def _ask(self, lease: RedisLease, op: bytes) -> int:
@@ -146,7 +113,7 @@ class Renewals:
             args += [op, lease.token, lease.ttl_ms]
         try:
             self.calls += 1
-            self.takes += sum(op == _TAKE for _, op, _ in batch)
+            self.takes += sum(op == TAKE for _, op, _ in batch)
             answers: Any = await self._script(keys=[call[0].key for call in batch], args=args)
         except UNAVAILABLE as exc:
             self._fail(batch, ClusterUnavailable("redis", f"redis did not answer: {exc}"))
