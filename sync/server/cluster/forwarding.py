@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Final
 
 from sync.server._room import Session
+from sync.server.cluster.link import bulk
 from sync.server.cluster.streamio import stream_key
 from sync.server.cluster.streams import MERGE, UPDATE, in_header
 
@@ -48,7 +49,8 @@ class InCommands:
             if len(self._parts) >= _MAX:
                 self._parts.clear()
             key = stream_key(room, "in")
-            head = b"*5\r\n$4\r\nXADD\r\n$%d\r\n%b\r\n$1\r\n*\r\n$1\r\ne\r\n" % (len(key), key)
+            # XADD key * e <entry>: five bulk strings, the last one made per write below
+            head = b"*5\r\n" + b"".join(map(bulk, (b"XADD", key, b"*", b"e")))
             header = in_header(kind, self.hub, session.id, session.label, session.writer)
             parts = self._parts[(room, session.id, kind)] = (head, header)
         head, header = parts
