@@ -10,14 +10,21 @@ change it receives. Reported per hub count:
 - cross-hub visibility: from a merge's acknowledgement on one hub to the observer on
   another hub seeing it (p50/p99; 0 when it was seen first);
 - hub CPU microseconds per merge: the hub processes' CPU time (``/proc``) over the
-  acknowledged merges, the figure that does not depend on how busy the machine is.
+  acknowledged merges, the figure that does not depend on how busy the machine is, and
+  its ratio to the standalone hub's of the same run.
+
+Hub count ``0`` (first in the default ``--hubs 0,1,2,3``) is the standalone hub, the
+embedded default (``--db DIR``: one SQLite file per room, durable, no Redis or
+PostgreSQL), under the same load: the row every cluster row is compared with, measured
+minutes apart on the same machine (the issue's goal: a cluster's CPU per merge at most
+twice a standalone hub's).
 
 Then (with 3 hubs) the owner of one room is SIGKILLed during the load: failover is the
 longest time without an acknowledgement in that room, and ``lost`` counts acknowledged
 merges missing from PostgreSQL afterwards (must be 0).
 
     PYTHONPATH=. python benchmarks/cluster.py [--seconds 5] [--rooms 20] [--agents 200]
-        [--hubs 1,2,3] [--kind replica|wire] [--rate 0] [--failovers 1] [--no-failover]
+        [--hubs 0,1,2,3] [--kind replica|wire] [--rate 0] [--failovers 1] [--no-failover]
         [--logs DIR] [--redis-server redis-server] [--postgres DSN]
 
 ``--kind wire`` runs protocol-level agents instead of ``sync.connect`` replicas: each
@@ -144,6 +151,7 @@ class HubProc:
         name: str,
         profile: Path | None = None,
         log_level: str = "WARNING",
+        standalone: bool = False,
     ) -> None:
         self.port = free_port()
         self.log = open(workdir / f"hub-{name}.log", "ab")  # noqa: SIM115
@@ -152,10 +160,13 @@ class HubProc:
             python += ["-c", PROFILED, str(profile / f"hub-{name}.prof")]
         else:
             python += ["-m", "sync.cli"]
+        if standalone:  # the embedded default: one SQLite file per room, no cluster
+            store = ["--db", str(workdir / f"db-{name}")]
+        else:
+            store = ["--db", "", "--redis", servers.redis_url, "--postgres", servers.dsn]
         self.proc = subprocess.Popen(
-            [*python, "hub", "--port", str(self.port), "--db", "",
-             "--insecure", "--log-level", log_level, "--redis", servers.redis_url,
-             "--postgres", servers.dsn],
+            [*python, "hub", "--port", str(self.port), *store,
+             "--insecure", "--log-level", log_level],
             stdout=self.log, stderr=self.log,
         )  # fmt: skip
         wait_port(self.port, self.proc)
@@ -407,7 +418,9 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rooms", type=int, default=20)
     parser.add_argument("--agents", type=int, default=200)
-    parser.add_argument("--hubs", default="1,2,3")
+    parser.add_argument(
+        "--hubs", default="0,1,2,3", help="hub counts, one row each (0: the standalone hub)"
+    )
     parser.add_argument(
         "--kind", choices=("replica", "wire"), default="replica", help="agent kind (see above)"
     )
@@ -437,15 +450,17 @@ async def main() -> None:
     print(f"{args.rooms} rooms, {args.agents} {args.kind} agents, {args.seconds} s {pace} per row")
     print(
         "| hubs | merges/s | p50 ms | p99 ms | visible p50 ms | visible p99 ms "
-        "| hub CPU us/merge | Redis calls/merge | PG commits/merge |"
+        "| hub CPU us/merge | x standalone | Redis calls/merge | PG commits/merge |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    standalone_us: float | None = None
     failovers: dict[int, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = args.logs or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         level = "INFO" if args.logs else "WARNING"
         for count in [int(c) for c in args.hubs.split(",")]:
+            alone = count == 0
             kills = (
                 args.failovers
                 if count >= 2 and not args.no_failover and args.kind == "replica"
@@ -456,8 +471,10 @@ async def main() -> None:
                 hubs: list[HubProc] = []
                 try:
                     hubs = [
-                        HubProc(servers, workdir, f"{count}-{i}-{attempt}", args.profile, level)
-                        for i in range(count)
+                        HubProc(
+                            servers, workdir, f"{count}-{i}-{attempt}", args.profile, level, alone
+                        )
+                        for i in range(max(1, count))
                     ]
                     row = await run_load(
                         servers,
@@ -468,10 +485,14 @@ async def main() -> None:
                         kind=args.kind,
                         rate=args.rate,
                     )
+                    if alone:
+                        standalone_us = row["cpu_us"]
+                    ratio = f"{row['cpu_us'] / standalone_us:.2f}" if standalone_us else "-"
+                    label = "standalone" if alone else str(count)
                     print(
-                        f"| {count} | {row['rate']:.0f} | {row['p50']:.1f} | {row['p99']:.1f} | "
+                        f"| {label} | {row['rate']:.0f} | {row['p50']:.1f} | {row['p99']:.1f} | "
                         f"{row['vis50']:.1f} | {row['vis99']:.1f} | {row['cpu_us']:.0f} | "
-                        f"{row['redis_calls']:.1f} | {row['pg_commits']:.2f} |"
+                        f"{ratio} | {row['redis_calls']:.1f} | {row['pg_commits']:.2f} |"
                         + (f" refused {row['refused']}" if row["refused"] else ""),
                         flush=True,
                     )

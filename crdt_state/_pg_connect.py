@@ -3,10 +3,11 @@
 The writer's setup and lock, and psycopg errors as :class:`~crdt_state.errors.StorageError`.
 
 Every error names the database as ``postgresql://user@host:port/dbname#key`` and
-carries a stable ``details["reason"]``: ``"unavailable"`` (the server does not answer or
-fails), ``"in_use"`` (another writer holds the key), ``"postgres"`` (a statement failed),
-``"refused"`` (the ``before_commit`` hook refused the write); a shared writer's batch whose
-own statement was refused fails with ``"rejected"`` (:func:`crdt_state._pg_round.rejected`).
+carries a stable ``details["reason"]``: ``"unavailable"`` (the server does not answer, or
+the connection or the server was lost: :func:`connection_lost`), ``"in_use"`` (another
+writer holds the key), ``"postgres"`` (a statement failed), ``"refused"`` (the
+``before_commit`` hook refused the write); a shared writer's batch whose own statement was
+refused fails with ``"rejected"`` (:func:`crdt_state._pg_round.rejected`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ __all__ = [
     "Durability",
     "check_options",
     "connect",
+    "connection_lost",
     "failures",
     "hook_refused",
     "prepare",
@@ -138,9 +140,29 @@ class failures:  # used like a function: ``with failures(...):``
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if isinstance(exc, psycopg.Error):
+            reason = "unavailable" if connection_lost(exc) else "postgres"
             raise StorageError(
-                f"{self.what}: {exc}", details={"database": self.where, "reason": "postgres"}
+                f"{self.what}: {exc}", details={"database": self.where, "reason": reason}
             ) from exc
+
+
+_SERVER_GONE: Final = ("57P01", "57P02", "57P03")
+"""SQLSTATEs of a server that shut down or does not take connections (admin shutdown,
+crash shutdown, cannot connect now)."""
+
+
+def connection_lost(exc: psycopg.Error) -> bool:
+    """True when ``exc`` says the connection or the server is gone, not a statement failed.
+
+    psycopg's client-side failures (the socket closed, the server vanished mid-reply) are
+    ``OperationalError`` without a SQLSTATE; the server's own are class ``08``
+    (connection exception) or an operator's shutdown. A store failing that way reports
+    ``"unavailable"``, as when it cannot connect at all.
+    """
+    state = exc.sqlstate
+    if state is None:
+        return isinstance(exc, psycopg.OperationalError)
+    return state.startswith("08") or state in _SERVER_GONE
 
 
 def check_options(key: str, durability: str, keep_history: int, keep_conflicts: int | None) -> None:

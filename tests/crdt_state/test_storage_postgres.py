@@ -218,8 +218,11 @@ def test_a_server_lost_mid_write_fails_the_store(throwaway_postgres: str) -> Non
     with pytest.raises(StorageError) as info:
         state.commit({"b": 2}, state.token, "ann")
     assert isinstance(info.value.__cause__, psycopg.Error)
-    with pytest.raises(StorageError):
+    # the server is gone, not a statement refused: the same reason as never reaching it
+    assert info.value.details["reason"] == "unavailable", info.value.details
+    with pytest.raises(StorageError) as later:  # a failed store stays failed, same reason
         state.commit({"c": 3}, state.token, "ann")
+    assert later.value.details["reason"] == "unavailable", later.value.details
     state.close()
     again = open_postgres(throwaway_postgres, key)
     assert again.snapshot() == {"a": 1}  # exactly what was acknowledged
