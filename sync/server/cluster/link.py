@@ -84,7 +84,7 @@ class Link:
         conn = self._conn
         if conn is None:
             pool = self.redis.connection_pool
-            conn = self._conn = pool.make_connection()  # type: ignore[no-untyped-call]
+            conn = self._conn = pool.make_connection()  # type: ignore[no-untyped-call,unused-ignore]
         try:
             await conn.send_packed_command(b"".join(commands), check_health=False)
             replies: list[Any] = []

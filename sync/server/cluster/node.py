@@ -218,7 +218,7 @@ class ClusterNode:
             await self._outbox.stop()
         if self._pubsub is not None:
             with contextlib.suppress(Exception):
-                await self._pubsub.aclose()  # type: ignore[no-untyped-call]
+                await self._pubsub.aclose()  # type: ignore[no-untyped-call,unused-ignore]
         if self._redis is not None:
             with contextlib.suppress(Exception):
                 await self._redis.aclose()

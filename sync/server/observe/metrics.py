@@ -149,7 +149,7 @@ class LoopHistogram:
         """Observations by bucket (not cumulative): the first bound they are at most."""
         self.sum = 0.0
         self._created = _now()
-        self._labels = [str(floatToGoString(b)) for b in bounds]  # type: ignore[no-untyped-call]
+        self._labels = [str(floatToGoString(b)) for b in bounds]  # type: ignore[no-untyped-call,unused-ignore]
         registry.register(self)
 
     def observe(self, amount: float) -> None:
