@@ -30,7 +30,7 @@ from sync.client._flush import FlushProgress
 from sync.client._offline import PendingMerge
 from sync.client._urls import mask, masked_logger, with_token
 from sync.client.core import ClientCore
-from sync.wire.errors import AuthError
+from sync.wire.errors import AuthError, InvalidHubURL
 
 __all__ = ["ERROR_HEADER", "Link"]
 
@@ -39,6 +39,8 @@ _ws_log = masked_logger("crdt_state.client.websocket")
 """What the websocket library logs about the client's connections, tokens masked."""
 ERROR_HEADER: Final = "X-Crdt-State-Error"
 """A refused handshake's stable error code, when the hub names it (else ``token_refused``)."""
+ROOM_REFUSALS: Final = frozenset({"bad_room_name", "room_name_too_long"})
+"""Handshake refusal codes about the room's name: final (the same URL never succeeds)."""
 
 
 class Link:
@@ -180,6 +182,13 @@ class Link:
                 if status in (401, 403):
                     self.fatal = self._refused(exc)
                     log.error("hub %s refused access: %s", self.shown(), self.fatal)
+                    return
+                code = exc.response.headers.get(ERROR_HEADER, "")
+                if code in ROOM_REFUSALS:  # no other hub would take the name either
+                    self.fatal = InvalidHubURL(
+                        f"hub {self.shown()} refused the room name (HTTP {status}, {code})"
+                    )
+                    log.error("%s", self.fatal)
                     return
                 self._lost(f"handshake refused: HTTP {status}")
             except InvalidURI as exc:  # checked up front; kept as a last guard

@@ -15,6 +15,7 @@ from typing import Final
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from sync.wire.errors import InvalidHubURL
+from sync.wire.rooms import is_room_name
 
 __all__ = ["MASK", "hub_urls", "mask", "masked_logger", "with_token"]
 
@@ -41,7 +42,8 @@ def hub_urls(url: str | Sequence[str]) -> tuple[str, ...]:
 
     Raises:
         InvalidHubURL: no URL, a URL that is not ``ws://host/...`` or ``wss://host/...``,
-            or URLs naming different rooms (different paths). Its message shows the
+            a URL naming no room or a room a hub refuses (:mod:`sync.wire.rooms`), or
+            URLs naming different rooms (different paths). Its message shows the
             URLs with their tokens masked.
     """
     urls = (url,) if isinstance(url, str) else tuple(url) if isinstance(url, Sequence) else ()
@@ -57,6 +59,16 @@ def hub_urls(url: str | Sequence[str]) -> tuple[str, ...]:
             raise InvalidHubURL(f"bad hub URL {mask(repr(one))}: {exc}") from None
         if not host:
             raise InvalidHubURL(f"the hub URL names no host: {mask(repr(one))}")
+        room = urlsplit(one).path[1:]
+        if not room:
+            raise InvalidHubURL(
+                f"the hub URL names no room (ws://host:port/<room>): {mask(repr(one))}"
+            )
+        if not is_room_name(room):
+            raise InvalidHubURL(
+                f"the hub URL's room {room!r} has characters a hub refuses (a room name is"
+                f" made of A-Z a-z 0-9 . _ ~ - /): {mask(repr(one))}"
+            )
     rooms = {urlsplit(one).path.rstrip("/") for one in urls}
     if len(rooms) > 1:
         shown = mask(repr(list(urls)))

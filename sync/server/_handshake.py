@@ -12,7 +12,6 @@ query parameter (what y-websocket's ``params`` option sends) or as
 
 from __future__ import annotations
 
-import re
 from http import HTTPStatus
 from typing import Final
 from urllib.parse import parse_qs, urlsplit
@@ -21,24 +20,22 @@ from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
+from sync.wire.rooms import room_of_path
+
 __all__ = ["ERROR_HEADER", "peer_address", "refuse", "request_token", "room_name"]
 
 ERROR_HEADER: Final = "X-Crdt-State-Error"
 """The response header of a refused handshake naming why, as a stable code."""
-
-_ROOM_NAME: Final = re.compile(r"^[A-Za-z0-9._~\-/]+$")
 
 
 def room_name(path: str) -> str | None:
     """The room named by a request path (``/triage/42?token=..`` → ``triage/42``), or None.
 
     The path without its first character and without the query, as y-websocket
-    does; ``None`` when it is empty or has a character outside the room grammar.
+    does; ``None`` when it is empty or has a character outside the room grammar
+    (:mod:`sync.wire.rooms`, which the client checks its URLs with too).
     """
-    name = path[1:].split("?", 1)[0]
-    if not name or not _ROOM_NAME.match(name):
-        return None
-    return name
+    return room_of_path(path)
 
 
 def request_token(request: Request) -> str | None:
