@@ -1,12 +1,11 @@
 """The PostgreSQL store: many durable states (rooms) in one database, one ``key`` each.
 
 :class:`PostgresStore` implements :class:`crdt_state.journal.StateStore` like
-:class:`crdt_state.storage.SqliteStore` does, with the same semantics (group
-commit by one writer thread, compaction, epochs, history, ``at``, blame, the
-audit log, remembered requests); :func:`open_postgres` opens a
-:class:`~crdt_state.SharedState` on one. :mod:`crdt_state._pg_schema` describes
-the tables. Needs psycopg 3 (``pip install 'crdt-state[cluster]'``);
-``import crdt_state`` does not.
+:class:`crdt_state.storage.SqliteStore` does, with the same semantics (group commit by one
+writer thread, compaction, epochs, history, ``at``, blame, the audit log, remembered
+requests); :func:`open_postgres` opens a :class:`~crdt_state.SharedState` on one.
+:mod:`crdt_state._pg_schema` describes the tables. Needs psycopg 3 (``pip install
+'crdt-state[cluster]'``); ``import crdt_state`` does not.
 
 One writer per key: without a ``before_commit`` hook the store holds a
 session advisory lock on its key, so a second writer (any process) is refused
@@ -65,6 +64,7 @@ __all__ = [
     "WriterHook",
     "load_stored",
     "open_postgres",
+    "safe_dsn",
 ]
 
 BeforeCommit = Callable[["psycopg.Connection[Any]", int], None]

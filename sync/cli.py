@@ -307,7 +307,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if (args.redis is None) != (args.postgres is None):
         print("crdt-state hub: --redis and --postgres go together", file=sys.stderr)
         return 2
-    asyncio.run(_run_hub(args))
+    try:
+        asyncio.run(_run_hub(args))
+    except HubConfigError as exc:  # a Redis URL or PostgreSQL DSN it cannot use
+        print(f"crdt-state hub: {exc} ({exc.code})", file=sys.stderr)
+        return 2
+    except crdt_state.CrdtStateError as exc:  # PostgreSQL unreachable, a store unusable
+        print(f"crdt-state hub: {exc.message} ({exc.code})", file=sys.stderr)
+        return 1
     return 0
 
 

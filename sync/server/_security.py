@@ -24,7 +24,9 @@ class HubConfigError(SyncError, ValueError):
     Attributes:
         code: ``empty_secret`` (a secret that is the empty string, or an empty secret file),
             ``insecure_host`` (no secret on a non-loopback address without ``insecure``),
-            ``secret_file`` (the secret file cannot be read).
+            ``secret_file`` (the secret file cannot be read); for a cluster hub
+            ``cluster_options`` (``redis`` without ``postgres`` or the reverse),
+            ``redis_url`` (not a Redis URL), ``postgres_dsn`` (not a PostgreSQL DSN).
     """
 
     def __init__(self, code: str, message: str) -> None:

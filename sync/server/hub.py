@@ -45,7 +45,7 @@ from sync.server._merge import (
 from sync.server._merge_limits import limits_refusal, too_large_reply
 from sync.server._room import Room, Session
 from sync.server._rooms import RoomRegistry
-from sync.server._security import check_secret
+from sync.server._security import HubConfigError, check_secret
 from sync.server._sending import close_later, pump
 from sync.server.limits import Limits
 from sync.server.observe import Inspector
@@ -452,7 +452,9 @@ def _cluster_node(
 ) -> ClusterNode:
     """The cluster membership of ``hub`` (needs the ``cluster`` extra)."""
     if redis is None or postgres is None:
-        raise ValueError("a hub joins a cluster with both redis and postgres")
+        raise HubConfigError(
+            "cluster_options", "a hub joins a cluster with both redis and postgres"
+        )
     from sync.server.cluster.node import ClusterNode
 
     return ClusterNode(

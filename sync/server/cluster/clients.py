@@ -1,20 +1,46 @@
-"""Clients for the cluster's servers, configured for lease deadlines.
+"""Clients for the cluster's servers, configured for lease deadlines; checks of their addresses.
 
 redis-py's default retry policy backs off for seconds on a dead connection, longer than a
 lease lives; the lease keeper needs each call to fail fast and retries by itself.
+
+A hub given a Redis URL or a PostgreSQL DSN it cannot use is refused before it starts
+(:func:`check_redis_url`, :func:`check_postgres_dsn`: :class:`HubConfigError`); a
+PostgreSQL server it cannot reach fails its start with the server's own reason
+(:func:`probe_postgres`); a Redis that does not answer yet is only reported
+(:func:`probe_redis`): the hub serves its rooms once it answers, as after a restart.
+Messages name the servers without their passwords.
 """
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import psycopg
 from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from redis.asyncio import Redis
+from redis.asyncio.connection import parse_url
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
 
-__all__ = ["CALL_TIMEOUT", "postgres_pool", "redis_client", "stream_client"]
+from crdt_state.postgres import safe_dsn
+from sync.server._security import HubConfigError
+from sync.server.cluster.errors import ClusterUnavailable
+
+__all__ = [
+    "CALL_TIMEOUT",
+    "check_postgres_dsn",
+    "check_redis_url",
+    "postgres_pool",
+    "probe_postgres",
+    "probe_redis",
+    "redis_client",
+    "safe_redis_url",
+    "stream_client",
+]
 
 CALL_TIMEOUT = 1.0
 """Seconds a call of a :func:`stream_client` may take beyond its own blocking time."""
@@ -72,5 +98,87 @@ async def postgres_pool(
         check=AsyncConnectionPool.check_connection,
         kwargs={"autocommit": True},
     )
-    await pool.open(wait=True, timeout=timeout)
+    try:
+        await pool.open(wait=True, timeout=timeout)
+    except PoolTimeout as exc:  # reached a moment ago (probe_postgres), gone since
+        await pool.close()
+        raise ClusterUnavailable(
+            "postgres", f"PostgreSQL at {safe_dsn(dsn)} did not answer in {timeout:g} s"
+        ) from exc
     return pool
+
+
+def safe_redis_url(url: str) -> str:
+    """``url`` for messages: its password (``redis://user:pw@host``) replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        user = parts.username or ""
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port is not None else ""
+        netloc = f"{user}:***@{host}{port}"
+    except ValueError:
+        return "(unparsable Redis URL)"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def check_redis_url(url: str) -> None:
+    """Refuse a Redis URL redis-py cannot use (``redis://``, ``rediss://``, ``unix://``).
+
+    Raises:
+        HubConfigError: code ``redis_url``; the message shows the URL without a password.
+    """
+    try:
+        parse_url(url)
+    except ValueError as exc:
+        shown = safe_redis_url(url)
+        raise HubConfigError(
+            "redis_url", f"--redis {shown!r} is not a Redis URL (redis://host:port/db): {exc}"
+        ) from None
+
+
+def check_postgres_dsn(dsn: str) -> None:
+    """Refuse a PostgreSQL DSN psycopg cannot parse (``key=value ...`` or ``postgresql://``).
+
+    Raises:
+        HubConfigError: code ``postgres_dsn``. The message does not quote the DSN (it
+            cannot be parsed, so its password cannot be told apart).
+    """
+    try:
+        conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        raise HubConfigError(
+            "postgres_dsn",
+            "--postgres is not a PostgreSQL connection string: give 'host=H user=U dbname=D'"
+            " or postgresql://user@host:port/dbname",
+        ) from None
+
+
+async def probe_postgres(dsn: str, *, timeout: float = 5.0) -> None:
+    """Connect to ``dsn`` once, so that a hub that cannot reach it says why at once.
+
+    (A pool only times out, after ``timeout``, with no reason.)
+
+    Raises:
+        ClusterUnavailable: ``server`` ``"postgres"``; the message names the server (no
+            password) and the server's or libpq's reason: refused, unknown host, no such
+            database, authentication failed.
+    """
+    try:
+        conn = await AsyncConnection.connect(dsn, connect_timeout=max(2, round(timeout)))
+    except psycopg.Error as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ClusterUnavailable(
+            "postgres", f"cannot connect to PostgreSQL at {safe_dsn(dsn)}: {reason}"
+        ) from exc
+    await conn.close()
+
+
+async def probe_redis(client: Redis) -> str | None:
+    """Why ``client``'s Redis does not answer a ``PING``, or ``None`` when it does."""
+    try:
+        await client.ping()
+    except (RedisError, OSError) as exc:
+        return str(exc) or type(exc).__name__
+    return None

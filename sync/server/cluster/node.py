@@ -33,7 +33,16 @@ from redis.asyncio.client import PubSub
 
 from crdt_state import SharedState
 from sync.server._room import Room, Session
-from sync.server.cluster.clients import postgres_pool, redis_client, stream_client
+from sync.server.cluster.clients import (
+    check_postgres_dsn,
+    check_redis_url,
+    postgres_pool,
+    probe_postgres,
+    probe_redis,
+    redis_client,
+    safe_redis_url,
+    stream_client,
+)
 from sync.server.cluster.cluster_room import TRY_AGAIN_LATER, ClusterRoom, newest_out_id
 from sync.server.cluster.context import MergeAnswered
 from sync.server.cluster.errors import ClusterUnavailable
@@ -161,9 +170,19 @@ class ClusterNode:
         """Connect to Redis and PostgreSQL and migrate the schema.
 
         Raises:
-            ClusterUnavailable: a server did not answer.
+            HubConfigError: the Redis URL or the PostgreSQL DSN cannot be used.
+            ClusterUnavailable: PostgreSQL cannot be reached (a Redis that does not
+                answer yet is logged: rooms are served once it does).
         """
+        check_redis_url(self.redis_url)
+        if self.postgres_dsn is not None:
+            check_postgres_dsn(self.postgres_dsn)
+            await probe_postgres(self.postgres_dsn)
         self._redis = redis_client(self.redis_url)
+        why = await probe_redis(self._redis)
+        if why is not None:
+            shown = safe_redis_url(self.redis_url)
+            log.warning("redis at %s does not answer (%s): serving once it does", shown, why)
         # the busiest loops' calls are bounded by their own asyncio.timeout (a socket
         # timeout costs each command a task in redis-py; see clients.stream_client)
         self._streams = stream_client(self.redis_url)
