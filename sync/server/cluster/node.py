@@ -251,7 +251,7 @@ class ClusterNode:
         """A session is leaving: forget its merges, tell other hubs its peers are gone."""
         cluster_room = self.rooms.get(room.name)
         if cluster_room is not None:
-            cluster_room.forget_session(session)
+            cluster_room.answers.forget_session(session)
         self.writes.forget(room.name, session.id)
         payload = room.awareness.get(session.id)
         clients = safe_clients(payload) if payload is not None else {}
@@ -317,7 +317,7 @@ class ClusterNode:
                     cluster_room.stale = True
                     # merges forwarded before the restart are lost with the old streams:
                     # their clients send them again at once instead of after the timeout
-                    for session in cluster_room.overdue(float("inf")):
+                    for session in cluster_room.answers.overdue(float("inf")):
                         self.close_session(session, TRY_AGAIN_LATER, "cluster restarted")
                 if self._pubsub is not None:
                     with contextlib.suppress(*UNAVAILABLE):

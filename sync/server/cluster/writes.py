@@ -63,7 +63,7 @@ class Writes:
         the session is closed with 1013.
         """
         cluster_room = self.rooms[room.name]
-        cluster_room.remember(session, request.request_id)
+        cluster_room.answers.remember(session, request.request_id)
         await self._append(room, session, MERGE, frame or p.encode_message(request), request)
 
     async def _append(
@@ -126,6 +126,6 @@ class Writes:
             await asyncio.sleep(step)
             now = time.monotonic()
             for name, cluster_room in list(self.rooms.items()):
-                for session in cluster_room.overdue(now):
+                for session in cluster_room.answers.overdue(now):
                     log.info("room %r: a merge went unanswered, closing %s", name, session.label)
                     self.node.close_session(session, TRY_AGAIN_LATER, "merge not answered in time")
