@@ -386,7 +386,7 @@ class Hub:
                     close_code=CloseCode.POLICY_VIOLATION,
                 )
             if self._cluster is not None:
-                await self._cluster.forward_update(room, session, event.update)
+                await self._cluster.writes.forward_update(room, session, event.update)
                 return None
             try:
                 await room.state.aapply_update(event.update, origin=session.label)
@@ -420,7 +420,7 @@ class Hub:
                 room.reply(session, refused_reply(event.request, room.state, *refusal))
                 return None
             # the room's owner judges it
-            await self._cluster.forward_merge(room, session, event.request, event.frame)
+            await self._cluster.writes.forward_merge(room, session, event.request, event.frame)
         else:
             return self._merge(room, session, event.request)
         return None

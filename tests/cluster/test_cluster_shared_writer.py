@@ -27,7 +27,8 @@ from writer_rounds import durability_told, held_writer, until
 from crdt_state import SharedState, StorageError
 from crdt_state.postgres import CheckHooks, SharedWriter, load_stored, open_postgres
 from sync.server.cluster import Fenced, claim_fence
-from sync.server.cluster.pgstorage import PositionHook, depose, fenced_positions
+from sync.server.cluster.pgsessions import depose
+from sync.server.cluster.pgstorage import PositionHook, fenced_positions
 
 Pool = AsyncConnectionPool[AsyncConnection[Any]]
 

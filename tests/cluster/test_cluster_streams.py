@@ -14,7 +14,8 @@ from redis.asyncio import Redis
 from sync.server.cluster import Fenced, room_key
 from sync.server.cluster.keys import parse_room_key
 from sync.server.cluster.link import Link
-from sync.server.cluster.pgstorage import depose, fenced_position, judge_dsn, judge_name
+from sync.server.cluster.pgsessions import depose, judge_dsn, judge_name
+from sync.server.cluster.pgstorage import fenced_position
 from sync.server.cluster.streamio import append_if_holder, read_after, read_rooms, stream_key
 from sync.server.cluster.streams import (
     Answer,

@@ -21,10 +21,8 @@ Every hub that has the room open follows it and contends for it:
   the lease runs out (:mod:`~sync.server.cluster.preload`) and, once it claimed the room,
   replays only what was committed since.
 
-Merges this hub forwarded are remembered until their answer arrives; one not answered
-within ``answer_timeout`` (the owner died, Redis restarted) closes its session with 1013
-(try again later): the client reconnects and sends it again, and its request identity
-makes the second judgement exactly-once.
+Merges this hub forwarded are remembered until their answer arrives, and the answers go
+to their sessions (:class:`~sync.server.cluster.answers.Answers`).
 """
 
 from __future__ import annotations
@@ -32,12 +30,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from crdt_state import CrdtStateError
-from sync.server._room import Room, Session
+from sync.server._room import Room
+from sync.server.cluster.answers import Answers
 from sync.server.cluster.backlog import Backlog
 from sync.server.cluster.context import NodeContext
 from sync.server.cluster.errors import ClusterError, ClusterUnavailable
@@ -47,9 +45,7 @@ from sync.server.cluster.owner import RoomOwner, StepDown, newest_published
 from sync.server.cluster.ownership import Ownership, try_acquire
 from sync.server.cluster.preload import Preload
 from sync.server.cluster.streamio import Entry, later, newest
-from sync.server.cluster.streams import AnswerKind, OutEntry, StreamEntryError, decode_out
-from sync.wire.errors import CloseCode
-from sync.wire.protocol import reply_head
+from sync.server.cluster.streams import OutEntry, StreamEntryError, decode_out
 
 __all__ = ["ClusterRoom", "newest_out_id"]
 
@@ -74,9 +70,8 @@ class ClusterRoom:
         self.room = room
         self.name = room.name
         self.position = position
-        self.pending: dict[tuple[int, int], float] = {}
-        """Forwarded merges not answered yet: (session id, request id) -> when forwarded
-        (``time.monotonic()``); due ``answer_timeout`` later."""
+        self.answers = Answers(node, room)
+        """The merges this hub forwarded for the room's sessions, and their answers."""
         self.owner: RoomOwner | None = None
         self.applied = 0
         """``out`` entries applied to the replica (for tests and metrics)."""
@@ -207,33 +202,7 @@ class ClusterRoom:
     def _answer(self, entry: OutEntry) -> None:
         """Count ``entry`` applied and deliver its answers (its update is in the replica)."""
         self.applied += 1
-        me = self.node.hub_id
-        for answer in entry.answers:
-            mine = answer.hub == me
-            session = self.room.sessions.get(answer.session) if mine else None
-            if answer.kind is AnswerKind.REPLY:
-                self._answered(answer.payload, session, mine)
-            elif session is not None:
-                self.node.close_session(
-                    session, CloseCode.UNSUPPORTED_DATA, answer.payload.decode(errors="replace")
-                )
-
-    def _answered(self, frame: bytes, session: Session | None, mine: bool) -> None:
-        """Deliver a merge's answer to its session (if here), and tell the inspector.
-
-        Every hub sees every answer of the room: its feeds show them all, its metrics
-        count those it answers (``mine``), so each merge is counted once.
-        """
-        seconds = None
-        if session is not None:
-            forwarded = self.pending.pop((session.id, _request_id(frame)), None)
-            if forwarded is not None:
-                seconds = time.monotonic() - forwarded
-            self.room.reply(session, frame)
-        told = self.node.merge_answered
-        if told is not None:
-            agent = (session.agent or session.label) if session is not None else None
-            told(self.room, agent, frame, seconds, mine)
+        self.answers.deliver(entry)
 
     async def resync(self) -> None:
         """Wait until Redis answers, then load the replica again from the durable store."""
@@ -372,39 +341,11 @@ class ClusterRoom:
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(judge.close)
 
-    # -- forwarded merges ----------------------------------------------------------------
-    def remember(self, session: Session, request_id: int) -> None:
-        """Note a merge forwarded for ``session``; it is due within ``answer_timeout``.
-
-        Its answer on ``out`` removes it; :meth:`overdue` reports it when none came.
-        """
-        self.pending[(session.id, request_id)] = time.monotonic()
-
-    def forget_session(self, session: Session) -> None:
-        """Drop every forwarded merge of ``session`` (it is leaving; no answer is awaited)."""
-        for key in [k for k in self.pending if k[0] == session.id]:
-            del self.pending[key]
-
-    def overdue(self, now: float) -> list[Session]:
-        """Sessions with a merge unanswered past its deadline (forgotten here)."""
-        due = now - self.node.answer_timeout
-        late = {sid for (sid, _), forwarded in self.pending.items() if forwarded <= due}
-        sessions = [s for sid in late if (s := self.room.sessions.get(sid)) is not None]
-        for sid in late:
-            for key in [k for k in self.pending if k[0] == sid]:
-                del self.pending[key]
-        return sessions
-
 
 def _ignore(task: asyncio.Future[Any]) -> None:
     """Retrieve a dropped task's outcome (so that asyncio does not log it)."""
     if not task.cancelled():
         task.exception()
-
-
-def _request_id(frame: bytes) -> int:
-    head = reply_head(frame)
-    return -1 if head is None else head[0]
 
 
 PoliciesFor = Callable[[str], Mapping[Any, object]]

@@ -8,7 +8,8 @@ limits, the y-websocket protocol, fan-out); the node changes three things:
   room's ``out`` stream (:class:`~sync.server.cluster.cluster_room.ClusterRoom`);
 - the writes the hub receives (Yjs updates, merge requests) are not applied locally but
   appended to the room's ``in`` stream, for the room's owner to judge; the answer comes
-  back on ``out`` and is delivered to the session that asked;
+  back on ``out`` and is delivered to the session that asked
+  (:class:`~sync.server.cluster.writes.Writes`);
 - awareness is published on ``crdt:{room}:awareness`` (Redis pub/sub, ephemeral) and what
   other hubs publish there is relayed to this hub's sessions.
 """
@@ -21,9 +22,7 @@ import logging
 import os
 import secrets
 import socket
-import time
 from collections.abc import Callable, Mapping
-from functools import partial
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -45,19 +44,16 @@ from sync.server.cluster.clients import (
 )
 from sync.server.cluster.cluster_room import TRY_AGAIN_LATER, ClusterRoom, newest_out_id
 from sync.server.cluster.context import MergeAnswered
-from sync.server.cluster.errors import ClusterUnavailable
 from sync.server.cluster.follower import Follower
-from sync.server.cluster.forwarding import InCommands
 from sync.server.cluster.inbox import Inbox
 from sync.server.cluster.keeper import GATHER_WINDOW
 from sync.server.cluster.keys import parse_room_key, room_key
 from sync.server.cluster.lease import UNAVAILABLE
 from sync.server.cluster.outbox import Outbox
-from sync.server.cluster.owner import LocalWrite
 from sync.server.cluster.renewals import Renewals
 from sync.server.cluster.schema import migrate
 from sync.server.cluster.storage import RoomStorage
-from sync.server.cluster.streams import MERGE, UPDATE, InEntry
+from sync.server.cluster.writes import Writes
 from sync.wire import protocol as p
 from sync.wire.awareness import removal_update, safe_clients
 
@@ -123,11 +119,8 @@ class ClusterNode:
         self._outbox: Outbox | None = None
         self._inbox: Inbox | None = None
         self._renewals: Renewals | None = None
-        self._last_in: dict[tuple[str, int], str] = {}
-        """(room, session id) -> the ``in`` id of the session's newest write appended there."""
-        self._broken: set[tuple[str, int]] = set()
-        """(room, session id) of sessions closed because a local write may be lost."""
-        self._in_commands = InCommands(self.hub_id)
+        self.writes = Writes(self, self.rooms)
+        """The writes of the hub's sessions, handed to the rooms' owners."""
 
     @property
     def redis(self) -> Redis:
@@ -206,7 +199,7 @@ class ClusterNode:
             self._storage = PostgresRoomStorage(self)
         self._tasks = [
             asyncio.create_task(self._relay_awareness(), name="cluster awareness"),
-            asyncio.create_task(self._watch_answers(), name="cluster answers"),
+            asyncio.create_task(self.writes.watch_answers(), name="cluster answers"),
             asyncio.create_task(self._watch_redis(), name="cluster redis"),
             asyncio.create_task(self._follow(), name="cluster follower"),
             asyncio.create_task(self._read_in(), name="cluster inbox"),
@@ -263,73 +256,7 @@ class ClusterNode:
         await self._subscribe(name)
         return room
 
-    # -- writes ------------------------------------------------------------------------------
-    async def forward_update(self, room: Room, session: Session, update: bytes) -> None:
-        """Append a session's Yjs update to the room's ``in`` stream.
-
-        When Redis does not answer, the session is closed with 1013 (try again later).
-        """
-        await self._append(room, session, UPDATE, update)
-
-    async def forward_merge(
-        self, room: Room, session: Session, request: p.MergeRequest, frame: bytes = b""
-    ) -> None:
-        """Append a session's merge request to the room's ``in`` stream.
-
-        ``frame`` is the request as received (encoded again from ``request`` when
-        empty). Its answer comes on ``out``; when none comes within ``answer_timeout``
-        the session is closed with 1013.
-        """
-        cluster_room = self.rooms[room.name]
-        cluster_room.remember(session, request.request_id)
-        await self._append(room, session, MERGE, frame or p.encode_message(request), request)
-
-    async def _append(
-        self,
-        room: Room,
-        session: Session,
-        kind: str,
-        data: bytes,
-        request: p.MergeRequest | None = None,
-    ) -> None:
-        """Hand a session's write to the room's owner: directly when it is this hub, else ``in``.
-
-        A write goes to this hub's owner loop directly (:meth:`RoomOwner.submit`: no
-        ``XADD``, no read back, no encoding) when the owner takes it in the session's
-        order (:meth:`RoomOwner.accepts`: every earlier write the session sent through
-        ``in`` already taken into a batch). If that owner stops before publishing the
-        write's batch, the session is closed with 1013 and its later writes are dropped
-        until it leaves (its client reconnects and sends again what was not answered).
-        """
-        key = (room.name, session.id)
-        if key in self._broken:  # closing: a lost local write must not be overtaken
-            return
-        cluster_room = self.rooms.get(room.name)
-        owner = cluster_room.owner if cluster_room is not None else None
-        if owner is not None and owner.accepts(self._last_in.get(key)):
-            entry = InEntry(kind, data, self.hub_id, session.id, session.label, session.writer)
-            write = LocalWrite(entry, request)
-            if owner.submit(write):
-                write.done.add_done_callback(partial(self._local_done, room.name, session))
-                return
-        command = self._in_commands.command(room.name, session, kind, data)
-        try:
-            self._last_in[key] = await self.outbox.append_packed(command)
-        except ClusterUnavailable as exc:
-            log.info("room %r: cannot forward a write (%s), closing its session", room.name, exc)
-            self.close_session(session, TRY_AGAIN_LATER, "cluster unavailable")
-
-    def _local_done(self, room: str, session: Session, done: asyncio.Future[None]) -> None:
-        """A local write's batch was published, or its owner stopped first (see ``_append``)."""
-        if done.cancelled() or done.exception() is None:
-            return
-        cluster_room = self.rooms.get(room)
-        if cluster_room is None or cluster_room.room.sessions.get(session.id) is not session:
-            return  # it left already: nothing to close, nothing to remember
-        self._broken.add((room, session.id))
-        log.info("room %r: the owner stopped before answering a write, closing its session", room)
-        self.close_session(session, TRY_AGAIN_LATER, "owner stepped down")
-
+    # -- sessions ------------------------------------------------------------------------------
     def close_session(self, session: Session, code: int, reason: str) -> None:
         """Close ``session``'s connection from synchronous code."""
         ws = session.connection
@@ -343,10 +270,8 @@ class ClusterNode:
         """A session is leaving: forget its merges, tell other hubs its peers are gone."""
         cluster_room = self.rooms.get(room.name)
         if cluster_room is not None:
-            cluster_room.forget_session(session)
-        self._last_in.pop((room.name, session.id), None)
-        self._in_commands.forget(room.name, session.id)
-        self._broken.discard((room.name, session.id))
+            cluster_room.answers.forget_session(session)
+        self.writes.forget(room.name, session.id)
         payload = room.awareness.get(session.id)
         clients = safe_clients(payload) if payload is not None else {}
         if clients:
@@ -388,16 +313,6 @@ class ClusterNode:
             with contextlib.suppress(Exception):
                 await inbox.aclose()
 
-    async def _watch_answers(self) -> None:
-        step = min(0.25, self.answer_timeout / 4)
-        while True:
-            await asyncio.sleep(step)
-            now = time.monotonic()
-            for name, cluster_room in list(self.rooms.items()):
-                for session in cluster_room.overdue(now):
-                    log.info("room %r: a merge went unanswered, closing %s", name, session.label)
-                    self.close_session(session, TRY_AGAIN_LATER, "merge not answered in time")
-
     async def _watch_redis(self) -> None:
         """Notice a Redis restart (its ``run_id`` changes) and recover from it.
 
@@ -421,7 +336,7 @@ class ClusterNode:
                     cluster_room.stale = True
                     # merges forwarded before the restart are lost with the old streams:
                     # their clients send them again at once instead of after the timeout
-                    for session in cluster_room.overdue(float("inf")):
+                    for session in cluster_room.answers.overdue(float("inf")):
                         self.close_session(session, TRY_AGAIN_LATER, "cluster restarted")
                 if self._pubsub is not None:
                     with contextlib.suppress(*UNAVAILABLE):

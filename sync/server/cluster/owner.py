@@ -10,7 +10,8 @@ One round:
    the hub's :class:`~sync.server.cluster.inbox.Inbox` (one ``XREAD`` for every room the hub
    owns) when given an ``inbox`` slot, else by an ``XREAD`` of its own; then the writes
    of the hub's own sessions handed over since (:meth:`RoomOwner.submit`, see below);
-2. judge them in that order with the single hub's code: a plain update is applied
+2. judge them in that order with the single hub's code
+   (:class:`~sync.server.cluster.judging.BatchJudge`): a plain update is applied
    (``apply_update``), a merge request is judged
    (:func:`~sync.server._merge.judge_merge_unwaited`); each change is made in memory at
    once, in that order, and handed to the store, then one wait covers the batch, so one
@@ -54,13 +55,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Final, Protocol
 
-from pycrdt import merge_updates
 from redis.asyncio import Redis
 
-from crdt_state import CrdtStateError, SharedState, StateUpdate
-from sync.server._merge import judge_merge_unwaited
-from sync.server.cluster.errors import ClusterError, LeaseLost, LossReason
+from crdt_state import SharedState
+from sync.server.cluster.errors import LeaseLost, LossReason
 from sync.server.cluster.inbox import InSlot
+from sync.server.cluster.judging import BatchJudge, StepDown
 from sync.server.cluster.keys import room_key
 from sync.server.cluster.ownership import Ownership
 from sync.server.cluster.streamio import (
@@ -71,19 +71,8 @@ from sync.server.cluster.streamio import (
     read_after,
     trim_before,
 )
-from sync.server.cluster.streams import (
-    MERGE,
-    Answer,
-    AnswerKind,
-    InEntry,
-    OutEntry,
-    StreamEntryError,
-    decode_in,
-    decode_out,
-    encode_out,
-)
+from sync.server.cluster.streams import InEntry, OutEntry, StreamEntryError, decode_out, encode_out
 from sync.wire import protocol as p
-from sync.wire.errors import ProtocolError
 
 __all__ = [
     "BATCH",
@@ -100,8 +89,6 @@ BATCH: Final = 256
 """Most ``in`` entries judged (and committed) together."""
 OUT_MAXLEN: Final = 10_000
 """About how many entries ``out`` keeps (a follower further behind reloads)."""
-STORAGE_CODES: Final = frozenset({"storage", "state_closed", "write_failed", "fenced"})
-"""Merge-result error codes that mean the judge's storage failed, not the merge."""
 
 
 class Publish(Protocol):
@@ -122,12 +109,6 @@ class Publish(Protocol):
     ) -> Awaitable[str | None]:
         """Run the script; awaiting gives the new id or ``None``."""
         ...
-
-
-class StepDown(ClusterError):
-    """The owner must stop: its storage failed (fenced, PostgreSQL unreachable)."""
-
-    code = "step_down"
 
 
 class LocalWrite:
@@ -227,8 +208,7 @@ class RoomOwner:
         self.room = ownership.room
         self._in = room_key(self.room, "in")
         self._out = room_key(self.room, "out")
-        self._changes: list[bytes] = []
-        self._size = len(judge.get_update())
+        self._judging = BatchJudge(judge, self.room, max_document)
         self.judged = 0
         """Entries judged so far (for tests and metrics)."""
         self.taken = start
@@ -268,23 +248,13 @@ class RoomOwner:
         self.inbox.ready.set()
         return True
 
-    def _on_change(self, change: StateUpdate) -> None:
-        self._changes.append(change.update)
-        self._size += len(change.update)
-
-    def _too_large(self, extra: int) -> bool:
-        if self._size + extra <= self.max_document:
-            return False
-        self._size = len(self.judge.get_update())
-        return self._size + extra > self.max_document
-
     async def run(self, stop: Callable[[], bool] = lambda: False) -> None:
         """Judge until ``stop()`` is true; raises ``LeaseLost``, ``Fenced`` or :class:`StepDown`.
 
         Raises:
             ClusterUnavailable: Redis did not answer (the caller steps down and retries).
         """
-        unsubscribe = self.judge.subscribe(self._on_change)
+        unsubscribe = self._judging.subscribe()
         try:
             if self.catch_up:
                 await self._publish(OutEntry(self.catch_up, self.position, self.fence))
@@ -295,7 +265,8 @@ class RoomOwner:
                 if not entries and not local:
                     continue
                 self._unpublished = local
-                out = await self._judge_batch(entries, local)
+                handed = ((write.entry, write.request) for write in local)
+                out = await self._judging.batch(entries, handed, self.position, self.fence)
                 self.on_committed(out.last_in)
                 await self._publish(out)
                 self._unpublished = []
@@ -360,95 +331,3 @@ class RoomOwner:
     async def _trim(self) -> None:
         """Drop the ``in`` entries judged and published (keeps the last one)."""
         await trim_before(self.redis, self._in, self.position)
-
-    async def _judge_batch(
-        self, entries: list[Entry], local: list[LocalWrite] | None = None
-    ) -> OutEntry:
-        """Judge ``entries``, then ``local``, in order; the out entry to publish once durable.
-
-        Every entry is judged at once, in stream order, without waiting for the store
-        (each change is made in memory and handed to it); then one wait covers the
-        whole batch, so one PostgreSQL transaction can carry it and the loop pays one
-        wake-up per batch, not one per merge. Nothing is answered before that wait.
-        The local writes (this hub's sessions' writes handed over by :meth:`submit`)
-        come after the batch's ``in`` entries; the entry's last ``in`` id is that of
-        ``entries`` (the current position when there are none).
-        """
-        self._changes.clear()
-        answers: list[Answer] = []
-        for entry_id, fields in entries:
-            try:
-                entry = decode_in(fields)
-            except StreamEntryError as exc:
-                log.warning("room %r: skipping in-entry %r: %s", self.room, entry_id, exc)
-                continue
-            self._judge_into(answers, entry, None)
-        for write in local or ():
-            self._judge_into(answers, write.entry, write.request)
-        await self._durable()
-        updates = self._changes[:]
-        self._changes.clear()
-        if len(updates) == 1:
-            update = updates[0]
-        elif updates:
-            update = bytes(merge_updates(*updates))
-        else:
-            update = b""
-        last_in = entries[-1][0] if entries else self.position
-        return OutEntry(update, last_in, self.ownership.fence.value, tuple(answers))
-
-    def _judge_into(
-        self, answers: list[Answer], entry: InEntry, request: p.MergeRequest | None
-    ) -> None:
-        try:
-            answer = self._judge_one(entry, request)
-        except StepDown:
-            raise
-        except Exception as exc:  # the judge's storage failed: nothing is published
-            raise StepDown(f"room {self.room!r}: judging failed: {exc}") from exc
-        if answer is not None:
-            answers.append(answer)
-
-    async def _durable(self) -> None:
-        """Wait until every change judged so far is durable; :class:`StepDown` if never."""
-        try:
-            await self.judge.awhen_durable()
-        except Exception as exc:  # fenced, PostgreSQL gone: nothing is published
-            raise StepDown(f"room {self.room!r}: storage failed: {exc}") from exc
-
-    def _judge_one(self, entry: InEntry, request: p.MergeRequest | None = None) -> Answer | None:
-        if entry.kind == MERGE:
-            return self._judge_merge(entry, request)
-        try:
-            self.judge.apply_update(entry.data, agent=entry.agent, wait=False)
-        except CrdtStateError as exc:
-            if exc.code in STORAGE_CODES:
-                raise
-            reason = f"update refused: {exc.code}".encode()
-            return Answer(entry.hub, entry.session, AnswerKind.CLOSE, reason)
-        return None
-
-    def _judge_merge(self, entry: InEntry, request: p.MergeRequest | None) -> Answer | None:
-        if request is None:
-            try:
-                message = p.decode_message(entry.data)
-            except ProtocolError as exc:
-                log.warning("room %r: undecodable merge in the stream: %s", self.room, exc)
-                return None
-            if not isinstance(message, p.MergeRequest):
-                return None
-            request = message
-        frame = judge_merge_unwaited(
-            self.judge,
-            request,
-            agent=entry.agent,
-            scope=entry.scope,
-            too_large=self._too_large,
-        )
-        head = p.reply_head(frame)
-        if head is None or head[1] is p.MergeStatus.ERROR:  # rare: read the error's code
-            reply = p.decode_message(frame)
-            error = reply.error if isinstance(reply, p.MergeReply) else None
-            if error is not None and error.code in STORAGE_CODES:
-                raise StepDown(f"room {self.room!r}: storage failed: {error.message}")
-        return Answer(entry.hub, entry.session, AnswerKind.REPLY, frame)

@@ -15,7 +15,7 @@ Tables so far:
     ``stream_position`` (the last ``in`` entry whose judgement is committed: written by
     the owner inside its fenced write transactions; see :mod:`sync.server.cluster.pgstorage`),
     ``judge_pid`` (the server process of the session that made the last fenced write: a
-    new owner ends it when it is left idle inside a transaction, see ``pgstorage.depose``).
+    new owner ends it when it is left idle inside a transaction, see ``pgsessions.depose``).
 """
 
 from __future__ import annotations
