@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sync.wire import protocol
+from sync.wire import _ok_result
 from sync.wire.changes import WirePath, encode_applied_body, encode_result_body
 from sync.wire.errors import ProtocolError
 from sync.wire.lib0 import MAX_VAR_UINT, encode_var_uint
@@ -88,8 +88,8 @@ def test_remembered_ok_bodies_give_the_general_encoders_bytes(
 def test_the_table_of_ok_bodies_is_dropped_when_full_and_keeps_answering_alike() -> None:
     token = _state_vector({7: 3})
     for round_ in range(2):
-        for i in range(protocol._APPLIED_FIELDS_SIZE + 10):
+        for i in range(_ok_result._APPLIED_FIELDS_SIZE + 10):
             paths = ((f"k{i}",), ("x", str(round_)))
             expected = encode_merge_result(i, MergeStatus.OK, token, applied=paths)
             assert encode_ok_result(i, token, paths) == expected
-            assert len(protocol._APPLIED_FIELDS) <= protocol._APPLIED_FIELDS_SIZE
+            assert len(_ok_result._APPLIED_FIELDS) <= _ok_result._APPLIED_FIELDS_SIZE
