@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Final, cast
 
 from crdt_state import InvalidUpdate, VersionVector
-from sync.wire.changes import _DECODER, ChangeKind, JsonValue, WireChange, _is_missing_json
+from sync.wire._strict_json import DECODER
+from sync.wire.changes import ChangeKind, JsonValue, WireChange, _is_missing_json
 from sync.wire.errors import ProtocolError
 from sync.wire.lib0 import MAX_VAR_UINT
 from sync.wire.messages import MergeRequest
@@ -70,7 +71,7 @@ def _changes(body: bytes) -> tuple[WireChange, ...] | None:
     order, each once (the shared decoder refuses duplicates and non-finite numbers).
     """
     try:
-        items: JsonValue = _DECODER.decode(body.decode("utf-8"))
+        items: JsonValue = DECODER.decode(body.decode("utf-8"))
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None
     if type(items) is not list:

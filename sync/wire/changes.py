@@ -18,13 +18,12 @@ sense. Nested occurrences (``{"a": {"$missing": true}}``) are ordinary data.
 from __future__ import annotations
 
 import enum
-import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeAlias, cast
+from typing import Final, TypeAlias, cast
 
 from crdt_state.values import MISSING, Missing
+from sync.wire._strict_json import JsonValue, check_json, dump, load
 from sync.wire.errors import ErrorCode, ProtocolError
 
 __all__ = [
@@ -42,9 +41,6 @@ __all__ = [
     "encode_change_set",
     "encode_result_body",
 ]
-
-JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
-"""A value JSON carries exactly (lists, not tuples; ``str`` keys only; finite floats)."""
 
 WirePath: TypeAlias = tuple[str, ...]
 """A path from the root map ``state``: one string key per level, never empty."""
@@ -136,7 +132,7 @@ def encode_change_set(changes: Sequence[WireChange]) -> bytes:
         if change.kind is not ChangeKind.DELETE:
             item["value"] = _present_value(change.value)
         items.append(item)
-    return _dump(items)
+    return dump(items)
 
 
 def encode_result_body(
@@ -167,13 +163,13 @@ def encode_result_body(
         ],
         "error": None if error is None else {"code": error.code, "message": error.message},
     }
-    return _dump(body)
+    return dump(body)
 
 
 def encode_applied_body(applied: Sequence[WirePath]) -> bytes:
     """``encode_result_body(applied, (), None)``, byte for byte (an ok result's body)."""
     paths: list[JsonValue] = [list(path) for path in applied]
-    return b'{"applied":' + _dump(paths) + b',"conflicts":[],"error":null}'
+    return b'{"applied":' + dump(paths) + b',"conflicts":[],"error":null}'
 
 
 def _slot_value(value: JsonValue | Missing) -> JsonValue:
@@ -186,47 +182,8 @@ def _present_value(value: JsonValue | Missing) -> JsonValue:
             ErrorCode.INVALID_VALUE,
             'a value may not be MISSING or {"$missing": true} here',
         )
-    _check_json(value)
+    check_json(value)
     return cast("JsonValue", value)
-
-
-def _check_json(value: object) -> None:
-    """Raise ``invalid_value`` unless ``value`` survives a JSON round trip unchanged."""
-    try:
-        _check_json_rec(value)
-    except RecursionError:
-        raise ProtocolError(ErrorCode.INVALID_VALUE, "value nested too deeply") from None
-
-
-def _check_json_rec(value: object) -> None:
-    if value is None or isinstance(value, (bool, int, str)):
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ProtocolError(ErrorCode.INVALID_VALUE, f"non-finite float {value!r}")
-        return
-    if type(value) is list:
-        for item in value:
-            _check_json_rec(item)
-        return
-    if type(value) is dict:
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise ProtocolError(ErrorCode.INVALID_VALUE, f"non-str dict key {key!r}")
-            _check_json_rec(item)
-        return
-    raise ProtocolError(ErrorCode.INVALID_VALUE, f"not a JSON value: {type(value).__name__}")
-
-
-_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-"""``json.dumps`` with these options builds an encoder per call (~1 us); this one is reused."""
-
-
-def _dump(value: JsonValue) -> bytes:
-    try:
-        return _ENCODER.encode(value).encode("utf-8")
-    except (TypeError, ValueError, RecursionError) as exc:  # lone surrogates, bad types
-        raise ProtocolError(ErrorCode.INVALID_VALUE, f"cannot encode as JSON: {exc}") from None
 
 
 # ---------------------------------------------------------------------------- decoding
@@ -240,7 +197,7 @@ def decode_change_set(data: bytes) -> tuple[WireChange, ...]:
     The field ``combine`` of earlier versions (``true`` or ``false``) is accepted
     and ignored.
     """
-    items = _load(data)
+    items = load(data)
     bad = ErrorCode.INVALID_CHANGE_SET
     if not isinstance(items, list):
         raise ProtocolError(bad, "change set must be a JSON array")
@@ -282,7 +239,7 @@ def decode_result_body(
     Codes: ``invalid_utf8``, ``invalid_json``, ``invalid_result_body`` (wrong shape).
     """
     bad = ErrorCode.INVALID_RESULT_BODY
-    body = _object(_load(data), bad, "body", required={"applied", "conflicts", "error"})
+    body = _object(load(data), bad, "body", required={"applied", "conflicts", "error"})
     raw_applied = body["applied"]
     if not isinstance(raw_applied, list):
         raise ProtocolError(bad, "applied must be an array")
@@ -371,39 +328,3 @@ def _path(raw: JsonValue, code: ErrorCode, where: str) -> WirePath:
 def _check_path(path: object, code: ErrorCode) -> None:
     if type(path) is not tuple or not path or not all(isinstance(key, str) for key in path):
         raise ProtocolError(code, f"path must be a non-empty tuple of str, got {path!r}")
-
-
-def _load(data: bytes) -> JsonValue:
-    try:
-        text = bytes(data).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ProtocolError(ErrorCode.INVALID_UTF8, f"JSON payload is not UTF-8: {exc}") from None
-    try:
-        value: JsonValue = _DECODER.decode(text)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
-        raise ProtocolError(ErrorCode.INVALID_JSON, f"invalid JSON: {exc}") from None
-    return value
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _finite_float(text: str) -> float:
-    number = float(text)
-    if not math.isfinite(number):
-        raise ValueError(f"number {text} is out of range")
-    return number
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        raise ValueError("duplicate object key")
-    return obj
-
-
-_DECODER: Final = json.JSONDecoder(
-    parse_constant=_refuse_constant, parse_float=_finite_float, object_pairs_hook=_unique_keys
-)
-"""``json.loads`` with hooks builds a decoder per call (~3 us); this one is reused."""
