@@ -2,7 +2,8 @@
 
 :class:`Inspector` wraps the hub's handshake and connection handler (a few lines in
 :mod:`sync.server.hub`): plain HTTP requests to the routes of
-:mod:`sync.server.observe.routes` are answered here, inspector feeds are served by
+:mod:`sync.server.observe.routes` are answered here (readiness and the room list by
+:mod:`sync.server.observe.pages`), inspector feeds are served by
 :class:`~sync.server.observe.feed.Feed`, and everything else goes to the hub as before.
 The hub tells it about each judged merge (:meth:`Inspector.merge_judged`).
 """
@@ -12,29 +13,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import json
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
-from html import escape
 from http import HTTPStatus
 from importlib import resources
-from pathlib import Path
-from typing import Any, Protocol
-from urllib.parse import quote, unquote
+from typing import Any
 
 from websockets.asyncio.server import ServerConnection
-from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
 from sync.server._handshake import ERROR_HEADER, peer_address
 from sync.server._room import Room
 from sync.server._store import room_file
 from sync.server.auth import AuthError, Grant, verify_token
-from sync.server.observe import routes
+from sync.server.observe import pages, routes
 from sync.server.observe.feed import Feed
 from sync.server.observe.metrics import CONTENT_TYPE, HubMetrics
+from sync.server.observe.pages import HubView, ReadinessCheck, respond
 from sync.wire.protocol import MergeStatus, MergeStep, MessageType
 
 __all__ = ["NO_SUCH_ROOM", "HubView", "Inspector", "ReadinessCheck"]
@@ -48,25 +44,11 @@ ProcessRequest = Callable[
     [ServerConnection, Request], "Response | Awaitable[Response | None] | None"
 ]
 Handler = Callable[[ServerConnection], Awaitable[None]]
-ReadinessCheck = Callable[[], Awaitable[str | None]]
-"""An extra readiness check: ``None`` when fine, else what is wrong (e.g. a cluster link)."""
 
 _PAGE_CSP = (
     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
     "img-src data:; connect-src 'self' ws: wss:; frame-ancestors 'none'; base-uri 'none'"
 )
-
-
-class HubView(Protocol):
-    """What the inspector reads from the hub."""
-
-    rooms: dict[str, Room]
-    secret: str | None
-    db: Path | None
-
-    async def room(self, name: str) -> Room:
-        """The room called ``name``, loaded (or created) on first use."""
-        ...
 
 
 class Inspector:
@@ -232,11 +214,11 @@ class Inspector:
         self, connection: ServerConnection, request: Request, route: routes.Route
     ) -> Response | None:
         if route.kind == "healthz":
-            return _respond(HTTPStatus.OK, b"ok\n", "text/plain; charset=utf-8")
+            return respond(HTTPStatus.OK, b"ok\n", "text/plain; charset=utf-8")
         if route.kind == "metrics":
-            return _respond(HTTPStatus.OK, self.metrics.render(), CONTENT_TYPE)
+            return respond(HTTPStatus.OK, self.metrics.render(), CONTENT_TYPE)
         if route.kind == "readyz":
-            return await self._readyz()
+            return await pages.readiness(self.hub, self.readiness_checks)
         token, in_url = routes.request_credential(request)
         room = route.room if route.room is not None else "*"
         try:
@@ -248,23 +230,23 @@ class Inspector:
             )
             status = HTTPStatus(exc.http_status)
             if route.kind == "rooms" and exc.code == "wrong_room":
-                return _respond(status, b"an admin token (room '*') is required\n")
-            return _respond(status, (exc.reason + "\n").encode())
+                return respond(status, b"an admin token (room '*') is required\n")
+            return respond(status, (exc.reason + "\n").encode())
         if route.kind == "feed":
             assert route.room is not None
             if self.feeds + len(self._pending) >= self.max_feeds:
                 self.metrics.refused_connection("too many inspector feeds")
-                return _respond(HTTPStatus.SERVICE_UNAVAILABLE, b"too many inspector feeds\n")
+                return respond(HTTPStatus.SERVICE_UNAVAILABLE, b"too many inspector feeds\n")
             self._pending[connection.id] = (route.room, grant)
             return None
         if in_url and token is not None:  # move the token into a cookie, out of the URL
-            response = _respond(HTTPStatus.SEE_OTHER, b"", "text/plain")
+            response = respond(HTTPStatus.SEE_OTHER, b"", "text/plain")
             response.headers["Location"] = routes.strip_token(request.path)
             expires = grant.expires if grant is not None else time.time() + 3600
             response.headers["Set-Cookie"] = routes.token_cookie(token, expires)
             return response
         if route.kind == "rooms":
-            return await self._rooms(request)
+            return await pages.rooms(self.hub, request)
         return self._page_response()
 
     def _verify(self, token: str | None, room: str) -> Grant | None:
@@ -276,79 +258,10 @@ class Inspector:
         if self._page is None:
             static = resources.files("sync.server.observe") / "static" / "inspector.html"
             self._page = static.read_bytes()
-        response = _respond(HTTPStatus.OK, self._page, "text/html; charset=utf-8")
+        response = respond(HTTPStatus.OK, self._page, "text/html; charset=utf-8")
         response.headers["Content-Security-Policy"] = _PAGE_CSP
         response.headers["Referrer-Policy"] = "no-referrer"
         return response
-
-    async def _readyz(self) -> Response:
-        checks: dict[str, str] = {}
-        for name, room in list(self.hub.rooms.items()):
-            try:
-                room.state.ensure_open()
-            except Exception as exc:
-                checks[f"room {name}"] = str(exc)
-        if self.hub.db is not None:
-            problem = await asyncio.to_thread(_writable, self.hub.db)
-            if problem is not None:
-                checks["storage"] = problem
-        for check in self.readiness_checks:
-            try:
-                problem = await check()
-            except Exception as exc:
-                problem = f"check failed: {exc}"
-            if problem is not None:
-                checks[getattr(check, "__name__", "check")] = problem
-        body = json.dumps({"ready": not checks, "problems": checks}).encode() + b"\n"
-        status = HTTPStatus.OK if not checks else HTTPStatus.SERVICE_UNAVAILABLE
-        return _respond(status, body, "application/json")
-
-    async def _rooms(self, request: Request) -> Response:
-        listing = await asyncio.to_thread(self._room_list)
-        if "text/html" in request.headers.get("Accept", ""):
-            rows = "".join(
-                f'<tr><td><a href="/inspect/{escape(quote(r["name"]))}">{escape(r["name"])}</a>'
-                f"</td><td>{r['connections']}</td><td>{r['size']}</td>"
-                f"<td>{escape(_local(r['last_activity']))}</td></tr>"
-                for r in listing
-            )
-            html = (
-                "<!doctype html><meta charset=utf-8><title>crdt-state rooms</title>"
-                "<style>body{font:14px system-ui;margin:2em}td,th{padding:4px 12px;"
-                "text-align:left}</style><h1>Rooms</h1><table><tr><th>room</th>"
-                f"<th>connections</th><th>bytes</th><th>last activity</th></tr>{rows}</table>"
-            )
-            response = _respond(HTTPStatus.OK, html.encode(), "text/html; charset=utf-8")
-            response.headers["Content-Security-Policy"] = (
-                "default-src 'none'; style-src 'unsafe-inline'"
-            )
-            return response
-        body = json.dumps({"rooms": listing}).encode() + b"\n"
-        return _respond(HTTPStatus.OK, body, "application/json")
-
-    def _room_list(self) -> list[dict[str, Any]]:
-        """Loaded rooms and the rooms stored under the hub's ``db`` directory, by name."""
-        found: dict[str, dict[str, Any]] = {}
-        db = self.hub.db
-        if db is not None and db.is_dir():
-            for file in db.glob("*.sqlite"):
-                with contextlib.suppress(OSError):
-                    stat = file.stat()
-                    name = unquote(file.name[: -len(".sqlite")])
-                    found[name] = {
-                        "name": name,
-                        "loaded": False,
-                        "connections": 0,
-                        "size": stat.st_size,
-                        "last_activity": stat.st_mtime,
-                    }
-        for name, room in list(self.hub.rooms.items()):
-            entry = found.setdefault(name, {"name": name, "last_activity": None})
-            entry.update(loaded=True, connections=len(room.sessions), size=room.size)
-            seen = room.last_merge
-            if seen is not None:
-                entry["last_activity"] = max(seen, entry["last_activity"] or 0.0)
-        return sorted(found.values(), key=lambda r: r["name"])
 
     async def _serve_feed(self, ws: ServerConnection, name: str, grant: Grant | None) -> None:
         db = self.hub.db
@@ -368,15 +281,6 @@ class Inspector:
                 self._feeds.pop(name, None)
 
 
-def _respond(status: HTTPStatus, body: bytes, content_type: str = "text/plain") -> Response:
-    headers = Headers()
-    headers["Content-Type"] = content_type
-    headers["Content-Length"] = str(len(body))
-    headers["Cache-Control"] = "no-store"
-    headers["Connection"] = "close"
-    return Response(status.value, status.phrase, headers, body)
-
-
 def _reason(response: Response) -> str:
     """A refusal's reason as a metric label: its stable code, else its HTTP status.
 
@@ -386,22 +290,6 @@ def _reason(response: Response) -> str:
     if code and len(code) <= 40 and code.replace("_", "").isalnum():
         return code
     return str(response.status_code)
-
-
-def _writable(db: Path) -> str | None:
-    """``None`` when a file can be created in the directory ``db``, else why not."""
-    probe = db / f".readyz-{os.getpid()}"
-    try:
-        db.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"ok")
-        probe.unlink()
-    except OSError as exc:
-        return f"storage not writable: {exc.strerror or exc}"
-    return None
-
-
-def _local(stamp: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp)) if stamp else "-"
 
 
 _OK_RESULT_HEAD = bytes((MessageType.MERGE, MergeStep.RESULT))
