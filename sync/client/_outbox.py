@@ -35,28 +35,23 @@ nothing is dropped silently.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 from crdt_state import (
-    BrokenChain,
-    Change,
-    Conflict,
     ConflictError,
     CrdtStateError,
     MergeResult,
-    Retry,
     SharedState,
     VersionVector,
 )
 from crdt_state.resolvers import PolicyTable
 from sync.client._events import Event, Finished, Send
 from sync.client._offline import OfflineStore, PendingMerge
-from sync.client._overlay import Overlay, OverlayEntry, depends_on
-from sync.client._settle import named_changes, rejudge_merge, settle_refusal, substitute
+from sync.client._outbox_ends import MAX_ROUNDS, LiveMerge, LiveMerges
+from sync.client._overlay import Overlay, OverlayEntry
+from sync.client._settle import named_changes, settle_refusal
 from sync.client._shown import ShownMerges, entry_of
 from sync.wire import protocol as p
 from sync.wire.convert import conflict_from_record
@@ -64,43 +59,13 @@ from sync.wire.errors import RemoteError
 
 __all__ = ["MAX_ROUNDS", "Event", "Finished", "Outbox", "Send"]
 
-MAX_ROUNDS = 64
-"""How many times one merge is sent before it fails (settled conflicts keep coming back)."""
-_ROUND_BACKOFF = Retry(attempts=MAX_ROUNDS, base_delay=0.002, max_delay=0.2)
-_KEEP_FAILED = 100_000
 _REJUDGED = frozenset({"broken_chain", "stale_base"})
 """Refusals judged again by the client against what the agent saw (a chain the hub could
 not take; a base older than the hub's retained history, e.g. a merge queued across a hub
 restart or a cluster failover, whose new judge starts its history at its snapshot)."""
 
 
-def _names(chain: tuple[int, ...], request_id: int) -> bool:
-    """True when the increasing ``chain`` holds ``request_id``."""
-    at = bisect_left(chain, request_id)
-    return at < len(chain) and chain[at] == request_id
-
-
-def _as_applied(merge: PendingMerge, conflicts: tuple[Conflict, ...]) -> PendingMerge:
-    """``merge`` with the values the hub's policies gave its conflicting paths."""
-    settled = {c.path: c.resolution for c in conflicts if c.resolved}
-    if not any(op.path in settled for op in merge.ops):
-        return merge
-    return replace(merge, ops=substitute(merge.ops, settled))
-
-
-@dataclass
-class _Live:
-    """One submitted merge until it ends; ``merge`` is the request standing for it now."""
-
-    merge: PendingMerge
-    table: PolicyTable
-    conflicts: list[Conflict] = field(default_factory=list)
-    rounds: int = 1
-    ids: set[int] = field(default_factory=set)
-    blocked: bool = False  # refused for its chain: waits for the merges it depends on
-
-
-class Outbox:
+class Outbox(LiveMerges):
     """The live merges of one remote agent, in order (thread-safe with the replica's lock).
 
     Request ids are drawn in increasing order, from 1 for a new writer (the
@@ -119,7 +84,7 @@ class Outbox:
         self._next_id = store.next_request_id() if store is not None else 1
         self.new_id: Callable[[], int] = self._draw_id
         """Draws the next request id (replaceable, for tests)."""
-        self._live: dict[int, _Live] = {}  # by order
+        self._live: dict[int, LiveMerge] = {}  # by order
         self._order_of: dict[int, int] = {}  # request id now standing for a merge -> order
         self._failed: OrderedDict[int, None] = OrderedDict()  # request ids of failed merges
         self._next_order = 1
@@ -178,7 +143,7 @@ class Outbox:
                 self._store.add_pending(merge)
 
     def _add(self, merge: PendingMerge, table: PolicyTable) -> None:
-        self._live[merge.order] = _Live(merge, table, ids={merge.request_id})
+        self._live[merge.order] = LiveMerge(merge, table, ids={merge.request_id})
         self._order_of[merge.request_id] = merge.order
         self._shown.add(entry_of(merge))
 
@@ -314,117 +279,3 @@ class Outbox:
         """The place of the live merge ``request_id`` stands for (``None``: none)."""
         with self._lock:
             return self._order_of.get(request_id)
-
-    def _finish(self, live: _Live, result: MergeResult) -> list[Event]:
-        merge = live.merge
-        if result.token <= self._replica.token:
-            self._remove(live)
-        else:  # keep showing it, as applied, until the replica has the update that carries it
-            self._live.pop(merge.order, None)
-            self._order_of.pop(merge.request_id, None)
-            applied = _as_applied(merge, result.conflicts)
-            self._shown.confirm(result.token, entry_of(applied))
-            if applied is not merge:  # the overlay shows the hub's values from now on
-                self._shown.rebuild()
-            if self._store is not None:
-                self._store.confirm_pending(merge.request_id, result.token)
-        return [Finished(merge.order, result=result)]
-
-    def _fail(self, live: _Live, error: CrdtStateError) -> list[Event]:
-        merge = self._remove(live)
-        for request_id in live.ids:
-            self._failed[request_id] = None
-        while len(self._failed) > _KEEP_FAILED:
-            self._failed.popitem(last=False)
-        events: list[Event] = [Finished(merge.order, error=error)]
-        for order, other in sorted(self._live.items()):
-            if order <= merge.order or order not in self._live:
-                continue
-            named = sorted(i for i in live.ids if _names(other.merge.chain, i))
-            if named and depends_on(merge.ops, other.merge.ops):
-                events += self._fail(
-                    other,
-                    BrokenChain(
-                        "an earlier merge of the agent that this one builds on failed",
-                        details={"request_ids": named},
-                    ),
-                )
-        return events
-
-    def _remove(self, live: _Live) -> PendingMerge:
-        merge = live.merge
-        self._live.pop(merge.order, None)
-        self._order_of.pop(merge.request_id, None)
-        self._shown.rebuild()
-        if self._store is not None:
-            self._store.remove_pending(merge.request_id)
-        return merge
-
-    def _resend(
-        self,
-        live: _Live,
-        ops: list[Change],
-        base: VersionVector,
-        seen: dict[tuple[str, ...], Any] | None = None,
-    ) -> list[Event]:
-        """Send the merge again, in its place, with ``ops`` judged against ``base``.
-
-        ``seen`` holds the values there, when known: the merge can then be judged again.
-        """
-        if live.rounds >= MAX_ROUNDS:
-            return self._fail(
-                live,
-                ConflictError("conflicts kept coming back from the hub", conflicts=live.conflicts),
-            )
-        old = live.merge
-        new = PendingMerge(self.new_id(), old.order, old.agent, base, ops, seen=seen)
-        self._order_of.pop(old.request_id, None)
-        self._order_of[new.request_id] = new.order
-        live.merge, live.blocked = new, False
-        live.ids.add(new.request_id)
-        self._shown.rebuild()
-        if self._store is not None:
-            self._store.replace_pending(old.request_id, new)
-        live.rounds += 1
-        delay = _ROUND_BACKOFF.delay(live.rounds - 2) if live.rounds > 2 else 0.0
-        return [Send(new, delay)]
-
-    def _unblock(self) -> list[Event]:
-        """Judge again every waiting merge whose earlier dependencies have all ended."""
-        events: list[Event] = []
-        progress = True
-        while progress:
-            progress = False
-            for order, live in sorted(self._live.items()):
-                if live.blocked and self._ready(order, live):
-                    events += self._rejudge(live)
-                    progress = True
-                    break
-        return events
-
-    def _ready(self, order: int, live: _Live) -> bool:
-        """True once every earlier merge it depends on ended and the replica holds it."""
-        ops = live.merge.ops
-        if any(o < order and depends_on(x.merge.ops, ops) for o, x in self._live.items()):
-            return False
-        return not self._shown.holds_back(order, ops)
-
-    def _rejudge(self, live: _Live) -> list[Event]:
-        replica = self._replica
-        try:
-            ops, conflicts, seen = rejudge_merge(live.merge, live.table, replica)
-        except (BrokenChain, ConflictError) as exc:
-            return self._fail(live, exc)
-        live.conflicts.extend(conflicts)
-        if not ops:  # every change settled to the value already there: nothing to send
-            result = MergeResult(
-                token=replica.token,
-                conflicts=tuple(live.conflicts),
-                fast_forward=False,
-                agent=live.merge.agent,
-            )
-            return self._finish(live, result)
-        # judged on the replica's values: a hub whose history starts later (it restarted
-        # again, or the replica was behind) refuses it as stale again, and it is judged
-        # again on what the replica holds then
-        return self._resend(live, ops, replica.token, seen)

@@ -43,7 +43,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -51,22 +51,20 @@ from pydantic import BaseModel
 
 from crdt_state import (
     Branch,
-    Change,
     Conflict,
     CrdtStateError,
     MergeResult,
     Retry,
     SharedState,
     StateUpdate,
-    VersionVector,
     resolvers,
 )
 from crdt_state.transact import arun_transaction
-from sync.client._events import Finished
 from sync.client._link import Link
 from sync.client._offline import OfflineStore, PendingMerge
 from sync.client._overlay import Overlay
 from sync.client._presence import Presence
+from sync.client._remote_merges import RemoteMerges
 from sync.client._remote_reads import RemoteReads
 from sync.client._urls import hub_urls
 from sync.client.branch import RemoteBranch, RemoteToken
@@ -92,7 +90,7 @@ CLOSE_TIMEOUT = 10.0
 """How long closing a client waits for its pending merges (see :meth:`RemoteState.close`)."""
 
 
-class RemoteState(RemoteReads):
+class RemoteState(RemoteReads, RemoteMerges):
     """A hub room seen from this process; create it with :func:`connect`."""
 
     def __init__(
@@ -265,18 +263,7 @@ class RemoteState(RemoteReads):
             f"{extra} pending={self.pending} failed={len(self.failed)}>"
         )
 
-    @property
-    def pending(self) -> int:
-        """Merges that have not ended yet (queued, in flight, or being settled)."""
-        return len(self._outbox)
-
-    async def wait_idle(self, timeout: float = 10.0) -> None:
-        """Wait until every merge has ended (applied or failed)."""
-        async with asyncio.timeout(timeout):
-            while len(self._outbox):
-                await asyncio.sleep(0.01)
-
-    # -- branches and merges (reads: sync.client._remote_reads) -------------------------
+    # -- branches and transactions (reads: _remote_reads; merges: _remote_merges) ----------
     def fork(self, agent: str | None = None) -> RemoteBranch:
         """A branch at the replica's version, with this agent's unconfirmed merges (O(1))."""
         with self.replica.lock:  # the overlay and the fork taken at one moment
@@ -288,24 +275,6 @@ class RemoteState(RemoteReads):
     def _view_of(self, key: str, base_seq: int, overlay: Overlay) -> Any:
         """Top-level ``key`` at replica position ``base_seq`` with ``overlay`` applied."""
         return self._outbox.view_of(key, base_seq, overlay)
-
-    async def acommit(
-        self,
-        changes: Mapping[Any, Any] | Iterable[Change],
-        base: VersionVector,
-        agent: str | None = None,
-        *,
-        resolvers: Mapping[Any, object] | None = None,
-        default: object | None = None,
-    ) -> MergeResult:
-        """Merge changes computed from the room at ``base`` (the OCC form).
-
-        With a token from :meth:`read`, the changes build on this agent's
-        unconfirmed merges that the snapshot showed (they become the chain);
-        with any other token (e.g. :attr:`token`), on the confirmed state only.
-        """
-        ops = self.replica.prepare(changes)
-        return await self._submit(ops, base, agent or self.agent, resolvers, default)
 
     async def atransact(
         self,
@@ -330,59 +299,6 @@ class RemoteState(RemoteReads):
             resolvers=resolvers,
             default=default,
         )
-
-    # -- merging through the hub ----------------------------------------------------------
-    async def _submit(
-        self,
-        ops: list[Change],
-        base: VersionVector,
-        agent: str,
-        resolvers_: Mapping[Any, object] | None,
-        default: object | None,
-    ) -> MergeResult:
-        """Queue a merge, send it, and wait for how it ends (or return it as pending).
-
-        Raises :class:`ConflictError`, :class:`BrokenChain` or :class:`RemoteError`
-        when the merge fails while this call still waits.
-        """
-        table = self.replica.policies.overlay(resolvers_, default)
-        merge = self._core.submit(ops, base, agent, table)
-        self.presence.merging(
-            [op.path for op in ops], online=self._link.ws is not None, queued=self.pending
-        )
-        if self._link.ws is None:
-            return _pending_result(merge)
-        future: asyncio.Future[MergeResult] = asyncio.get_running_loop().create_future()
-        self._waiting[merge.order] = (future, merge)
-        await self._link.send(merge)
-        return await self.presence.watch(future, lambda: self.pending)
-
-    def _finished(self, event: Finished) -> None:
-        waiting = self._waiting.pop(event.order, None)
-        future = waiting[0] if waiting is not None else None
-        if future is not None and not future.done():
-            if event.error is not None:
-                future.set_exception(event.error)
-            else:
-                assert event.result is not None
-                future.set_result(event.result)
-            return
-        if event.error is not None:
-            log.warning("queued merge of %s failed: %s", self.agent, event.error)
-            self.failed.append(event.error)
-        elif event.result is not None and event.result.conflicts:
-            self.conflicted.extend(event.result.conflicts)
-
-    def _release_waiters(self) -> None:
-        """Merges awaited when the connection drops return as pending; they stay queued."""
-        waiting, self._waiting = self._waiting, {}
-        for future, merge in waiting.values():
-            if not future.done():
-                future.set_result(_pending_result(merge))
-
-
-def _pending_result(merge: PendingMerge) -> MergeResult:
-    return MergeResult(token=merge.base, agent=merge.agent, fast_forward=False, pending=True)
 
 
 @contextlib.asynccontextmanager

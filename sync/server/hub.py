@@ -17,7 +17,6 @@ oversized messages and documents with 1009, and every other session goes on.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Mapping
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -25,43 +24,19 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from websockets.asyncio.server import Server, ServerConnection, serve
-from websockets.exceptions import ConnectionClosed
 
-from crdt_state import (
-    CrdtStateError,
-    SharedState,
-)
+from crdt_state import SharedState
 from sync.server._admission import Admission
-from sync.server._desk import DECODE_ON_LOOP, MergeDesk
-from sync.server._expiry import EXPIRED_TOKEN, TOKEN_EXPIRED_REASON, expire_at, token_expired
-from sync.server._handshake import peer_address
-from sync.server._inline import InlineConnection, inline_connection
-from sync.server._json_model import NON_JSON_TYPE, non_json_content
+from sync.server._connections import AWARENESS_TOO_LARGE as AWARENESS_TOO_LARGE  # re-exported
+from sync.server._connections import HubConnections
+from sync.server._desk import MergeDesk
+from sync.server._inline import inline_connection
 from sync.server._logmask import masking_logger
-from sync.server._merge import (
-    DOCUMENT_TOO_LARGE,
-    refused_reply,
-)
-from sync.server._merge_limits import limits_refusal, too_large_reply
-from sync.server._room import Room, Session
+from sync.server._room import Room
 from sync.server._rooms import RoomRegistry
 from sync.server._security import HubConfigError, check_secret
-from sync.server._sending import close_later, pump
 from sync.server.limits import Limits
 from sync.server.observe import Inspector
-from sync.server.peer import (
-    READ_ONLY,
-    AwarenessQueried,
-    AwarenessReceived,
-    HubPeer,
-    MergeDenied,
-    PeerEvent,
-    PeerRefused,
-    SyncRequested,
-    UpdateReceived,
-)
-from sync.wire import protocol as p
-from sync.wire.errors import CloseCode
 
 if TYPE_CHECKING:
     from sync.server.cluster.node import ClusterNode
@@ -70,12 +45,8 @@ __all__ = ["Hub"]
 
 log = masking_logger("crdt_state.hub")
 
-_TRY_AGAIN_LATER = 1013
-AWARENESS_TOO_LARGE = "awareness_too_large"
-"""The code of :class:`PeerRefused` for an awareness message over ``Limits.max_awareness``."""
 
-
-class Hub:
+class Hub(HubConnections):
     """An asyncio websocket hub; use ``async with Hub(...) as hub:``.
 
     Args:
@@ -255,196 +226,6 @@ class Hub:
         A room no one joins within ``Limits.room_idle_seconds`` is unloaded again.
         """
         return await self._registry.room(name)
-
-    # -- per connection ----------------------------------------------------------------
-    def _serving(self) -> bool:
-        return self._server is not None and self._server.is_serving()
-
-    async def _handle(self, ws: ServerConnection) -> None:
-        name, grant = self._admission.take(ws)
-        if name is None:  # the grant was dropped: the hub is stopping, or the handshake failed
-            if self._serving():
-                await ws.close(CloseCode.POLICY_VIOLATION, "handshake not authorised")
-            else:
-                await ws.close(CloseCode.GOING_AWAY, "hub shutting down")
-            return
-        self._connections += 1
-        self._live.add(ws)
-        session: Session | None = None
-        room: Room | None = None
-        writer: asyncio.Task[None] | None = None
-        expiry: asyncio.Task[None] | None = None
-        try:
-            room = await self._registry.joined(name)
-            session = Session(
-                grant=grant,
-                remote=peer_address(ws),
-                max_outbox=self.limits.max_outbox_bytes,
-                on_overflow=lambda _: close_later(ws, _TRY_AGAIN_LATER, "client too slow"),
-                connection=ws,
-            )
-            room.join(session)
-            log.info(
-                "room %s: %s connected from %s (%s)",
-                name,
-                session.label,
-                session.remote,
-                "read-only" if not session.can_write else "read-write",
-            )
-            writer = asyncio.create_task(pump(ws, session))
-            if grant is not None:
-                expiry = asyncio.create_task(expire_at(ws, grant.expires))
-            peer = HubPeer(can_write=session.can_write)
-            session.enqueue_many(HubPeer.greeting(room.state.token, list(room.awareness.values())))
-            if isinstance(ws, InlineConnection):  # see _take_now
-                ws.message_sink = lambda data: self._take_now(ws, room, session, peer, data)
-            async for data in ws:
-                unsent = session.unsent
-                if unsent is not None:
-                    # one merge per connection waits for the disk at a time: the next message
-                    # is handled once the last merge's answer is sent (a client that waits for
-                    # its answers never waits here)
-                    if not unsent.done():
-                        await unsent
-                    session.unsent = None
-                if grant is not None and token_expired(grant):
-                    raise PeerRefused(
-                        EXPIRED_TOKEN, TOKEN_EXPIRED_REASON, close_code=CloseCode.POLICY_VIOLATION
-                    )
-                limit = self.limits.max_merge_bytes  # room.state only for a refusal (see below)
-                refused = too_large_reply(data, room.state, limit) if len(data) > limit else None
-                if refused is not None:  # answered without decoding it
-                    room.reply(session, refused)
-                    continue
-                if len(data) < DECODE_ON_LOOP:
-                    event = peer.receive(data)
-                else:  # decoding megabytes is pure Python: other rooms go on meanwhile
-                    event = await asyncio.to_thread(peer.receive, data)
-                if event is not None:
-                    session.unsent = await self._on_event(room, session, event)
-        except PeerRefused as exc:
-            log.info("closing %s: %d %s", peer_address(ws), exc.close_code, exc.reason)
-            if exc.permission_denied:
-                with contextlib.suppress(ConnectionClosed):
-                    await ws.send(p.encode_permission_denied(exc.reason))
-            await ws.close(exc.close_code, exc.reason)
-        except ConnectionClosed:
-            pass
-        except Exception:
-            log.exception("internal error on connection %s", peer_address(ws))
-            await ws.close(CloseCode.INTERNAL_ERROR, "internal error")
-        finally:
-            if isinstance(ws, InlineConnection):
-                ws.message_sink = None
-            self._connections -= 1
-            self._live.discard(ws)
-            if room is not None and session is not None:
-                if self._cluster is not None:
-                    self._cluster.leave(room, session)
-                log.info(
-                    "room %s: %s disconnected (agent %s)",
-                    name,
-                    session.label,
-                    session.agent or "unnamed",
-                )
-                room.leave(session)
-                session.outbox.close()
-                self._registry.left(name, room)
-            if expiry is not None:
-                expiry.cancel()
-            if writer is not None:
-                writer.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await writer
-
-    async def _on_event(
-        self, room: Room, session: Session, event: PeerEvent
-    ) -> asyncio.Future[None] | None:
-        """Carry out one event of a connection against its room.
-
-        Returns:
-            For a merge whose answer waits for the disk, a future done once the answer is
-            sent (the connection's next message waits for it); else ``None``.
-        """
-        # room.state is read where it is needed: a cluster replica applies what it
-        # relayed to the sessions before it is read (Room.before_read)
-        if isinstance(event, SyncRequested):  # sent once all it holds is durable
-            update = room.state.get_update(event.since)
-            room.send_durable(session, p.encode_sync_step2(update))
-        elif isinstance(event, UpdateReceived):
-            if room.would_exceed(len(event.update), self.limits.max_document):
-                raise PeerRefused(
-                    DOCUMENT_TOO_LARGE,
-                    "document size limit reached",
-                    close_code=CloseCode.MESSAGE_TOO_BIG,
-                )
-            outside = non_json_content(event.update)
-            if outside is not None:
-                raise PeerRefused(
-                    NON_JSON_TYPE,
-                    f"update refused: {outside} is outside the JSON model",
-                    close_code=CloseCode.POLICY_VIOLATION,
-                )
-            if self._cluster is not None:
-                await self._cluster.writes.forward_update(room, session, event.update)
-                return None
-            try:
-                await room.state.aapply_update(event.update, origin=session.label)
-            except CrdtStateError as exc:
-                raise PeerRefused(
-                    "update_refused",
-                    f"update refused: {exc.code}",
-                    close_code=CloseCode.UNSUPPORTED_DATA,
-                ) from exc
-        elif isinstance(event, AwarenessReceived):
-            if len(event.payload) > self.limits.max_awareness:
-                raise PeerRefused(
-                    AWARENESS_TOO_LARGE,
-                    "awareness message size limit reached",
-                    close_code=CloseCode.MESSAGE_TOO_BIG,
-                )
-            room.awareness[session.id] = event.payload
-            room.broadcast(p.encode_awareness(event.payload), exclude=session.id)
-            if self._cluster is not None:
-                await self._cluster.publish_awareness(room, event.payload)
-        elif isinstance(event, AwarenessQueried):
-            for payload in room.awareness.values():
-                session.enqueue(p.encode_awareness(payload))
-        elif isinstance(event, MergeDenied):  # the connection stays open for reads
-            reason = "read-only token: merges are refused"
-            room.reply(session, refused_reply(event.request, room.state, READ_ONLY, reason))
-        elif self._cluster is not None:
-            session.agent = event.request.agent or session.agent
-            refusal = limits_refusal(event.request, self.limits)
-            if refusal is not None:
-                room.reply(session, refused_reply(event.request, room.state, *refusal))
-                return None
-            # the room's owner judges it
-            await self._cluster.writes.forward_merge(room, session, event.request, event.frame)
-        else:
-            return self._merge(room, session, event.request)
-        return None
-
-    def _take_now(
-        self, ws: ServerConnection, room: Room, session: Session, peer: HubPeer, data: bytes
-    ) -> bool:
-        """Take ``data`` in the read callback when it is a merge nothing delays.
-
-        See :meth:`sync.server._desk.MergeDesk.take`; never in a cluster, whose merges the
-        room's owner judges.
-        """
-        if self._cluster is not None:
-            return False
-        return self._desk.take(ws, room, session, peer, data)
-
-    def _merge(
-        self, room: Room, session: Session, request: p.MergeRequest
-    ) -> asyncio.Future[None] | None:
-        """Judge a merge request of ``session`` (outside a cluster) and queue its answer.
-
-        See :meth:`sync.server._desk.MergeDesk.merge`.
-        """
-        return self._desk.merge(room, session, request)
 
 
 def _cluster_node(

@@ -1,0 +1,129 @@
+"""The write side of a :class:`~sync.client.remote.RemoteState`: merges through the hub.
+
+:class:`RemoteMerges` is a base of ``RemoteState``: a merge is queued in the client's
+core (:mod:`sync.client.core`), sent while connected, and how it ends (applied, maybe
+with settled conflicts, or failed) reaches the caller that still waits for it; once the
+caller no longer waits, it goes to ``RemoteState.failed`` or ``RemoteState.conflicted``.
+Not API: the names are ``RemoteState``'s, documented there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from crdt_state import (
+    Change,
+    Conflict,
+    CrdtStateError,
+    MergeResult,
+    SharedState,
+    VersionVector,
+)
+from sync.client._events import Finished
+from sync.client._link import Link
+from sync.client._offline import PendingMerge
+from sync.client._outbox import Outbox
+from sync.client._presence import Presence
+from sync.client.core import ClientCore
+
+__all__ = ["RemoteMerges"]
+
+log = logging.getLogger("crdt_state.client")
+
+
+class RemoteMerges:
+    """Merges of a remote state: queued, sent to the hub, and each one's end told."""
+
+    agent: str
+    replica: SharedState
+    presence: Presence
+    failed: list[CrdtStateError]
+    conflicted: list[Conflict]
+    _core: ClientCore
+    _outbox: Outbox
+    _link: Link
+    _waiting: dict[int, tuple[asyncio.Future[MergeResult], PendingMerge]]
+
+    @property
+    def pending(self) -> int:
+        """Merges that have not ended yet (queued, in flight, or being settled)."""
+        return len(self._outbox)
+
+    async def wait_idle(self, timeout: float = 10.0) -> None:
+        """Wait until every merge has ended (applied or failed)."""
+        async with asyncio.timeout(timeout):
+            while len(self._outbox):
+                await asyncio.sleep(0.01)
+
+    async def acommit(
+        self,
+        changes: Mapping[Any, Any] | Iterable[Change],
+        base: VersionVector,
+        agent: str | None = None,
+        *,
+        resolvers: Mapping[Any, object] | None = None,
+        default: object | None = None,
+    ) -> MergeResult:
+        """Merge changes computed from the room at ``base`` (the OCC form).
+
+        With a token from :meth:`read`, the changes build on this agent's
+        unconfirmed merges that the snapshot showed (they become the chain);
+        with any other token (e.g. :attr:`token`), on the confirmed state only.
+        """
+        ops = self.replica.prepare(changes)
+        return await self._submit(ops, base, agent or self.agent, resolvers, default)
+
+    async def _submit(
+        self,
+        ops: list[Change],
+        base: VersionVector,
+        agent: str,
+        resolvers_: Mapping[Any, object] | None,
+        default: object | None,
+    ) -> MergeResult:
+        """Queue a merge, send it, and wait for how it ends (or return it as pending).
+
+        Raises :class:`ConflictError`, :class:`BrokenChain` or :class:`RemoteError`
+        when the merge fails while this call still waits.
+        """
+        table = self.replica.policies.overlay(resolvers_, default)
+        merge = self._core.submit(ops, base, agent, table)
+        self.presence.merging(
+            [op.path for op in ops], online=self._link.ws is not None, queued=self.pending
+        )
+        if self._link.ws is None:
+            return _pending_result(merge)
+        future: asyncio.Future[MergeResult] = asyncio.get_running_loop().create_future()
+        self._waiting[merge.order] = (future, merge)
+        await self._link.send(merge)
+        return await self.presence.watch(future, lambda: self.pending)
+
+    def _finished(self, event: Finished) -> None:
+        waiting = self._waiting.pop(event.order, None)
+        future = waiting[0] if waiting is not None else None
+        if future is not None and not future.done():
+            if event.error is not None:
+                future.set_exception(event.error)
+            else:
+                assert event.result is not None
+                future.set_result(event.result)
+            return
+        if event.error is not None:
+            log.warning("queued merge of %s failed: %s", self.agent, event.error)
+            self.failed.append(event.error)
+        elif event.result is not None and event.result.conflicts:
+            self.conflicted.extend(event.result.conflicts)
+
+    def _release_waiters(self) -> None:
+        """Merges awaited when the connection drops return as pending; they stay queued."""
+        waiting, self._waiting = self._waiting, {}
+        for future, merge in waiting.values():
+            if not future.done():
+                future.set_result(_pending_result(merge))
+
+
+def _pending_result(merge: PendingMerge) -> MergeResult:
+    return MergeResult(token=merge.base, agent=merge.agent, fast_forward=False, pending=True)
