@@ -31,6 +31,7 @@ from sync.client._offline import PendingMerge
 from sync.client._urls import mask, masked_logger, with_token
 from sync.client.core import ClientCore
 from sync.wire.errors import AuthError, InvalidHubURL
+from sync.wire.rooms import ROOM_NAME_REFUSALS
 
 __all__ = ["ERROR_HEADER", "Link"]
 
@@ -39,8 +40,6 @@ _ws_log = masked_logger("crdt_state.client.websocket")
 """What the websocket library logs about the client's connections, tokens masked."""
 ERROR_HEADER: Final = "X-Crdt-State-Error"
 """A refused handshake's stable error code, when the hub names it (else ``token_refused``)."""
-ROOM_REFUSALS: Final = frozenset({"bad_room_name", "room_name_too_long"})
-"""Handshake refusal codes about the room's name: final (the same URL never succeeds)."""
 
 
 class Link:
@@ -184,7 +183,7 @@ class Link:
                     log.error("hub %s refused access: %s", self.shown(), self.fatal)
                     return
                 code = exc.response.headers.get(ERROR_HEADER, "")
-                if code in ROOM_REFUSALS:  # no other hub would take the name either
+                if code in ROOM_NAME_REFUSALS:  # no other hub would take the name either
                     self.fatal = InvalidHubURL(
                         f"hub {self.shown()} refused the room name (HTTP {status}, {code})"
                     )

@@ -23,6 +23,7 @@ from sync.server._handshake import peer_address, refuse, request_token, room_nam
 from sync.server._store import room_file_fits
 from sync.server.auth import AuthError, Grant, verify_token
 from sync.server.limits import Limits
+from sync.wire.rooms import BAD_ROOM_NAME, ROOM_NAME_TOO_LONG
 
 __all__ = ["Admission"]
 
@@ -62,13 +63,13 @@ class Admission:
         """The server's ``process_request``: a refusal, or ``None`` with the grant kept."""
         name = room_name(request.path)
         if name is None:
-            return refuse(connection, HTTPStatus.BAD_REQUEST, "bad room name", "bad_room_name")
+            return refuse(connection, HTTPStatus.BAD_REQUEST, "bad room name", BAD_ROOM_NAME)
         if not room_file_fits(name):
             return refuse(
                 connection,
                 HTTPStatus.REQUEST_URI_TOO_LONG,
                 "room name too long",
-                "room_name_too_long",
+                ROOM_NAME_TOO_LONG,
             )
         if self._connections() >= self.limits.max_connections:
             return refuse(

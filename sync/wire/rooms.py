@@ -12,9 +12,22 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["is_room_name", "room_of_path"]
+__all__ = [
+    "BAD_ROOM_NAME",
+    "ROOM_NAME_REFUSALS",
+    "ROOM_NAME_TOO_LONG",
+    "is_room_name",
+    "room_of_path",
+]
 
 _ROOM_NAME: Final = re.compile(r"^[A-Za-z0-9._~\-/]+$")
+
+BAD_ROOM_NAME: Final = "bad_room_name"
+"""The hub's refusal code (HTTP 400) of a path naming no room, or one outside the grammar."""
+ROOM_NAME_TOO_LONG: Final = "room_name_too_long"
+"""The hub's refusal code (HTTP 414) of a room whose files' names would be too long."""
+ROOM_NAME_REFUSALS: Final = frozenset({BAD_ROOM_NAME, ROOM_NAME_TOO_LONG})
+"""Refusals about the room's name: final (no hub takes the same URL)."""
 
 
 def is_room_name(name: str) -> bool:
