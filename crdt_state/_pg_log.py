@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from . import _stored_rows as rows
+from ._fold import FoldRows, fold_rows
 from ._sql_params import (
     CONFLICT_COLUMNS,
     LOG_COLUMNS,
@@ -30,6 +31,7 @@ from .errors import StorageError
 from .journal import BlameEntry, ConflictRecord, StoredChange, StoredRequest, StoredState
 from .paths import Path
 from .requests import KEEP_REQUESTS
+from .version import VersionVector
 
 if TYPE_CHECKING:
     import psycopg
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INSERT_CONFLICTS",
+    "NOUN",
     "INSERT_LOG",
     "UPSERT_BLAME",
     "UPSERT_REQUEST",
@@ -49,10 +52,10 @@ __all__ = [
     "count_log",
     "create",
     "exists",
+    "fold_input",
     "history_rows",
     "load",
     "requests_of",
-    "rows_after",
     "RECENT_REQUESTS",
     "recent_requests",
     "remember_request",
@@ -61,11 +64,11 @@ __all__ = [
     "swap_snapshot",
 ]
 
-_NOUN: Final = "stored state"
+NOUN: Final = "stored state"
 
 
 def _log_row(row: Sequence[Any]) -> StoredChange:
-    return rows.stored_change(row, _NOUN)
+    return rows.stored_change(row, NOUN)
 
 
 def exists(conn: Conn, key: str) -> bool:
@@ -84,12 +87,7 @@ def load(conn: Conn, key: str, upto: int | None = None) -> StoredState:
     Raises:
         StorageError: the snapshot is missing or does not decompress, or the seqs have a gap.
     """
-    snap = conn.execute(
-        "SELECT seq, token, doc FROM crdt_store_snapshot WHERE key = %s ORDER BY seq DESC LIMIT 1",
-        (key,),
-    ).fetchone()
-    if snap is None:
-        raise StorageError("the stored state is damaged: it has no snapshot")
+    snap = _snapshot(conn, key)
     limit = upto if upto is not None else -1
     changes = [
         _log_row(r)
@@ -100,44 +98,49 @@ def load(conn: Conn, key: str, upto: int | None = None) -> StoredState:
             binary=True,  # bytea as bytes, without the hex text encoding
         )
     ]
-    rows.check_gapless(changes, int(snap[0]), _NOUN)
-    snapshot = rows.decompressed(snap[2], _NOUN, "snapshot", "doc", snap[0])
-    return StoredState(
-        snapshot_seq=int(snap[0]),
-        snapshot_token=rows.token_of(snap[1], _NOUN, "snapshot", snap[0]),
-        snapshot=snapshot,
-        changes=changes,
-    )
+    rows.check_gapless(changes, snap[0], NOUN)
+    return StoredState(snap[0], snap[1], snap[2], changes)
 
 
-def rows_after(conn: Conn, key: str, seq: int) -> Callable[[], list[StoredChange] | None]:
-    """Send the queries of the log rows after seq ``seq``; a function reading their answer.
+def _snapshot(conn: Conn, key: str) -> tuple[int, VersionVector, bytes]:
+    """The newest snapshot's seq, token and (decompressed) document update."""
+    snap = conn.execute(
+        "SELECT seq, token, doc FROM crdt_store_snapshot WHERE key = %s ORDER BY seq DESC LIMIT 1",
+        (key,),
+        binary=True,
+    ).fetchone()
+    if snap is None:
+        raise StorageError("the stored state is damaged: it has no snapshot")
+    token = rows.token_of(snap[1], NOUN, "snapshot", snap[0])
+    return int(snap[0]), token, rows.decompressed(snap[2], NOUN, "snapshot", "doc", snap[0])
 
-    Pipeline-friendly: nothing is read until that function is called (after the
-    pipeline synced). It returns the rows in order, or ``None`` when a newer snapshot
-    folded them.
+
+def fold_input(conn: Conn, key: str, upto: int) -> FoldRows | None:
+    """What folding the log rows of ``key`` up to seq ``upto`` reads (:mod:`crdt_state._fold`).
+
+    Returns:
+        ``None`` when no row follows the snapshot up to ``upto``.
 
     Raises:
-        StorageError: (when reading) the key has no snapshot, or the seqs have a gap.
+        StorageError: the snapshot is missing or damaged, the seqs have a gap, or the
+            last row's token is damaged.
     """
-    snap = conn.execute("SELECT max(seq) FROM crdt_store_snapshot WHERE key = %s", (key,))
-    log = conn.execute(
-        f"SELECT {LOG_COLUMNS} FROM crdt_store_log WHERE key = %s AND seq > %s ORDER BY seq",
-        (key, seq),
+    snap = _snapshot(conn, key)
+    found = conn.execute(
+        "SELECT seq, doc_update FROM crdt_store_log WHERE key = %s AND seq > %s AND seq <= %s"
+        " ORDER BY seq",
+        (key, snap[0], upto),
         binary=True,
-    )
-
-    def read() -> list[StoredChange] | None:
-        newest = snap.fetchone()
-        if newest is None or newest[0] is None:
-            raise StorageError("the stored state is damaged: it has no snapshot")
-        if int(newest[0]) > seq:
-            return None
-        changes = [_log_row(r) for r in log.fetchall()]
-        rows.check_gapless(changes, seq, _NOUN)
-        return changes
-
-    return read
+    ).fetchall()
+    if not found:
+        return None
+    last = int(found[-1][0])
+    token = conn.execute(
+        "SELECT token FROM crdt_store_log WHERE key = %s AND seq = %s", (key, last), binary=True
+    ).fetchone()
+    assert token is not None  # the row was just read, in the same transaction
+    updates = [(int(seq), update) for seq, update in found]
+    return fold_rows(snap, updates, rows.token_of(token[0], NOUN, "log", last), NOUN)
 
 
 def create(
@@ -208,7 +211,7 @@ def blame_row(conn: Conn, key: str, path: Path) -> BlameEntry | None:
     ).fetchone()
     if found is None:
         return None
-    return rows.blame_entry(found, _NOUN)
+    return rows.blame_entry(found, NOUN)
 
 
 def conflict_rows(
@@ -221,7 +224,7 @@ def conflict_rows(
         f"SELECT {CONFLICT_COLUMNS} FROM crdt_store_conflicts WHERE {where} ORDER BY id",
         [key, *params],
     )
-    return [rows.conflict_record(row, _NOUN) for row in cursor]
+    return [rows.conflict_record(row, NOUN) for row in cursor]
 
 
 def count_log(conn: Conn, key: str) -> int:
@@ -243,7 +246,7 @@ def recent_requests(conn: Conn, key: str) -> list[StoredRequest]:
 
 def requests_of(found: Sequence[Sequence[Any]]) -> list[StoredRequest]:
     """The rows of :data:`RECENT_REQUESTS` as requests, oldest first."""
-    return [rows.stored_request(row, _NOUN) for row in reversed(found)]
+    return [rows.stored_request(row, NOUN) for row in reversed(found)]
 
 
 # -- writing (inside the caller's transaction) -----------------------------------------
@@ -372,4 +375,4 @@ def blame_paths_upto(conn: Conn, key: str, seq: int) -> list[Path]:
     cursor = conn.execute(
         "SELECT path FROM crdt_store_blame WHERE key = %s AND seq <= %s", (key, seq)
     )
-    return [rows.path_of(r[0], _NOUN, "blame", r[0]) for r in cursor]
+    return [rows.path_of(r[0], NOUN, "blame", r[0]) for r in cursor]

@@ -13,13 +13,13 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from . import _fold
 from . import _pg_log as pglog
 from . import _sqlite_reads as common
 from ._document import doc_read, doc_snapshot
 from ._history_query import HistoryQuery, missing_version
 from ._pg_connect import failures
-from .errors import StorageError
-from .journal import BlameEntry, ConflictRecord, HistoryEntry, StoredState
+from .journal import BlameEntry, ConflictRecord, HistoryEntry
 from .paths import Path
 from .values import MISSING
 from .version import VersionVector
@@ -89,9 +89,10 @@ def compact(
 ) -> bool | None:
     """Fold the log rows of ``key`` up to seq ``fold`` into a new snapshot (one transaction).
 
-    As :func:`crdt_state._sqlite_reads.compact`: the old snapshot and those rows
-    are replayed, the new snapshot must give the recorded token and decode to
-    the same content; only then are it inserted and the folded rows deleted.
+    As :func:`crdt_state._sqlite_reads.compact`: the old snapshot and those rows'
+    updates are replayed (:func:`crdt_state._fold.fold`), the new snapshot must give
+    the last row's token and decode to the same content; only then are it inserted
+    and the folded rows deleted.
     ``before_commit(conn)`` runs last inside the transaction (the store's hook).
 
     Returns:
@@ -102,19 +103,16 @@ def compact(
         StorageError: a check failed (nothing changed).
     """
     with conn.transaction():
-        stored = pglog.load(conn, key, upto=fold)
-        if not stored.changes:
+        rows = pglog.fold_input(conn, key, fold)
+        if rows is None:
             return None
-        doc = common.replay(stored, on_change)
-        content = doc_snapshot(doc)
-        token = stored.changes[-1].token
-        encoded = bytes(doc.get_update())
-        check = common.replay(StoredState(fold, token, encoded))
-        if doc_snapshot(check) != content:
-            raise StorageError("a compacted snapshot does not decode to the same content")
+        folded = _fold.fold(
+            rows, on_change, precise=lambda: common.replay(pglog.load(conn, key, upto=fold))
+        )
         written = pglog.blame_paths_upto(conn, key, fold)
-        gone = [p for p in written if doc_read(doc, p) is MISSING]
-        pglog.swap_snapshot(conn, key, fold, token.to_state(), encoded, gone, keep_conflicts)
+        gone = [p for p in written if doc_read(folded.doc, p) is MISSING]
+        encoded = folded.encoded
+        pglog.swap_snapshot(conn, key, fold, rows.token.to_state(), encoded, gone, keep_conflicts)
         before_commit(conn)
-    fresh = common._fresh_size(content)  # the SQLite store's measure, read at call time
+    fresh = common._fresh_size(folded.content)  # the SQLite store's measure, read at call time
     return measure and len(encoded) > common._TOMBSTONE_FACTOR * fresh + common._TOMBSTONE_SLACK

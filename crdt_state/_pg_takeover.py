@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from . import _pg_log as pglog
 from . import _pg_schema as pgschema
+from . import _stored_rows as rows
 from ._pg_connect import SYNCHRONOUS_COMMIT, Durability, failures
+from ._sql_params import LOG_COLUMNS
 from .errors import StorageError
 from .journal import StoredChange, StoredRequest
 from .requests import KEEP_REQUESTS
@@ -31,7 +33,9 @@ from .requests import KEEP_REQUESTS
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["get_ready", "take_writes"]
+__all__ = ["get_ready", "rows_after", "take_writes"]
+
+_NOUN = pglog.NOUN
 
 
 def get_ready(conn: psycopg.Connection[Any], where: str, durability: Durability) -> None:
@@ -85,7 +89,7 @@ def take_writes(
                 else None
             )
             with conn.transaction():
-                newer = pglog.rows_after(conn, key, loaded_seq)
+                newer = rows_after(conn, key, loaded_seq)
                 requests = conn.execute(pglog.RECENT_REQUESTS, (key, KEEP_REQUESTS))
                 count = conn.execute("SELECT count(*) FROM crdt_store_log WHERE key = %s", (key,))
         held = locked.fetchone() if locked is not None else (True,)
@@ -106,3 +110,35 @@ def take_writes(
     conn.read_only = False
     conn.isolation_level = None  # the server's default, as a writer's connection
     return changes, pglog.requests_of(found), int(total[0]) if total is not None else 0
+
+
+def rows_after(
+    conn: psycopg.Connection[Any], key: str, seq: int
+) -> Callable[[], list[StoredChange] | None]:
+    """Send the queries of the log rows after seq ``seq``; a function reading their answer.
+
+    Pipeline-friendly: nothing is read until that function is called (after the
+    pipeline synced). It returns the rows in order, or ``None`` when a newer snapshot
+    folded them.
+
+    Raises:
+        StorageError: (when reading) the key has no snapshot, or the seqs have a gap.
+    """
+    snap = conn.execute("SELECT max(seq) FROM crdt_store_snapshot WHERE key = %s", (key,))
+    log = conn.execute(
+        f"SELECT {LOG_COLUMNS} FROM crdt_store_log WHERE key = %s AND seq > %s ORDER BY seq",
+        (key, seq),
+        binary=True,
+    )
+
+    def read() -> list[StoredChange] | None:
+        newest = snap.fetchone()
+        if newest is None or newest[0] is None:
+            raise StorageError("the stored state is damaged: it has no snapshot")
+        if int(newest[0]) > seq:
+            return None
+        changes = [rows.stored_change(r, _NOUN) for r in log.fetchall()]
+        rows.check_gapless(changes, seq, _NOUN)
+        return changes
+
+    return read

@@ -12,9 +12,10 @@ import sqlite3
 import time
 import zlib
 from collections.abc import Iterable, Sequence
-from typing import Any, Final
+from typing import Any
 
 from . import _stored_rows as rows
+from ._fold import FoldRows, fold_rows
 from ._sql_params import (
     CONFLICT_COLUMNS,
     LOG_COLUMNS,
@@ -33,12 +34,9 @@ from .errors import StorageError
 from .journal import BlameEntry, ConflictRecord, StoredChange, StoredRequest, StoredState
 from .paths import Path
 from .requests import KEEP_REQUESTS
+from .version import VersionVector
 
 __all__ = [
-    "AT_ONCE_ROWS",
-    "BATCH_ROWS",
-    "append_changes_at_once",
-    "prepare_batch_rows",
     "append_changes",
     "append_conflicts",
     "blame_paths_upto",
@@ -46,6 +44,7 @@ __all__ = [
     "checkpoint",
     "conflict_rows",
     "count_log",
+    "fold_input",
     "history_rows",
     "insert_rows",
     "load",
@@ -55,6 +54,7 @@ __all__ = [
     "restart_at",
     "seq_of_token",
     "swap_snapshot",
+    "values_sql",
 ]
 
 
@@ -67,9 +67,7 @@ def load(conn: sqlite3.Connection, upto: int | None = None) -> StoredState:
 
     Raises :class:`StorageError` if the snapshot is missing or the seqs have a gap.
     """
-    snap = conn.execute("SELECT seq, token, doc FROM snapshot ORDER BY seq DESC LIMIT 1").fetchone()
-    if snap is None:
-        raise StorageError("the state file is damaged: it has no snapshot")
+    snap = _snapshot(conn)
     limit = upto if upto is not None else -1
     changes = [
         _log_row(r)
@@ -79,13 +77,37 @@ def load(conn: sqlite3.Connection, upto: int | None = None) -> StoredState:
         )
     ]
     rows.check_gapless(changes, snap[0], rows.SQLITE)
-    snapshot = rows.decompressed(snap[2], rows.SQLITE, "snapshot", "doc", snap[0])
-    return StoredState(
-        snapshot_seq=snap[0],
-        snapshot_token=rows.token_of(snap[1], rows.SQLITE, "snapshot", snap[0]),
-        snapshot=snapshot,
-        changes=changes,
-    )
+    return StoredState(snap[0], snap[1], snap[2], changes)
+
+
+def _snapshot(conn: sqlite3.Connection) -> tuple[int, VersionVector, bytes]:
+    """The newest snapshot's seq, token and (decompressed) document update."""
+    snap = conn.execute("SELECT seq, token, doc FROM snapshot ORDER BY seq DESC LIMIT 1").fetchone()
+    if snap is None:
+        raise StorageError("the state file is damaged: it has no snapshot")
+    token = rows.token_of(snap[1], rows.SQLITE, "snapshot", snap[0])
+    return snap[0], token, rows.decompressed(snap[2], rows.SQLITE, "snapshot", "doc", snap[0])
+
+
+def fold_input(conn: sqlite3.Connection, upto: int) -> FoldRows | None:
+    """What folding the log rows up to seq ``upto`` reads (see :mod:`crdt_state._fold`).
+
+    Returns:
+        ``None`` when no row follows the snapshot up to ``upto``.
+
+    Raises:
+        StorageError: the snapshot is missing or damaged, the seqs have a gap, or the
+            last row's token is damaged.
+    """
+    snap = _snapshot(conn)
+    found = conn.execute(
+        "SELECT seq, doc_update FROM log WHERE seq > ? AND seq <= ? ORDER BY seq", (snap[0], upto)
+    ).fetchall()
+    if not found:
+        return None
+    last = found[-1][0]
+    token = conn.execute("SELECT token FROM log WHERE seq = ?", (last,)).fetchone()[0]
+    return fold_rows(snap, found, rows.token_of(token, rows.SQLITE, "log", last), rows.SQLITE)
 
 
 def seq_of_token(conn: sqlite3.Connection, token: bytes) -> int | None:
@@ -144,7 +166,8 @@ SQLite's smallest limit of 999); more rows take several statements."""
 
 
 @functools.lru_cache(maxsize=256)
-def _values_sql(head: str, width: int, count: int) -> str:
+def values_sql(head: str, width: int, count: int) -> str:
+    """``head VALUES (?, ...), ...``: ``count`` rows of ``width`` parameters (cached)."""
     row = "(" + ", ".join("?" * width) + ")"
     return f"{head} VALUES {', '.join([row] * count)}"
 
@@ -164,75 +187,8 @@ def insert_rows(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[Any
     width = len(rows[0])
     for start in range(0, len(rows), ROWS_PER_STATEMENT):
         chunk = rows[start : start + ROWS_PER_STATEMENT]
-        sql = _values_sql(head, width, len(chunk))
+        sql = values_sql(head, width, len(chunk))
         conn.execute(sql, [value for row in chunk for value in row])
-
-
-BATCH_ROWS: Final = (
-    "CREATE TEMP VIEW IF NOT EXISTS batch_rows AS SELECT NULL AS kind, NULL AS a, NULL AS b,"
-    " NULL AS c, NULL AS d, NULL AS e, NULL AS f, NULL AS g WHERE 0",
-    "CREATE TEMP TRIGGER IF NOT EXISTS batch_log INSTEAD OF INSERT ON batch_rows"
-    f" WHEN NEW.kind = 0 BEGIN INSERT INTO log ({LOG_COLUMNS})"
-    " VALUES (NEW.a, NEW.b, NEW.c, NEW.d, NEW.e, NEW.f, NEW.g); END",
-    "CREATE TEMP TRIGGER IF NOT EXISTS batch_blame INSTEAD OF INSERT ON batch_rows"
-    " WHEN NEW.kind = 1 BEGIN INSERT OR REPLACE INTO blame (path, seq, agent, time, token)"
-    " VALUES (NEW.a, NEW.b, NEW.c, NEW.d, NEW.e); END",
-    "CREATE TEMP TRIGGER IF NOT EXISTS batch_request INSTEAD OF INSERT ON batch_rows"
-    " WHEN NEW.kind = 2 BEGIN INSERT INTO writer_requests"
-    " (writer, id, seq, token, paths, clean) VALUES (NEW.a, NEW.b, NEW.c, NEW.d, NEW.e, NEW.f);"
-    " END",
-)
-"""A view of this connection only (``temp``: nothing in the file) whose rows its
-triggers file into ``log`` (kind 0), ``blame`` (1) or ``writer_requests`` (2):
-:func:`append_changes_at_once` inserts a whole batch through it in one statement."""
-
-AT_ONCE_ROWS: Final = 120
-"""Rows :func:`append_changes_at_once` takes at most (8 parameters each: 960, below
-SQLite's smallest limit of 999 parameters a statement)."""
-
-
-def prepare_batch_rows(conn: sqlite3.Connection) -> None:
-    """Create this connection's :data:`BATCH_ROWS` view and triggers (once per connection)."""
-    for statement in BATCH_ROWS:
-        conn.execute(statement)
-
-
-def append_changes_at_once(conn: sqlite3.Connection, changes: Sequence[StateUpdate]) -> bool:
-    """Store ``changes`` (none with conflicts) in one statement, outside any transaction.
-
-    The statement is its own transaction (one commit, one sync): the rows of
-    :func:`append_changes`, in its order, through the :data:`BATCH_ROWS` view
-    (:func:`prepare_batch_rows` first). One statement steps once: the sqlite3
-    module releases and takes back the GIL twice for the whole batch instead of
-    twice for each of ``BEGIN``, every insert statement and ``COMMIT``; each time
-    can wait for the event loop's thread of a hub.
-
-    Returns:
-        False, having done nothing, when the rows are more than :data:`AT_ONCE_ROWS`
-        (store them with :func:`append_changes` in a transaction).
-
-    Raises:
-        sqlite3.Error: the database refused the write (nothing is stored).
-    """
-    count = sum(1 + len(c.paths) + (c.request_id is not None) for c in changes)
-    if count > AT_ONCE_ROWS:
-        return False  # before any row is built: the transaction path builds them
-    tokens = [c.token.to_state() for c in changes]
-    log_rows = log_params(changes, tokens)
-    rows: list[tuple[Any, ...]] = [(0, *row) for row in log_rows]
-    rows += [
-        (1, path_key(p), c.seq, c.agent, c.time, t, None, None)
-        for c, t in zip(changes, tokens, strict=True)
-        for p in c.paths
-    ]
-    rows += [
-        (2, c.writer or "", c.request_id, c.seq, t, row[6], 1, None)
-        for c, t, row in zip(changes, tokens, log_rows, strict=True)
-        if c.request_id is not None
-    ]
-    sql = _values_sql("INSERT INTO batch_rows (kind, a, b, c, d, e, f, g)", 8, len(rows))
-    conn.execute(sql, [value for row in rows for value in row])
-    return True
 
 
 def append_changes(conn: sqlite3.Connection, changes: Sequence[StateUpdate]) -> None:

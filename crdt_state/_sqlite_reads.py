@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from pycrdt import Doc
 
+from . import _fold
 from . import _sqlite_log as sqllog
 from ._document import doc_from_content, doc_read, doc_snapshot
 from ._history_query import HistoryQuery, missing_version
@@ -148,10 +149,11 @@ def compact(
 ) -> bool | None:
     """Fold the log rows up to seq ``fold`` into a new snapshot (one transaction).
 
-    The old snapshot and those rows are replayed into a fresh document, whose
-    token must be the recorded one; its encoding must decode to the same
-    content; only then are the new snapshot inserted and the old one and the
-    folded rows deleted. A failed check leaves the file as it was.
+    The old snapshot and those rows' updates are replayed into a fresh document,
+    whose token must be the last row's (:func:`crdt_state._fold.fold`: a mismatch
+    re-reads the rows with every token to name the damaged one); its encoding must
+    decode to the same content; only then are the new snapshot inserted and the old
+    one and the folded rows deleted. A failed check leaves the file as it was.
 
     Returns:
         ``None`` when there was nothing to fold; else whether the document is
@@ -161,20 +163,18 @@ def compact(
     Raises:
         StorageError: a check failed (nothing changed).
     """
-    stored = sqllog.load(conn, upto=fold)
-    if not stored.changes:
+    rows = sqllog.fold_input(conn, fold)
+    if rows is None:
         return None
-    doc = replay(stored, on_change)
-    content = doc_snapshot(doc)
-    token = stored.changes[-1].token
-    encoded = bytes(doc.get_update())
-    check = replay(StoredState(fold, token, encoded))
-    if doc_snapshot(check) != content:
-        raise StorageError("a compacted snapshot does not decode to the same content")
+    folded = _fold.fold(rows, on_change, precise=lambda: replay(sqllog.load(conn, upto=fold)))
     written = sqllog.blame_paths_upto(conn, fold)
-    gone = [p for p in written if doc_read(doc, p) is MISSING]
-    sqllog.swap_snapshot(conn, fold, token.to_state(), encoded, gone, keep_conflicts)
-    return measure and len(encoded) > _TOMBSTONE_FACTOR * _fresh_size(content) + _TOMBSTONE_SLACK
+    gone = [p for p in written if doc_read(folded.doc, p) is MISSING]
+    encoded = folded.encoded
+    sqllog.swap_snapshot(conn, fold, rows.token.to_state(), encoded, gone, keep_conflicts)
+    return (
+        measure
+        and len(encoded) > _TOMBSTONE_FACTOR * _fresh_size(folded.content) + _TOMBSTONE_SLACK
+    )
 
 
 def _fresh_size(content: dict[str, Any]) -> int:

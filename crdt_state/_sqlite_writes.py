@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import cast
 
+from . import _sqlite_batch as sqlbatch
 from . import _sqlite_file as sqlfile
 from . import _sqlite_log as sqllog
 from ._queued_items import Item, RowWriter, Written, walk_batch
@@ -41,9 +42,9 @@ def write_batch(
         log_rows: how many change rows the log holds now.
         file: the file's name, for errors.
         at_once: the connection has its batch view
-            (:func:`~crdt_state._sqlite_log.prepare_batch_rows`): a batch of
+            (:func:`~crdt_state._sqlite_batch.prepare_batch_rows`): a batch of
             consecutive changes without conflicts, and few enough rows, is stored
-            in one statement (:func:`~crdt_state._sqlite_log.append_changes_at_once`),
+            in one statement (:func:`~crdt_state._sqlite_batch.append_changes_at_once`),
             the same rows as otherwise.
 
     Returns:
@@ -55,7 +56,7 @@ def write_batch(
     """
     if at_once and _plain_changes(items, last_seq) and not conn.in_transaction:
         changes = cast("Sequence[StateUpdate]", items)
-        if sqllog.append_changes_at_once(conn, changes):
+        if sqlbatch.append_changes_at_once(conn, changes):
             return Written(changes[-1].seq, log_rows + len(changes), 0)
     out = RowWriter(
         partial(sqllog.append_changes, conn),

@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Final
 
+from . import _sqlite_batch as sqlbatch
 from . import _sqlite_file as sqlfile
 from . import _sqlite_log as sqllog
 from ._queued_items import Item
@@ -114,7 +115,7 @@ class SqliteStore(QueuedStore):
         self._reads = self._snapshots
         self._is_new = is_new
         self.durability = durability
-        self._batch_rows = False  # the connection has its batch view (_sqlite_log.BATCH_ROWS)
+        self._batch_rows = False  # the connection has its batch view (_sqlite_batch.BATCH_ROWS)
         super().__init__(
             file,
             durability=durability,
@@ -247,7 +248,7 @@ class SqliteStore(QueuedStore):
     def _commit(self, batch: list[tuple[int, Item]]) -> None:
         """Write one group of queued items in one transaction, in their order."""
         if not self._batch_rows:
-            sqllog.prepare_batch_rows(self._conn)
+            sqlbatch.prepare_batch_rows(self._conn)
             self._batch_rows = True
         items = [item for _, item in batch]
         written = write_batch(

@@ -26,7 +26,8 @@ class HubConfigError(SyncError, ValueError):
             ``insecure_host`` (no secret on a non-loopback address without ``insecure``),
             ``secret_file`` (the secret file cannot be read); for a cluster hub
             ``cluster_options`` (``redis`` without ``postgres`` or the reverse),
-            ``redis_url`` (not a Redis URL), ``postgres_dsn`` (not a PostgreSQL DSN).
+            ``redis_url`` (not a Redis URL), ``postgres_dsn`` (not a PostgreSQL DSN);
+            ``event_loop`` (``--loop uvloop`` where uvloop is not installed).
     """
 
     def __init__(self, code: str, message: str) -> None:

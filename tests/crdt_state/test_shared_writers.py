@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 
 from crdt_state import SharedState, StorageError
 from crdt_state._group_commit import GroupCommit
+from crdt_state._sqlite_batch import prepare_batch_rows
 from crdt_state._sqlite_file import _SCHEMA
-from crdt_state._sqlite_log import ROWS_PER_STATEMENT, insert_rows, prepare_batch_rows
+from crdt_state._sqlite_log import ROWS_PER_STATEMENT, insert_rows
 from crdt_state._sqlite_writes import write_batch
 from crdt_state.conflicts import StateUpdate
 from crdt_state.version import VersionVector
