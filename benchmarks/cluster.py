@@ -154,6 +154,7 @@ class HubProc:
         standalone: bool = False,
     ) -> None:
         self.port = free_port()
+        self.clustered = not standalone
         self.log = open(workdir / f"hub-{name}.log", "ab")  # noqa: SIM115
         python = [sys.executable]
         if profile is not None:  # written when the hub exits (SIGTERM stops it cleanly)
@@ -210,6 +211,30 @@ async def server_counters(servers: Servers) -> tuple[int, int]:
             "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (servers.dbname,)
         ).fetchone()
     return calls, int(row[0]) if row is not None else 0
+
+
+async def owners(servers: Servers, hubs: list[HubProc], rooms: int) -> str:
+    """Rooms each hub owns now, most first (``20/0/0``: one owner), from the lease keys.
+
+    A lease's token starts with its hub's name, ``host:pid:...``. ``-`` for a hub
+    outside a cluster (no leases).
+    """
+    if not any(h.clustered for h in hubs):
+        return "-"
+    from sync.server.cluster.clients import redis_client
+    from sync.server.cluster.lease import lease_holder
+
+    client = redis_client(servers.redis_url)
+    try:
+        holders = [await lease_holder(client, f"{ROOMS}/r{r}") for r in range(rooms)]
+    finally:
+        await client.aclose()
+    counts = dict.fromkeys((h.proc.pid for h in hubs), 0)
+    for token in holders:
+        pid = int(token.split(":")[1]) if token and token.count(":") >= 2 else None
+        if pid in counts:
+            counts[pid] += 1
+    return "/".join(str(n) for n in sorted(counts.values(), reverse=True))
 
 
 async def wire_agent(url: str, agent: str, stack: contextlib.AsyncExitStack) -> Any:
@@ -362,6 +387,7 @@ async def run_load(
         await asyncio.sleep(seconds)
     elapsed = time.monotonic() - started
     cpu = sum(cpu_seconds(h.proc.pid) for h in hubs if h.proc.poll() is None) - cpu0
+    owned = await owners(servers, hubs, rooms)
     stop.set()
     await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)
     await asyncio.sleep(1.0)  # PostgreSQL publishes its statistics about once a second
@@ -379,6 +405,7 @@ async def run_load(
         "redis_calls": (counters1[0] - counters0[0]) / merges,
         "pg_commits": (counters1[1] - counters0[1]) / merges,
         "refused": refused[0],
+        "owners": owned,
     }
     if killed_at is not None:
         gaps = []
@@ -450,9 +477,9 @@ async def main() -> None:
     print(f"{args.rooms} rooms, {args.agents} {args.kind} agents, {args.seconds} s {pace} per row")
     print(
         "| hubs | merges/s | p50 ms | p99 ms | visible p50 ms | visible p99 ms "
-        "| hub CPU us/merge | x standalone | Redis calls/merge | PG commits/merge |"
+        "| hub CPU us/merge | x standalone | Redis calls/merge | PG commits/merge | owners |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     standalone_us: float | None = None
     failovers: dict[int, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -492,7 +519,8 @@ async def main() -> None:
                     print(
                         f"| {label} | {row['rate']:.0f} | {row['p50']:.1f} | {row['p99']:.1f} | "
                         f"{row['vis50']:.1f} | {row['vis99']:.1f} | {row['cpu_us']:.0f} | "
-                        f"{ratio} | {row['redis_calls']:.1f} | {row['pg_commits']:.2f} |"
+                        f"{ratio} | {row['redis_calls']:.1f} | {row['pg_commits']:.2f} | "
+                        f"{row['owners']} |"
                         + (f" refused {row['refused']}" if row["refused"] else ""),
                         flush=True,
                     )

@@ -66,22 +66,16 @@ def fold_rows(
         StorageError: the seqs do not follow the snapshot without a gap.
     """
     snap_seq = snapshot[0]
-    first, last = rows[0][0], rows[-1][0]
-    if first != snap_seq + 1 or last != snap_seq + len(rows):  # unique, ascending: no gap
-        expected = snap_seq + 1 if first != snap_seq + 1 else _first_gap(rows, snap_seq)
-        found = first if first != snap_seq + 1 else expected + 1
+    last = rows[-1][0]
+    if rows[0][0] != snap_seq + 1 or last != snap_seq + len(rows):  # unique, ascending
+        expected, found = next(
+            (want, seq) for want, (seq, _) in enumerate(rows, start=snap_seq + 1) if seq != want
+        )
         raise StorageError(
             f"the {noun} is damaged: the change log has a gap",
             details={"expected_seq": expected, "found_seq": found},
         )
     return FoldRows(snap_seq, snapshot[1], snapshot[2], [r[1] for r in rows], last, token)
-
-
-def _first_gap(rows: Sequence[tuple[int, bytes]], snap_seq: int) -> int:
-    for expected, (seq, _) in enumerate(rows, start=snap_seq + 1):
-        if seq != expected:
-            return expected
-    return snap_seq + len(rows) + 1  # pragma: no cover - the caller saw a gap
 
 
 @dataclass(frozen=True, slots=True)

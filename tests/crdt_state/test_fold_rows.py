@@ -152,3 +152,14 @@ def test_a_damaged_token_in_the_middle_is_folded_away(tmp_path: FilePath) -> Non
         assert conn.execute("SELECT min(seq) FROM log").fetchone()[0] == 9
     finally:
         conn.close()
+
+
+def test_a_gap_names_the_missing_seq(tmp_path: FilePath) -> None:
+    conn = sqlite3.connect(build(tmp_path, counter_commits(12)), isolation_level=None)
+    try:
+        conn.execute("DELETE FROM log WHERE seq IN (6, 7)")
+        with pytest.raises(StorageError) as caught:
+            compact(conn, 8, None, measure=False)
+        assert caught.value.details == {"expected_seq": 6, "found_seq": 8}
+    finally:
+        conn.close()
