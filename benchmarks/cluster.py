@@ -152,6 +152,7 @@ class HubProc:
         profile: Path | None = None,
         log_level: str = "WARNING",
         standalone: bool = False,
+        loop: str = "asyncio",
     ) -> None:
         self.port = free_port()
         self.clustered = not standalone
@@ -167,7 +168,7 @@ class HubProc:
             store = ["--db", "", "--redis", servers.redis_url, "--postgres", servers.dsn]
         self.proc = subprocess.Popen(
             [*python, "hub", "--port", str(self.port), *store,
-             "--insecure", "--log-level", log_level],
+             "--insecure", "--log-level", log_level, "--loop", loop],
             stdout=self.log, stderr=self.log,
         )  # fmt: skip
         wait_port(self.port, self.proc)
@@ -465,6 +466,9 @@ async def main() -> None:
     parser.add_argument(
         "--logs", type=Path, help="keep the hubs' logs (at INFO level) in this directory"
     )
+    parser.add_argument(
+        "--loop", choices=("asyncio", "uvloop"), default="asyncio", help="the hubs' --loop"
+    )
     parser.add_argument("--redis-server", default=shutil.which("redis-server") or "redis-server")
     parser.add_argument(
         "--postgres",
@@ -499,7 +503,13 @@ async def main() -> None:
                 try:
                     hubs = [
                         HubProc(
-                            servers, workdir, f"{count}-{i}-{attempt}", args.profile, level, alone
+                            servers,
+                            workdir,
+                            f"{count}-{i}-{attempt}",
+                            args.profile,
+                            level,
+                            alone,
+                            args.loop,
                         )
                         for i in range(max(1, count))
                     ]

@@ -26,6 +26,11 @@ delivered updates per second (update frames received by all peers / time).
 
     PYTHONPATH=. python benchmarks/hub_throughput.py [--seconds 4] [--procs 1]
         [--agents 50,200,1000] [--rooms 20] [--relay-peers 50] [--relay-senders 5]
+    PYTHONPATH=. python benchmarks/hub_throughput.py --loops asyncio,uvloop --pairs 5 --seconds 6
+
+The second form only compares the hub's event loops (``crdt-state hub --loop``) on the
+single-hub goal's runs (200 wire agents, 20 rooms, flat out, durable and in memory),
+alternating them, and prints the medians side by side.
 
 Only 127.0.0.1 is used. Without ``node`` or the interop packages the relay
 comparison is skipped (``npm ci --omit=optional --prefix tests/interop``).
@@ -42,6 +47,7 @@ import multiprocessing as mp
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -161,6 +167,10 @@ def _read_line(proc: subprocess.Popen[str], timeout: float) -> str | None:
 
 #: set by ``--profile-hub DIR``: every hub runs under cProfile, one file per run in DIR
 PROFILE_DIR: str | None = None
+#: the hub's ``--loop`` (``None``: its default, uvloop where installed); see ``--loops``
+HUB_LOOP: str | None = None
+HUB_GOAL_US = 150.0
+"""Goal of hub CPU per acknowledged merge: 200 wire agents, 20 rooms, durable, flat out."""
 
 
 def start_hub(db: str) -> tuple[Server, int]:
@@ -185,6 +195,7 @@ def start_hub(db: str) -> tuple[Server, int]:
             db,
             "--log-level",
             "WARNING",
+            *(["--loop", HUB_LOOP] if HUB_LOOP else []),
         ],
         ready="crdt-state hub on",
         env={"PYTHONPATH": str(ROOT)},
@@ -635,6 +646,51 @@ def _print_merges(rows: list[MergeRow]) -> None:
         )
 
 
+def compare_loops(loops: list[str], pairs: int, seconds: float, rooms: int) -> list[str]:
+    """The goal's merge runs (200 wire agents, ``rooms`` rooms, flat out) on each loop.
+
+    Durable and in memory, ``pairs`` rounds, the loops alternating within each round (the
+    machine's drift hits them alike); prints every run and the medians side by side, the
+    first loop's median over each other's. Returns the loops whose durable median met
+    :data:`HUB_GOAL_US`.
+    """
+    global HUB_LOOP
+    runs: dict[tuple[str, str], list[MergeRow]] = {}
+    print(f"\nEvent loops side by side ({GOAL_AGENTS} wire agents, {rooms} rooms, flat out)")
+    head = (
+        f"{'round':>5} {'loop':8} {'state':8} {'merges/s':>9} {'hub us/merge':>12} "
+        f"{'of it loop':>10}"
+    )
+    print(head)
+    print("-" * len(head))
+    with tempfile.TemporaryDirectory() as tmp:
+        for round_ in range(pairs):
+            for label in ("durable", "memory"):
+                for loop in loops:
+                    HUB_LOOP = loop
+                    db = f"{tmp}/{loop}-{label}-{round_}" if label == "durable" else ""
+                    r = run_merges("wire", GOAL_AGENTS, rooms, seconds, 1, db)
+                    runs.setdefault((loop, label), []).append(r)
+                    print(
+                        f"{round_ + 1:>5} {loop:8} {label:8} {r.rate:>9.0f} {r.hub_us:>12.0f} "
+                        f"{r.loop_us:>10.0f}",
+                        flush=True,
+                    )
+    HUB_LOOP = None
+    print(f"\n{'loop':8} {'state':8} {'median us/merge':>15} {'range':>11} {'x ' + loops[0]:>10}")
+    met = []
+    for label in ("durable", "memory"):
+        base = statistics.median(r.hub_us for r in runs[(loops[0], label)])
+        for loop in loops:
+            values = [r.hub_us for r in runs[(loop, label)]]
+            median = statistics.median(values)
+            span = f"{min(values):.0f}-{max(values):.0f}"
+            print(f"{loop:8} {label:8} {median:>15.0f} {span:>11} {median / base:>10.2f}")
+            if label == "durable" and median <= HUB_GOAL_US:
+                met.append(loop)
+    return met
+
+
 def _print_relay(rows: list[RelayRow]) -> None:
     print("\nRelay of plain Yjs updates (raw peers, one room, same load generator)")
     head = (
@@ -674,6 +730,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--skip-merges", action="store_true")
     parser.add_argument("--skip-relay", action="store_true")
     parser.add_argument(
+        "--loops",
+        metavar="A,B",
+        help="only compare the hub's event loops (e.g. asyncio,uvloop): the goal's merge"
+        " runs, durable and in memory, alternating, --pairs rounds",
+    )
+    parser.add_argument("--pairs", type=int, default=3, help="rounds of --loops")
+    parser.add_argument(
         "--profile-hub",
         metavar="DIR",
         help="run every hub under cProfile, writing one .prof file per run into DIR",
@@ -683,6 +746,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     PROFILE_DIR = args.profile_hub
     began = time.perf_counter()
     goals: list[tuple[str, bool, str]] = []
+    if args.loops:
+        loops = [x for x in args.loops.split(",") if x]
+        met = compare_loops(loops, args.pairs, args.seconds, args.rooms)
+        print(f"\ndurable median <= {HUB_GOAL_US:.0f} us/merge: {', '.join(met) or 'none'}")
+        return 0 if met else 1
 
     if not args.skip_merges:
         merge_rows: list[MergeRow] = []
@@ -705,6 +773,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                             run_merges(kind, GOAL_AGENTS, rooms, args.seconds, args.procs, db, p)
                         )
         _print_merges(merge_rows)
+        for r in merge_rows:
+            if (r.kind, r.label, r.agents, r.rooms, r.pace) == ("wire", "durable", GOAL_AGENTS,
+                                                                args.rooms, 0.0):  # fmt: skip
+                goals.append(
+                    (
+                        f"hub CPU <= {HUB_GOAL_US:.0f} us per merge, {r.agents} wire agents, "
+                        f"{r.rooms} rooms, durable, flat out",
+                        r.hub_us <= HUB_GOAL_US,
+                        f"{r.hub_us:.0f} us (of it the loop {r.loop_us:.0f})",
+                    )
+                )
         goals.append(
             (
                 "lost = 0 in every run",

@@ -164,8 +164,8 @@ def _parser() -> argparse.ArgumentParser:
     hub.add_argument(
         "--loop",
         choices=LOOPS,
-        default="auto",
-        help="event loop: uvloop (less CPU per merge), asyncio's, or auto (uvloop where installed)",
+        default="asyncio",
+        help="event loop: asyncio's, or uvloop (pip install 'crdt-state[uvloop]')",
     )
     hub.add_argument(
         "--log-level", type=_log_level, default="INFO", help=f"one of {', '.join(_LOG_LEVELS)}"
@@ -267,7 +267,7 @@ async def _run_hub(args: argparse.Namespace) -> None:
     else:
         where = "memory only (--db '')"
     print(f"rooms stored in {where}", flush=True)
-    print(f"event loop: {event_loop.loop_name(args.loop)}", flush=True)
+    print(f"event loop: {args.loop}", flush=True)
     if args.secret is None:
         print(
             "WARNING: --insecure: no secret, every client may read and write every room",

@@ -1,17 +1,16 @@
-"""The event loop a hub process runs on: uvloop where it is installed, else asyncio's.
+"""The event loop a ``crdt-state hub`` process runs on: asyncio's, or uvloop on request.
 
-A hub spends most of its CPU in the event loop's machinery (reading and writing
-sockets, scheduling callbacks) and in the merges themselves. uvloop (libuv under a
-Cython loop, a drop-in ``asyncio`` loop) does the first part with less CPU: measured
-with ``benchmarks/hub_throughput.py`` (200 agents, 20 durable rooms, alternating runs)
-a single hub's CPU per merge went from 222-250 µs to 195-221 (~12 % less), and a
-3-hub cluster's (``benchmarks/cluster.py``) from 528-560 to 400-473 µs. It is a
-dependency of the package where it builds (not on Windows, not on PyPy); the hub
-falls back to asyncio's loop where it is missing.
+``--loop uvloop`` runs the hub on uvloop (libuv under a Cython loop, a drop-in
+``asyncio`` loop; ``pip install 'crdt-state[uvloop]'``, not on Windows or PyPy). It is
+an option, not the default, because on the 2-core test machine it showed no clear gain:
+``benchmarks/hub_throughput.py --loops asyncio,uvloop`` (200 agents, 20 rooms, flat
+out, alternating runs) gave durable hubs 218-235 µs of CPU a merge on asyncio's loop
+and 227-233 on uvloop (medians of two sets of 5-6 pairs), in memory 106-111 and 117-119;
+single runs scatter by ±15 %, more than the two loops differ. Measure on your own
+machine before choosing it. Nothing in the hub uses the asyncio loop's private parts:
+the whole test suite passes with every hub process on uvloop.
 
-Only the ``crdt-state hub`` command picks the loop (it owns its process). A hub
-started from Python (:class:`sync.server.hub.Hub`) runs on the caller's loop: run
-that with ``uvloop.run(main())`` for the same gain.
+A hub started from Python (:class:`sync.server.hub.Hub`) runs on the caller's loop.
 """
 
 from __future__ import annotations
@@ -23,56 +22,37 @@ from typing import Any, Final, Literal, TypeVar, cast
 
 from sync.server._security import HubConfigError
 
-__all__ = ["LOOPS", "LoopChoice", "loop_name", "run"]
+__all__ = ["LOOPS", "LoopChoice", "run"]
 
 T = TypeVar("T")
 
-LoopChoice = Literal["auto", "uvloop", "asyncio"]
-LOOPS: Final[tuple[LoopChoice, ...]] = ("auto", "uvloop", "asyncio")
-"""``--loop`` values: ``auto`` takes uvloop when it is installed."""
+LoopChoice = Literal["asyncio", "uvloop"]
+LOOPS: Final[tuple[LoopChoice, ...]] = ("asyncio", "uvloop")
+"""``--loop`` values, the default first."""
 
 
-def _uvloop() -> Any | None:
-    """The ``uvloop`` module, or ``None`` when it cannot be imported."""
-    try:
-        return importlib.import_module("uvloop")
-    except ImportError:
-        return None
+def run(main: Callable[[], Coroutine[Any, Any, T]], choice: LoopChoice = "asyncio") -> T:
+    """Run ``main()`` to completion on a new loop of the kind ``choice`` names.
 
-
-def loop_name(choice: LoopChoice) -> str:
-    """The loop :func:`run` would use for ``choice``: ``"uvloop"`` or ``"asyncio"``.
+    The loop is chosen (and a missing uvloop refused) before ``main()`` is called.
 
     Raises:
-        HubConfigError: (code ``event_loop``) ``choice`` is ``"uvloop"`` and uvloop is
-            not installed, or ``choice`` is none of :data:`LOOPS`.
+        HubConfigError: (code ``event_loop``) ``choice`` is ``"uvloop"`` and uvloop
+            cannot be imported, or ``choice`` is none of :data:`LOOPS`; whatever
+            ``main()`` raises.
     """
     if choice not in LOOPS:
         raise HubConfigError(
             "event_loop", f"unknown event loop {choice!r}: one of {', '.join(LOOPS)}"
         )
     if choice == "asyncio":
-        return "asyncio"
-    if _uvloop() is not None:
-        return "uvloop"
-    if choice == "uvloop":
+        return asyncio.run(main())
+    try:
+        uvloop = importlib.import_module("uvloop")
+    except ImportError:
         raise HubConfigError(
             "event_loop",
-            "--loop uvloop: uvloop is not installed here (pip install uvloop; it does not"
-            " build on Windows), or use --loop asyncio",
-        )
-    return "asyncio"
-
-
-def run(main: Callable[[], Coroutine[Any, Any, T]], choice: LoopChoice = "auto") -> T:
-    """Run ``main()`` to completion on a new loop of the kind ``choice`` names.
-
-    The loop is chosen (and a missing uvloop refused) before ``main()`` is called.
-
-    Raises:
-        HubConfigError: as :func:`loop_name`; whatever ``main()`` raises.
-    """
-    if loop_name(choice) == "asyncio":
-        return asyncio.run(main())
-    uvloop = _uvloop()
-    return cast(T, uvloop.run(main()))  # type: ignore[union-attr]
+            "--loop uvloop: uvloop is not installed here (pip install 'crdt-state[uvloop]';"
+            " it does not build on Windows), or leave --loop at asyncio",
+        ) from None
+    return cast(T, uvloop.run(main()))

@@ -1,7 +1,7 @@
-"""The hub command's event loop (``--loop``): uvloop where installed, else asyncio's.
+"""The hub command's event loop (``--loop``): asyncio's by default, uvloop on request.
 
-Real hub processes on loopback serve merges on either loop; a missing uvloop is a
-clear refusal for ``--loop uvloop`` and a quiet fall-back for ``auto``.
+Real hub processes on loopback serve merges on either loop; ``--loop uvloop`` without
+uvloop installed is a clear refusal before anything starts.
 """
 
 from __future__ import annotations
@@ -57,10 +57,13 @@ def start(*args: str) -> tuple[subprocess.Popen[str], str, list[str]]:
     return hub, f"ws://127.0.0.1:{found.group(1)}", lines
 
 
-@pytest.mark.parametrize(("choice", "name"), [("uvloop", "uvloop"), ("asyncio", "asyncio"),
-                                              ("auto", "uvloop")])  # fmt: skip
-async def test_a_hub_serves_merges_on_either_loop(choice: str, name: str) -> None:
-    hub, url, lines = start("--loop", choice)
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [(["--loop", "uvloop"], "uvloop"), (["--loop", "asyncio"], "asyncio"), ([], "asyncio")],
+    ids=["uvloop", "asyncio", "default"],
+)
+async def test_a_hub_serves_merges_on_either_loop(args: list[str], name: str) -> None:
+    hub, url, lines = start(*args)
     try:
         assert f"event loop: {name}" in lines
         async with connect(f"{url}/loops", agent="a") as remote:
@@ -82,26 +85,27 @@ def test_the_chosen_loop_runs_the_coroutine() -> None:
         return type(asyncio.get_running_loop())
 
     assert event_loop.run(which, "uvloop") is uvloop.Loop
-    assert event_loop.run(which, "auto") is uvloop.Loop
     assert not issubclass(event_loop.run(which, "asyncio"), uvloop.Loop)
+    assert not issubclass(event_loop.run(which), uvloop.Loop)  # the default
 
 
-def test_without_uvloop_auto_falls_back_and_uvloop_is_refused(no_uvloop: None) -> None:
+def test_without_uvloop_it_is_refused_before_main_runs(no_uvloop: None) -> None:
     called = []
 
     async def main() -> str:
         called.append(True)
         return type(asyncio.get_running_loop()).__module__
 
-    assert event_loop.loop_name("auto") == "asyncio"
-    assert event_loop.run(main, "auto").startswith("asyncio")
     with pytest.raises(HubConfigError) as caught:
         event_loop.run(main, "uvloop")
     assert caught.value.code == "event_loop"
-    assert "uvloop is not installed" in str(caught.value) and "--loop asyncio" in str(caught.value)
-    assert called == [True]  # refused before main() was called: no coroutine left unawaited
+    assert "uvloop is not installed" in str(caught.value)
+    assert "crdt-state[uvloop]" in str(caught.value)
+    assert called == []  # refused before main() was called: no coroutine left unawaited
+    assert event_loop.run(main, "asyncio").startswith("asyncio")
     with pytest.raises(HubConfigError, match="unknown event loop 'tokio'"):
-        event_loop.loop_name("tokio")  # type: ignore[arg-type]
+        event_loop.run(main, "tokio")  # type: ignore[arg-type]
+    assert called == [True]
 
 
 def test_the_command_without_uvloop() -> None:
