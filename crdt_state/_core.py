@@ -45,7 +45,8 @@ class StateCore:
     Every field is guarded by :attr:`lock` (re-entrant). ``follower`` makes a
     pure mirror of an authority (a hub client's replica): it never writes on
     its own (no tick for a received deletion) and does not validate received
-    updates (no schema or depth check: the authority validated them).
+    updates (no schema or depth check: the authority validated them), unless
+    ``check_depth`` (a follower guarding against a faulty authority).
     """
 
     def __init__(
@@ -56,6 +57,7 @@ class StateCore:
         history_bytes: int = HISTORY_BYTES,
         follower: bool,
         schema: StateSchema | None,
+        check_depth: bool | None = None,
     ) -> None:
         self.doc: Doc[Any] = Doc(client_id=client_id) if client_id is not None else Doc()
         self.root = self.doc.get(ydoc.ROOT, type=Map)
@@ -70,6 +72,8 @@ class StateCore:
         self.store: StateStore | None = None
         self.tick_remote = not follower
         self.validate_updates = not follower
+        # received values' depth is checked by default unless a follower (see SharedState)
+        self.check_depth = not follower if check_depth is None else check_depth
         # Set once the document was handed to anyone else (updates out or in,
         # listeners): from then on it must keep its identity (no new epoch).
         self.shared = False

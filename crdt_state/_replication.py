@@ -46,7 +46,8 @@ def apply_update(
     """Integrate ``update`` into ``core``; returns the result and the store's ticket.
 
     A follower (``core.validate_updates`` off) checks neither depth nor schema: its
-    authority validated what it sends.
+    authority validated what it sends; one with ``core.check_depth`` on still
+    checks the depth (a hub client's replica: a faulty hub must not break it).
 
     Args:
         core: the state's core.
@@ -67,11 +68,11 @@ def apply_update(
         core.shared = True
         before = core.log.head_token
         changed: dict[Path, WriteKind] = {}
-        if core.validate_updates:  # a follower's authority validated what it sends
-            if core.schema is not None:
-                # structs Yjs keeps pending land with this update: validated with it
-                held = data if core.held is None else join_updates([core.held, data])
-                core.schema.check_update(core.doc, held)
+        if core.validate_updates and core.schema is not None:  # a follower's authority
+            # validated what it sends; structs Yjs keeps pending land with this update
+            held = data if core.held is None else join_updates([core.held, data])
+            core.schema.check_update(core.doc, held)
+        if core.check_depth:
             _check_update_depth(core, data)
         core.updates.clear()
         with (

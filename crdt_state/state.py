@@ -70,6 +70,11 @@ class SharedState(StateReads, StateExchange):
             it takes received updates as they are (the authority validated them:
             no schema or depth check) and never writes on its own, not even the
             tick that marks a received deletion (the authority ticks for it).
+        check_depth: refuse received updates that would store values deeper than
+            ``crdt_state.values.MAX_DEPTH`` (:class:`UnsupportedValue`, nothing
+            applied). Default: unless ``follower``. A follower fed by a peer it does
+            not fully trust (a hub client's replica) sets it: a value thousands of
+            levels deep would otherwise fail halfway through being read.
     """
 
     def __init__(
@@ -83,6 +88,7 @@ class SharedState(StateReads, StateExchange):
         schema: type[BaseModel] | None = None,
         initialize: bool = True,
         follower: bool = False,
+        check_depth: bool | None = None,
     ) -> None:
         typed = None
         if schema is not None:
@@ -95,6 +101,7 @@ class SharedState(StateReads, StateExchange):
             history_bytes=history_bytes,
             follower=follower,
             schema=typed,
+            check_depth=check_depth,
         )
         self._core = core
         if typed is not None:

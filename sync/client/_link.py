@@ -196,7 +196,7 @@ class Link:
             except (OSError, ConnectionClosed, InvalidHandshake, TimeoutError) as exc:
                 self._lost(str(exc) or type(exc).__name__)
             except Exception as exc:  # a bad frame from the hub: drop this connection, reconnect
-                self._lost(f"unexpected data ({type(exc).__name__}: {exc})")
+                self._lost(f"unexpected data ({type(exc).__name__}: {exc})", logging.WARNING)
             finally:
                 self.ws = None
                 for event in self.core.disconnected(*close):
@@ -232,9 +232,10 @@ class Link:
                     self.synced.set()
         return self.synced.is_set()
 
-    def _lost(self, why: str) -> None:
+    def _lost(self, why: str, level: int = logging.INFO) -> None:
+        """Note why the connection ended (``level``: WARNING when the hub misbehaved)."""
         self.last_error = self.shown(why)
-        log.info("connection to %s lost: %s", self.shown(), self.last_error)
+        log.log(level, "connection to %s lost: %s", self.shown(), self.last_error)
 
     def _refused(self, exc: InvalidStatus) -> AuthError:
         """The typed error of a handshake refused with 401/403 (the hub's code when sent)."""

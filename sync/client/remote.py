@@ -110,9 +110,15 @@ class RemoteState(RemoteReads, RemoteMerges):
         self.agent = agent
         self._token = token
         # a mirror of the hub: it never writes on its own, and takes the hub's
-        # content as it is (the hub is the authority; branches validate writes)
+        # content as it is (the hub is the authority; branches validate writes), but
+        # refuses values too deep to read (a faulty hub must not break the replica)
         self.replica = SharedState(
-            resolvers=resolvers, default=default, schema=schema, initialize=False, follower=True
+            resolvers=resolvers,
+            default=default,
+            schema=schema,
+            initialize=False,
+            follower=True,
+            check_depth=True,
         )
         """The hub's confirmed state (without this agent's unconfirmed merges)."""
         store = OfflineStore(local) if local is not None else None
