@@ -13,9 +13,8 @@ listeners, store), each in its own module: :mod:`crdt_state._merge` (the
 planner judges, the core applies), :mod:`crdt_state._replication` (Yjs
 updates from other replicas), :mod:`crdt_state._durable` (reopening from a
 :class:`~crdt_state.journal.StateStore`, new epochs) and
-:mod:`crdt_state._state_reads` (the read side: content, history from the
-store, typed views), :mod:`crdt_state._state_exchange` (Yjs updates out and
-in, listeners) and :mod:`crdt_state._state_args` (argument checks).
+:mod:`crdt_state._state_reads` (content, history, typed views),
+:mod:`crdt_state._state_exchange` (Yjs updates, listeners), :mod:`crdt_state._state_args`.
 """
 
 from __future__ import annotations
@@ -70,11 +69,8 @@ class SharedState(StateReads, StateExchange):
             it takes received updates as they are (the authority validated them:
             no schema or depth check) and never writes on its own, not even the
             tick that marks a received deletion (the authority ticks for it).
-        check_depth: refuse received updates that would store values deeper than
-            ``crdt_state.values.MAX_DEPTH`` (:class:`UnsupportedValue`, nothing
-            applied). Default: unless ``follower``. A follower fed by a peer it does
-            not fully trust (a hub client's replica) sets it: a value thousands of
-            levels deep would otherwise fail halfway through being read.
+        check_depth: refuse received values deeper than ``values.MAX_DEPTH``
+            (:class:`UnsupportedValue`, nothing applied); default: unless ``follower``.
     """
 
     def __init__(
