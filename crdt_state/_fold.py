@@ -8,8 +8,8 @@ updates and the last row's token (:class:`FoldRows`); the document the updates g
 must have that token, which an update that is damaged, missing or out of order
 cannot give (its state vector would differ, or the update would stay pending). A
 token of a row in the middle does not matter any more once folded; when the last
-one does not match, the store re-reads the rows with every token
-(:func:`crdt_state._sqlite_reads.replay`) to name the damaged row.
+one does not match, the store re-reads the rows with every token (:func:`replay`,
+which reopening a state uses too) to name the damaged row.
 """
 
 from __future__ import annotations
@@ -22,9 +22,54 @@ from pycrdt import Doc
 
 from ._document import doc_snapshot
 from .errors import StorageError, translate_failures
+from .journal import StoredState
 from .version import VersionVector
 
-__all__ = ["FoldRows", "Folded", "fold", "fold_rows"]
+__all__ = ["FoldRows", "Folded", "fold", "fold_rows", "replay"]
+
+
+def _damaged(exc: BaseException) -> StorageError:
+    return StorageError(f"the state file is damaged: {exc}")
+
+
+def _version(doc: Doc[Any]) -> VersionVector:
+    return VersionVector.from_state(doc.get_state())
+
+
+def _snapshot_doc(snapshot: bytes, token: VersionVector) -> Doc[Any]:
+    """A fresh document holding ``snapshot``, which must give ``token``.
+
+    Raises:
+        StorageError: the snapshot does not decode or does not give its token.
+    """
+    doc: Doc[Any] = Doc()
+    with translate_failures(_damaged, keep=(StorageError,)):
+        doc.apply_update(snapshot)
+    if _version(doc) != token:
+        raise StorageError("the state file is damaged: the snapshot does not match its token")
+    return doc
+
+
+def replay(stored: StoredState, on_change: Callable[[], None] | None = None) -> Doc[Any]:
+    """A fresh document holding the snapshot plus the changes, each change's token checked.
+
+    ``on_change()`` runs after each change applied (progress).
+
+    Raises:
+        StorageError: an update does not decode or does not give its token.
+    """
+    doc = _snapshot_doc(stored.snapshot, stored.snapshot_token)
+    with translate_failures(_damaged, keep=(StorageError,)):
+        for change in stored.changes:
+            doc.apply_update(change.update)
+            if _version(doc) != change.token:
+                raise StorageError(
+                    "the state file is damaged: a change does not match its token",
+                    details={"seq": change.seq},
+                )
+            if on_change is not None:
+                on_change()
+    return doc
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,30 +155,20 @@ def fold(
         StorageError: an update does not decode, a token does not match, or the
             encoding does not decode to the same content (nothing changed).
     """
-    doc: Doc[Any] = Doc()
-
-    def damaged(exc: BaseException) -> StorageError:
-        return StorageError(f"the state file is damaged: {exc}")
-
-    with translate_failures(damaged, keep=(StorageError,)):
-        doc.apply_update(rows.snapshot)
-        if VersionVector.from_state(doc.get_state()) != rows.snapshot_token:
-            raise StorageError("the state file is damaged: the snapshot does not match its token")
+    doc = _snapshot_doc(rows.snapshot, rows.snapshot_token)
+    with translate_failures(_damaged, keep=(StorageError,)):
         for update in rows.updates:
             doc.apply_update(update)
             if on_change is not None:
                 on_change()
-        if VersionVector.from_state(doc.get_state()) != rows.token:
-            precise()
-            raise StorageError(
-                "the state file is damaged: the changes do not give their token",
-                details={"seq": rows.seq},
-            )
+    if _version(doc) != rows.token:
+        precise()
+        raise StorageError(
+            "the state file is damaged: the changes do not give their token",
+            details={"seq": rows.seq},
+        )
     content = doc_snapshot(doc)
     encoded = bytes(doc.get_update())
-    check: Doc[Any] = Doc()
-    with translate_failures(damaged, keep=(StorageError,)):
-        check.apply_update(encoded)
-    if VersionVector.from_state(check.get_state()) != rows.token or doc_snapshot(check) != content:
+    if doc_snapshot(_snapshot_doc(encoded, rows.token)) != content:
         raise StorageError("a compacted snapshot does not decode to the same content")
     return Folded(doc, content, encoded)

@@ -35,8 +35,6 @@ if TYPE_CHECKING:
 
 __all__ = ["get_ready", "rows_after", "take_writes"]
 
-_NOUN = pglog.NOUN
-
 
 def get_ready(conn: psycopg.Connection[Any], where: str, durability: Durability) -> None:
     """Check (or migrate) the tables and set the commit mode of a reader's ``conn``.
@@ -137,8 +135,8 @@ def rows_after(
             raise StorageError("the stored state is damaged: it has no snapshot")
         if int(newest[0]) > seq:
             return None
-        changes = [rows.stored_change(r, _NOUN) for r in log.fetchall()]
-        rows.check_gapless(changes, seq, _NOUN)
+        changes = [rows.stored_change(r, pglog.NOUN) for r in log.fetchall()]
+        rows.check_gapless(changes, seq, pglog.NOUN)
         return changes
 
     return read

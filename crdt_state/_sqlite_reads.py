@@ -12,14 +12,13 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
-from pycrdt import Doc
-
 from . import _fold
 from . import _sqlite_log as sqllog
 from ._document import doc_from_content, doc_read, doc_snapshot
+from ._fold import replay
 from ._history_query import HistoryQuery, missing_version
-from .errors import StorageError, translate_failures
-from .journal import BlameEntry, ConflictRecord, HistoryEntry, StoredState
+from .errors import StorageError
+from .journal import BlameEntry, ConflictRecord, HistoryEntry
 from .paths import Path
 from .values import MISSING
 from .version import VersionVector
@@ -104,39 +103,6 @@ class SqliteReads:
         """Audited conflicts, oldest first, at or below ``path``, from time ``since``."""
         with self._reading():
             return sqllog.conflict_rows(self._conn, path, since)
-
-
-def _version(doc: Doc[Any]) -> VersionVector:
-    return VersionVector.from_state(doc.get_state())
-
-
-def replay(stored: StoredState, on_change: Callable[[], None] | None = None) -> Doc[Any]:
-    """A fresh document holding the snapshot plus the changes, each change's token checked.
-
-    ``on_change()`` runs after each change applied (progress).
-
-    Raises:
-        StorageError: an update does not decode or does not give its token.
-    """
-    doc: Doc[Any] = Doc()
-
-    def damaged(exc: BaseException) -> StorageError:
-        return StorageError(f"the state file is damaged: {exc}")
-
-    with translate_failures(damaged, keep=(StorageError,)):
-        doc.apply_update(stored.snapshot)
-        if _version(doc) != stored.snapshot_token:
-            raise StorageError("the state file is damaged: the snapshot does not match its token")
-        for change in stored.changes:
-            doc.apply_update(change.update)
-            if _version(doc) != change.token:
-                raise StorageError(
-                    "the state file is damaged: a change does not match its token",
-                    details={"seq": change.seq},
-                )
-            if on_change is not None:
-                on_change()
-    return doc
 
 
 def compact(
