@@ -35,7 +35,6 @@ from sync.mcp import cli as mcp_cli
 from sync.server import event_loop
 from sync.server._security import HubConfigError, check_secret, read_secret_file
 from sync.server.auth import mint_token
-from sync.server.event_loop import LOOPS
 from sync.server.hub import Hub
 from sync.server.limits import Limits
 
@@ -163,7 +162,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     hub.add_argument(
         "--loop",
-        choices=LOOPS,
+        choices=event_loop.LOOPS,
         default="asyncio",
         help="event loop: asyncio's, or uvloop (pip install 'crdt-state[uvloop]')",
     )
