@@ -25,7 +25,7 @@ merges missing from PostgreSQL afterwards (must be 0).
 
     PYTHONPATH=. python benchmarks/cluster.py [--seconds 5] [--rooms 20] [--agents 200]
         [--hubs 0,1,2,3] [--kind replica|wire] [--rate 0] [--failovers 1] [--no-failover]
-        [--logs DIR] [--redis-server redis-server] [--postgres DSN]
+        [--logs DIR] [--pin-hubs] [--redis-server redis-server] [--postgres DSN]
 
 ``--kind wire`` runs protocol-level agents instead of ``sync.connect`` replicas: each
 speaks the codec (merge requests out, replies in; the fork base is its last reply's
@@ -34,6 +34,9 @@ fraction of a replica agent and the hubs, not the client, set the pace. ``--rate
 paces the agents to N merges/s in all (each agent one merge every ``agents / N`` s from
 a random phase; latency counts from the scheduled start, so falling behind shows);
 0 runs them flat out. The observers are ``sync.connect`` replicas either way.
+``--pin-hubs`` keeps every thread of a hub on one CPU (hub i on the i-th CPU this
+process may use, round robin; the standalone hub on the first), as ``taskset -c``
+would.
 
 A private ``redis-server`` runs on a free loopback port (nothing on disk); a throwaway
 database is created on the PostgreSQL server of ``--postgres`` and dropped at the end.
@@ -153,6 +156,7 @@ class HubProc:
         log_level: str = "WARNING",
         standalone: bool = False,
         loop: str = "asyncio",
+        cpu: int | None = None,
     ) -> None:
         self.port = free_port()
         self.clustered = not standalone
@@ -171,6 +175,9 @@ class HubProc:
              "--insecure", "--log-level", log_level, "--loop", loop],
             stdout=self.log, stderr=self.log,
         )  # fmt: skip
+        if cpu is not None:  # its later threads inherit it from the thread starting them
+            for task in os.listdir(f"/proc/{self.proc.pid}/task"):
+                os.sched_setaffinity(int(task), {cpu})
         wait_port(self.port, self.proc)
 
     def url(self, room: str) -> str:
@@ -469,6 +476,11 @@ async def main() -> None:
     parser.add_argument(
         "--loop", choices=("asyncio", "uvloop"), default="asyncio", help="the hubs' --loop"
     )
+    parser.add_argument(
+        "--pin-hubs",
+        action="store_true",
+        help="keep each hub's threads on one CPU (hub i on the i-th CPU, round robin)",
+    )
     parser.add_argument("--redis-server", default=shutil.which("redis-server") or "redis-server")
     parser.add_argument(
         "--postgres",
@@ -484,6 +496,7 @@ async def main() -> None:
         "| hub CPU us/merge | x standalone | Redis calls/merge | PG commits/merge | owners |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
+    cpus = sorted(os.sched_getaffinity(0))
     standalone_us: float | None = None
     failovers: dict[int, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -510,6 +523,7 @@ async def main() -> None:
                             level,
                             alone,
                             args.loop,
+                            cpus[i % len(cpus)] if args.pin_hubs else None,
                         )
                         for i in range(max(1, count))
                     ]

@@ -27,10 +27,13 @@ delivered updates per second (update frames received by all peers / time).
     PYTHONPATH=. python benchmarks/hub_throughput.py [--seconds 4] [--procs 1]
         [--agents 50,200,1000] [--rooms 20] [--relay-peers 50] [--relay-senders 5]
     PYTHONPATH=. python benchmarks/hub_throughput.py --loops asyncio,uvloop --pairs 5 --seconds 6
+    PYTHONPATH=. python benchmarks/hub_throughput.py --pin-hub 1 --pairs 5 --seconds 6
 
-The second form only compares the hub's event loops (``crdt-state hub --loop``) on the
-single-hub goal's runs (200 wire agents, 20 rooms, flat out, durable and in memory),
-alternating them, and prints the medians side by side.
+The second and third forms only compare hub set-ups on the single-hub goal's runs (200
+wire agents, 20 rooms, flat out, durable and in memory), alternating them, and print the
+medians side by side: the hub's event loops (``crdt-state hub --loop``), or the hub
+process free to run on any CPU against all its threads kept on one CPU (as ``taskset -c
+1 crdt-state hub ...`` would); both options together compare every combination.
 
 Only 127.0.0.1 is used. Without ``node`` or the interop packages the relay
 comparison is skipped (``npm ci --omit=optional --prefix tests/interop``).
@@ -167,8 +170,11 @@ def _read_line(proc: subprocess.Popen[str], timeout: float) -> str | None:
 
 #: set by ``--profile-hub DIR``: every hub runs under cProfile, one file per run in DIR
 PROFILE_DIR: str | None = None
-#: the hub's ``--loop`` (``None``: its default, uvloop where installed); see ``--loops``
+#: the hub's ``--loop`` (``None``: its default, asyncio); see ``--loops``
 HUB_LOOP: str | None = None
+#: the CPU every thread of the hub runs on (``None``: any, as the system schedules); see
+#: ``--pin-hub``
+HUB_CPU: int | None = None
 HUB_GOAL_US = 150.0
 """Goal of hub CPU per acknowledged merge: 200 wire agents, 20 rooms, durable, flat out."""
 
@@ -202,7 +208,15 @@ def start_hub(db: str) -> tuple[Server, int]:
         cwd=ROOT,
     )
     port = int(server.banner.split(f"ws://{HOST}:", 1)[1].split("/", 1)[0])
+    if HUB_CPU is not None:
+        pin(server.proc.pid, HUB_CPU)
     return server, port
+
+
+def pin(pid: int, cpu: int) -> None:
+    """Keep every thread of process ``pid`` on ``cpu``; threads it starts later inherit it."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(task), {cpu})
 
 
 def start_node() -> tuple[Server, int]:
@@ -646,19 +660,33 @@ def _print_merges(rows: list[MergeRow]) -> None:
         )
 
 
-def compare_loops(loops: list[str], pairs: int, seconds: float, rooms: int) -> list[str]:
-    """The goal's merge runs (200 wire agents, ``rooms`` rooms, flat out) on each loop.
+@dataclass(frozen=True)
+class HubSetup:
+    """One way of running the hub in :func:`compare_setups`."""
 
-    Durable and in memory, ``pairs`` rounds, the loops alternating within each round (the
-    machine's drift hits them alike); prints every run and the medians side by side, the
-    first loop's median over each other's. Returns the loops whose durable median met
-    :data:`HUB_GOAL_US`.
+    loop: str | None  # crdt-state hub --loop (None: its default)
+    cpu: int | None  # every hub thread on this CPU (None: any)
+
+    @property
+    def name(self) -> str:
+        where = "any cpu" if self.cpu is None else f"cpu {self.cpu}"
+        return f"{self.loop or 'default'}, {where}"
+
+
+def compare_setups(setups: list[HubSetup], pairs: int, seconds: float, rooms: int) -> list[str]:
+    """The goal's merge runs (200 wire agents, ``rooms`` rooms, flat out) on each set-up.
+
+    Durable and in memory, ``pairs`` rounds, the set-ups alternating within each round
+    (the machine's drift hits them alike); prints every run and the medians side by
+    side, each over the first set-up's median. Returns the set-ups whose durable median
+    met :data:`HUB_GOAL_US`.
     """
-    global HUB_LOOP
+    global HUB_LOOP, HUB_CPU
     runs: dict[tuple[str, str], list[MergeRow]] = {}
-    print(f"\nEvent loops side by side ({GOAL_AGENTS} wire agents, {rooms} rooms, flat out)")
+    width = max(len(s.name) for s in setups)
+    print(f"\nHub set-ups side by side ({GOAL_AGENTS} wire agents, {rooms} rooms, flat out)")
     head = (
-        f"{'round':>5} {'loop':8} {'state':8} {'merges/s':>9} {'hub us/merge':>12} "
+        f"{'round':>5} {'set-up':{width}} {'state':8} {'merges/s':>9} {'hub us/merge':>12} "
         f"{'of it loop':>10}"
     )
     print(head)
@@ -666,28 +694,39 @@ def compare_loops(loops: list[str], pairs: int, seconds: float, rooms: int) -> l
     with tempfile.TemporaryDirectory() as tmp:
         for round_ in range(pairs):
             for label in ("durable", "memory"):
-                for loop in loops:
-                    HUB_LOOP = loop
-                    db = f"{tmp}/{loop}-{label}-{round_}" if label == "durable" else ""
+                for n, setup in enumerate(setups):
+                    HUB_LOOP, HUB_CPU = setup.loop, setup.cpu
+                    db = f"{tmp}/{n}-{label}-{round_}" if label == "durable" else ""
                     r = run_merges("wire", GOAL_AGENTS, rooms, seconds, 1, db)
-                    runs.setdefault((loop, label), []).append(r)
+                    runs.setdefault((setup.name, label), []).append(r)
                     print(
-                        f"{round_ + 1:>5} {loop:8} {label:8} {r.rate:>9.0f} {r.hub_us:>12.0f} "
-                        f"{r.loop_us:>10.0f}",
+                        f"{round_ + 1:>5} {setup.name:{width}} {label:8} {r.rate:>9.0f} "
+                        f"{r.hub_us:>12.0f} {r.loop_us:>10.0f}",
                         flush=True,
                     )
-    HUB_LOOP = None
-    print(f"\n{'loop':8} {'state':8} {'median us/merge':>15} {'range':>11} {'x ' + loops[0]:>10}")
+    HUB_LOOP, HUB_CPU = None, None
+    first = setups[0].name
+    print(
+        f"\n{'set-up':{width}} {'state':8} {'median us/merge':>15} {'range':>11} "
+        f"{'x first':>8} {'cheaper':>8}"
+    )
     met = []
     for label in ("durable", "memory"):
-        base = statistics.median(r.hub_us for r in runs[(loops[0], label)])
-        for loop in loops:
-            values = [r.hub_us for r in runs[(loop, label)]]
+        base_runs = [r.hub_us for r in runs[(first, label)]]
+        base = statistics.median(base_runs)
+        for setup in setups:
+            values = [r.hub_us for r in runs[(setup.name, label)]]
             median = statistics.median(values)
             span = f"{min(values):.0f}-{max(values):.0f}"
-            print(f"{loop:8} {label:8} {median:>15.0f} {span:>11} {median / base:>10.2f}")
+            wins = sum(v < b for v, b in zip(values, base_runs, strict=True))
+            cheaper = "" if setup.name == first else f"{wins}/{len(values)}"
+            print(
+                f"{setup.name:{width}} {label:8} {median:>15.0f} {span:>11} "
+                f"{median / base:>8.2f} {cheaper:>8}"
+            )
             if label == "durable" and median <= HUB_GOAL_US:
-                met.append(loop)
+                met.append(setup.name)
+    print("(cheaper: rounds in which the set-up cost less than the first one in the same round)")
     return met
 
 
@@ -735,7 +774,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="only compare the hub's event loops (e.g. asyncio,uvloop): the goal's merge"
         " runs, durable and in memory, alternating, --pairs rounds",
     )
-    parser.add_argument("--pairs", type=int, default=3, help="rounds of --loops")
+    parser.add_argument(
+        "--pin-hub",
+        metavar="CPU",
+        type=int,
+        help="only compare the hub free to run on any CPU against all its threads on CPU"
+        " (alternating, --pairs rounds; with --loops, every combination)",
+    )
+    parser.add_argument("--pairs", type=int, default=3, help="rounds of --loops / --pin-hub")
     parser.add_argument(
         "--profile-hub",
         metavar="DIR",
@@ -746,9 +792,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     PROFILE_DIR = args.profile_hub
     began = time.perf_counter()
     goals: list[tuple[str, bool, str]] = []
-    if args.loops:
-        loops = [x for x in args.loops.split(",") if x]
-        met = compare_loops(loops, args.pairs, args.seconds, args.rooms)
+    if args.loops or args.pin_hub is not None:
+        loops: list[str | None] = [x for x in (args.loops or "").split(",") if x] or [None]
+        if args.pin_hub is not None and args.pin_hub not in os.sched_getaffinity(0):
+            parser.error(f"--pin-hub {args.pin_hub}: not a CPU this process may use")
+        cpus = [None] if args.pin_hub is None else [None, args.pin_hub]
+        setups = [HubSetup(loop, cpu) for loop in loops for cpu in cpus]
+        met = compare_setups(setups, args.pairs, args.seconds, args.rooms)
         print(f"\ndurable median <= {HUB_GOAL_US:.0f} us/merge: {', '.join(met) or 'none'}")
         return 0 if met else 1
 
