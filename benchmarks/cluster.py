@@ -248,7 +248,7 @@ async def owners(servers: Servers, hubs: list[HubProc], rooms: int) -> str:
 async def wire_agent(url: str, agent: str, stack: contextlib.AsyncExitStack) -> Any:
     """A protocol-level agent on ``url``: ``merge(key, n)`` sets ``key`` to ``n``; True if ok."""
     ws = await stack.enter_async_context(ws_connect(url, compression=None, max_queue=None))
-    first = protocol.decode_message(await ws.recv())
+    first = protocol.decode_message(await ws.recv(decode=False))
     assert isinstance(first, protocol.SyncStep1)
     base = [first.state_vector]
     waiters: dict[int, asyncio.Future[protocol.MergeReply]] = {}
@@ -257,7 +257,7 @@ async def wire_agent(url: str, agent: str, stack: contextlib.AsyncExitStack) -> 
     async def read() -> None:
         with contextlib.suppress(Exception):
             async for data in ws:
-                if data[0] == protocol.MERGE_MESSAGE_TYPE:
+                if isinstance(data, bytes) and data[0] == protocol.MERGE_MESSAGE_TYPE:
                     reply = protocol.decode_message(data)
                     assert isinstance(reply, protocol.MergeReply)
                     waiter = waiters.pop(reply.request_id, None)

@@ -268,7 +268,7 @@ async def _wire_agent(url: str, i: int, stack: contextlib.AsyncExitStack) -> Any
     room's update frames unread, so the client side costs one frame parse per update.
     """
     ws = await stack.enter_async_context(ws_connect(url, compression=None, max_queue=None))
-    first = protocol.decode_message(await ws.recv())
+    first = protocol.decode_message(await ws.recv(decode=False))
     assert isinstance(first, protocol.SyncStep1)
     await ws.send(protocol.encode_sync_step1(b"\x00"))
     base = [first.state_vector]
@@ -279,7 +279,7 @@ async def _wire_agent(url: str, i: int, stack: contextlib.AsyncExitStack) -> Any
     async def read() -> None:
         with contextlib.suppress(Exception):
             async for data in ws:
-                if data[0] == protocol.MERGE_MESSAGE_TYPE:
+                if isinstance(data, bytes) and data[0] == protocol.MERGE_MESSAGE_TYPE:
                     reply = protocol.decode_message(data)
                     assert isinstance(reply, protocol.MergeReply)
                     waiters.pop(reply.request_id).set_result(reply)
