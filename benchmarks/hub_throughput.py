@@ -678,8 +678,9 @@ def compare_setups(setups: list[HubSetup], pairs: int, seconds: float, rooms: in
 
     Durable and in memory, ``pairs`` rounds, the set-ups alternating within each round
     (the machine's drift hits them alike); prints every run and the medians side by
-    side, each over the first set-up's median. Returns the set-ups whose durable median
-    met :data:`HUB_GOAL_US`.
+    side, each over the first set-up's median, and the median of the per-round ratios
+    to the first set-up. Returns the set-ups whose durable median met
+    :data:`HUB_GOAL_US`.
     """
     global HUB_LOOP, HUB_CPU
     runs: dict[tuple[str, str], list[MergeRow]] = {}
@@ -708,7 +709,7 @@ def compare_setups(setups: list[HubSetup], pairs: int, seconds: float, rooms: in
     first = setups[0].name
     print(
         f"\n{'set-up':{width}} {'state':8} {'median us/merge':>15} {'range':>11} "
-        f"{'x first':>8} {'cheaper':>8}"
+        f"{'x first':>8} {'paired x':>8} {'cheaper':>8}"
     )
     met = []
     for label in ("durable", "memory"):
@@ -718,15 +719,22 @@ def compare_setups(setups: list[HubSetup], pairs: int, seconds: float, rooms: in
             values = [r.hub_us for r in runs[(setup.name, label)]]
             median = statistics.median(values)
             span = f"{min(values):.0f}-{max(values):.0f}"
-            wins = sum(v < b for v, b in zip(values, base_runs, strict=True))
-            cheaper = "" if setup.name == first else f"{wins}/{len(values)}"
+            paired, cheaper = "", ""
+            if setup.name != first:
+                ratios = [v / b for v, b in zip(values, base_runs, strict=True)]
+                paired = f"{statistics.median(ratios):.2f}"
+                cheaper = f"{sum(r < 1 for r in ratios)}/{len(ratios)}"
             print(
                 f"{setup.name:{width}} {label:8} {median:>15.0f} {span:>11} "
-                f"{median / base:>8.2f} {cheaper:>8}"
+                f"{median / base:>8.2f} {paired:>8} {cheaper:>8}"
             )
             if label == "durable" and median <= HUB_GOAL_US:
                 met.append(setup.name)
-    print("(cheaper: rounds in which the set-up cost less than the first one in the same round)")
+    print(
+        "(paired x: the median over rounds of the set-up's run over the first set-up's run of"
+        " the same round, which the machine's drift between rounds does not move; cheaper:"
+        " the rounds in which it cost less)"
+    )
     return met
 
 
