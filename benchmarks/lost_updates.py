@@ -229,7 +229,7 @@ async def crdt(plan: Plan) -> Outcome:
 async def raw_pycrdt(plan: Plan) -> Outcome:
     """Each worker edits its own Yjs document; updates are applied to the shared one."""
     out = Outcome()
-    shared = Doc()
+    shared: Doc[Any] = Doc()
     root = shared.get("state", type=Map)
     with shared.transaction():
         for key, value in initial(plan).items():
@@ -238,7 +238,7 @@ async def raw_pycrdt(plan: Plan) -> Outcome:
     clients: dict[int, int] = {}
 
     async def worker(i: int) -> None:
-        doc = Doc()
+        doc: Doc[Any] = Doc()
         clients[i] = doc.client_id
         doc.apply_update(base)
         before = doc.get_state()

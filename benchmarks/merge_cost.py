@@ -95,8 +95,8 @@ def rounds(measure: Callable[[], float]) -> float:
 
 
 # -- raw pycrdt -----------------------------------------------------------------------
-def raw_doc(keys: int) -> Doc:
-    doc = Doc()
+def raw_doc(keys: int) -> Doc[Any]:
+    doc: Doc[Any] = Doc()
     root = doc.get("state", type=Map)
     with doc.transaction():
         for i in range(keys):
@@ -106,15 +106,15 @@ def raw_doc(keys: int) -> Doc:
 
 def raw_fork_us(base: bytes, count: int) -> float:
     def fork() -> None:
-        copy = Doc()
+        copy: Doc[Any] = Doc()
         copy.apply_update(base)
 
     return median_us(timed(fork, count))
 
 
-def raw_apply_us(doc: Doc, base: bytes, count: int) -> float:
+def raw_apply_us(doc: Doc[Any], base: bytes, count: int) -> float:
     """Apply ``count`` 1-key updates made by another client (made beforehand, not timed)."""
-    writer = Doc()
+    writer: Doc[Any] = Doc()
     writer.apply_update(base)
     root = writer.get("state", type=Map)
     updates = []
@@ -126,14 +126,14 @@ def raw_apply_us(doc: Doc, base: bytes, count: int) -> float:
     return median_us(timed(lambda: doc.apply_update(next(pending)), count))
 
 
-def raw_edit_apply_us(doc: Doc, base: bytes, count: int) -> float:
+def raw_edit_apply_us(doc: Doc[Any], base: bytes, count: int) -> float:
     """Edit one key on a branch document, encode the edit, apply it to ``doc``: all timed.
 
     This is the whole of what a crdt_state merge does for a 1-key branch (it
     writes the edit into the document at merge time), so it is the like-for-like
     raw figure; ``raw_apply_us`` times the last step alone.
     """
-    writer = Doc(client_id=11)
+    writer: Doc[Any] = Doc(client_id=11)
     writer.apply_update(base)
     root = writer.get("state", type=Map)
 
@@ -210,7 +210,7 @@ def raw_cycles_per_s(count: int) -> float:
     clock = time.perf_counter
     start = clock()
     for i in range(count):
-        branch = Doc(client_id=7)  # a stable client id per agent keeps the doc small
+        branch: Doc[Any] = Doc(client_id=7)  # a stable client id per agent keeps the doc small
         branch.apply_update(doc.get_update())
         before = branch.get_state()
         branch.get("state", type=Map)["k1"] = i
@@ -260,7 +260,7 @@ def best_of(fn: Callable[[], float], runs: int) -> float:
 
 
 def raw_array_s(items: list[Any]) -> float:
-    doc = Doc()
+    doc: Doc[Any] = Doc()
     root = doc.get("state", type=Map)
     prelim = Array([Map(v) if isinstance(v, dict) else v for v in items])
 

@@ -20,7 +20,7 @@ updates from other replicas), :mod:`crdt_state._durable` (reopening from a
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from . import _durable, _merge
@@ -357,7 +357,7 @@ class SharedState(StateReads, StateExchange):
 
     async def atransact(
         self,
-        fn: Callable[[Branch], Awaitable[T] | T],
+        fn: Callable[[Branch], object],
         *,
         agent: str,
         retry: Retry | None = None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -96,7 +96,7 @@ def run_transaction(
 
 async def arun_transaction(
     fork: Callable[[str], Branch],
-    fn: Callable[[Branch], Awaitable[T] | T],
+    fn: Callable[[Branch], object],
     *,
     agent: str,
     retry: Retry | None = None,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..conflicts import Change, MergeResult
@@ -145,7 +145,7 @@ class Binding:
 
     async def atransact(
         self,
-        fn: Callable[[Any], Awaitable[T] | T],
+        fn: Callable[[Any], object],
         *,
         agent: str,
         retry: Retry | None,

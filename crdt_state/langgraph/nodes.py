@@ -14,8 +14,8 @@ discards the branch.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from langgraph.config import get_config
 
@@ -23,8 +23,6 @@ from ..retry import Retry
 from .binding import Binding
 
 __all__ = ["branch_node"]
-
-T = TypeVar("T")
 
 
 def _node_name(fallback: str) -> str:
@@ -38,7 +36,7 @@ def _node_name(fallback: str) -> str:
 
 
 def branch_node(
-    fn: Callable[[Any, Any], T] | Callable[[Any, Any], Awaitable[T]],
+    fn: Callable[[Any, Any], object],
     *,
     state: object,
     agent: str | None = None,

@@ -43,9 +43,9 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from pydantic import BaseModel
 
@@ -81,7 +81,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("crdt_state.client")
-T = TypeVar("T")
 
 CONNECT_TIMEOUT = 10.0
 """Seconds :func:`connect` and :func:`~sync.client.blocking.connect_blocking` wait for the
@@ -284,7 +283,7 @@ class RemoteState(RemoteReads, RemoteMerges):
 
     async def atransact(
         self,
-        fn: Callable[[Branch], Awaitable[T] | T],
+        fn: Callable[[Branch], object],
         *,
         agent: str | None = None,
         retry: Retry | None = None,
