@@ -7,10 +7,12 @@ line, so a signature that refuses a documented call (an ``async def`` step retur
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel
 
 import sync
-from crdt_state import Branch, MergeResult, Retry, SharedState, resolvers
+from crdt_state import Branch, ConflictError, MergeResult, Retry, SharedState, resolvers
 from crdt_state.langgraph import branch_node
 
 
@@ -60,3 +62,79 @@ def node_plain(branch: Branch, graph: dict[str, Any]) -> dict[str, Any]:
 
 def nodes(state: SharedState) -> list[Any]:
     return [branch_node(node_step, state=state), branch_node(node_plain, state=state)]
+
+
+# -- the README's "Usage", "Typed state" and "Durable state" -------------------------------
+
+
+def usage() -> None:
+    state = SharedState(
+        resolvers={
+            "calls": resolvers.counter,
+            "tags": resolvers.union,
+            "priority": resolvers.maximum,
+        }
+    )
+    with state.fork("summarizer") as branch:
+        text = branch.get("ticket.text")
+        branch.set("summary", f"summary of {len(text or '')} chars")
+        branch.append("log", "summarized")
+        branch.set("calls", (branch.get("calls") or 0) + 1)
+    router, triager = state.fork("router"), state.fork("triager")
+    router.set("intent", "refund")
+    triager.set("intent", "replace")
+    router.merge()
+    try:
+        triager.merge()
+    except ConflictError as err:
+        for c in err.conflicts:
+            print(c.path, c.base, c.current, c.incoming, c.same_value)
+        triager.merge(resolvers={"intent": "refund"})
+    state.transact(lambda b: b.set("owner", "agent-7"), agent="agent-7", default=resolvers.retry)
+    state.transact(plain_step, agent="b", resolvers={"n": resolvers.retry})
+    snapshot, token = state.read()
+    state.commit({"n": snapshot.get("n", 0)}, base=token, agent="c")
+    state.apply_update(state.get_update(token))
+
+
+class Triage(BaseModel):
+    sentiment: str | None = None
+    calls: Annotated[int, resolvers.counter] = 0
+    tags: Annotated[list[str], resolvers.union] = []
+
+
+def typed() -> Triage:
+    state = SharedState(schema=Triage)
+    with state.fork("a") as b:
+        b.update({"sentiment": "calm"})
+        b.update(Triage(calls=2))
+    print(state.json_schema())
+    model = state.model()  # typed BaseModel: SharedState is not generic in its schema
+    assert isinstance(model, Triage)
+    return model
+
+
+def durable(path: str) -> None:
+    state = SharedState.open(path, durability="normal")
+    _, token = state.read()
+    print(state.history(agent="a", limit=10), state.at(token))
+    print(state.blame("priority"), state.conflicts("priority"))
+    state.close()
+
+
+async def durable_async(path: str) -> MergeResult:
+    state = SharedState.open(path)
+    async with state.fork("a") as branch:
+        branch.set("n", 1)
+        return await branch.amerge()
+
+
+# -- the hub and its clients ---------------------------------------------------------------
+
+
+async def hub_and_client(secret: str) -> None:
+    async with sync.Hub(host="127.0.0.1", port=0, db="hub.db", secret=secret) as hub:
+        urls = [hub.url("triage/42"), "ws://127.0.0.1:8766/triage/42"]
+        async with sync.connect(urls, agent="a", token="t") as shared:
+            print(shared.get("n"), shared.token)
+            await shared.acommit({"n": 1}, shared.token)
