@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from _procs import cpu_seconds, pin
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from websockets.asyncio.client import connect as ws_connect
@@ -72,7 +73,6 @@ from websockets.asyncio.client import connect as ws_connect
 from sync import ChangeKind, WireChange, connect
 from sync.wire import protocol
 
-TICK = os.sysconf("SC_CLK_TCK")
 ROOMS = f"bench-{secrets.token_hex(3)}"
 """This run's room names (``ROOMS/r0``...): runs sharing a PostgreSQL server stay apart."""
 PROFILED = """
@@ -107,11 +107,6 @@ def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> 
             return
         time.sleep(0.05)
     raise RuntimeError(f"nothing listens on port {port}")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 class Servers:
@@ -175,9 +170,8 @@ class HubProc:
              "--insecure", "--log-level", log_level, "--loop", loop],
             stdout=self.log, stderr=self.log,
         )  # fmt: skip
-        if cpu is not None:  # its later threads inherit it from the thread starting them
-            for task in os.listdir(f"/proc/{self.proc.pid}/task"):
-                os.sched_setaffinity(int(task), {cpu})
+        if cpu is not None:
+            pin(self.proc.pid, cpu)
         wait_port(self.port, self.proc)
 
     def url(self, room: str) -> str:

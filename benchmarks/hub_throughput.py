@@ -62,6 +62,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from _procs import CLK_TCK, cpu_seconds, pin
 from pycrdt import Doc, Map
 from websockets.asyncio.client import connect as ws_connect
 
@@ -73,7 +74,6 @@ ROOT = Path(__file__).resolve().parent.parent
 INTEROP = ROOT / "tests" / "interop"
 NODE_SERVER = INTEROP / "node_modules" / "y-websocket" / "bin" / "server.js"
 HOST = "127.0.0.1"
-CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 MERGE_GOAL_RATE = 2_000.0
 MERGE_GOAL_P99 = 0.050
@@ -130,19 +130,6 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
-
-
-def cpu_seconds(pid: int | None, thread: int | None = None) -> float:
-    """User + system CPU time of process ``pid`` so far (Linux /proc; 0 elsewhere).
-
-    With ``thread``: of that thread of the process only (``thread=pid``: its main thread).
-    """
-    where = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
-    try:
-        fields = Path(where).read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def machine_busy() -> float:
@@ -211,12 +198,6 @@ def start_hub(db: str) -> tuple[Server, int]:
     if HUB_CPU is not None:
         pin(server.proc.pid, HUB_CPU)
     return server, port
-
-
-def pin(pid: int, cpu: int) -> None:
-    """Keep every thread of process ``pid`` on ``cpu``; threads it starts later inherit it."""
-    for task in os.listdir(f"/proc/{pid}/task"):
-        os.sched_setaffinity(int(task), {cpu})
 
 
 def start_node() -> tuple[Server, int]:
