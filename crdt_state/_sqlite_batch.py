@@ -53,7 +53,7 @@ def append_changes_at_once(conn: sqlite3.Connection, changes: Sequence[StateUpda
     """Store ``changes`` (none with conflicts) in one statement, outside any transaction.
 
     The statement is its own transaction (one commit, one sync): the rows of
-    :func:`append_changes`, in its order, through the :data:`BATCH_ROWS` view
+    :func:`crdt_state._sqlite_log.append_changes`, in its order, through the :data:`BATCH_ROWS` view
     (:func:`prepare_batch_rows` first). One statement steps once: the sqlite3
     module releases and takes back the GIL twice for the whole batch instead of
     twice for each of ``BEGIN``, every insert statement and ``COMMIT``; each time
@@ -61,7 +61,7 @@ def append_changes_at_once(conn: sqlite3.Connection, changes: Sequence[StateUpda
 
     Returns:
         False, having done nothing, when the rows are more than :data:`AT_ONCE_ROWS`
-        (store them with :func:`append_changes` in a transaction).
+        (store them with :func:`~crdt_state._sqlite_log.append_changes` in a transaction).
 
     Raises:
         sqlite3.Error: the database refused the write (nothing is stored).
