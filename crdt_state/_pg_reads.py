@@ -114,5 +114,4 @@ def compact(
         encoded = folded.encoded
         pglog.swap_snapshot(conn, key, fold, rows.token.to_state(), encoded, gone, keep_conflicts)
         before_commit(conn)
-    fresh = common._fresh_size(folded.content)  # the SQLite store's measure, read at call time
-    return measure and len(encoded) > common._TOMBSTONE_FACTOR * fresh + common._TOMBSTONE_SLACK
+    return measure and common.tombstones_dominate(encoded, folded.content)

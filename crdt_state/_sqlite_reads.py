@@ -23,7 +23,7 @@ from .paths import Path
 from .values import MISSING
 from .version import VersionVector
 
-__all__ = ["SqliteReads", "compact", "replay"]
+__all__ = ["SqliteReads", "compact", "replay", "tombstones_dominate"]
 
 _TOMBSTONE_FACTOR: Final = 4
 _TOMBSTONE_SLACK: Final = 64 * 1024
@@ -137,10 +137,16 @@ def compact(
     gone = [p for p in written if doc_read(folded.doc, p) is MISSING]
     encoded = folded.encoded
     sqllog.swap_snapshot(conn, fold, rows.token.to_state(), encoded, gone, keep_conflicts)
-    return (
-        measure
-        and len(encoded) > _TOMBSTONE_FACTOR * _fresh_size(folded.content) + _TOMBSTONE_SLACK
-    )
+    return measure and tombstones_dominate(encoded, folded.content)
+
+
+def tombstones_dominate(encoded: bytes, content: dict[str, Any]) -> bool:
+    """Whether a document encoded as ``encoded`` is mostly tombstones (a new epoch is due).
+
+    True when it is more than :data:`_TOMBSTONE_FACTOR` times a fresh document of
+    ``content``, plus :data:`_TOMBSTONE_SLACK`; both stores use this measure.
+    """
+    return len(encoded) > _TOMBSTONE_FACTOR * _fresh_size(content) + _TOMBSTONE_SLACK
 
 
 def _fresh_size(content: dict[str, Any]) -> int:
