@@ -70,6 +70,7 @@ from .values import MISSING
 
 __all__ = [
     "APPLICATION_ID",
+    "KEPT_CHARS",
     "FORMAT_VERSION",
     "Durability",
     "Writer",
@@ -117,11 +118,33 @@ _TABLES: Final = frozenset({"meta", "snapshot", "log", "blame", "conflicts"})
 
 # -- encodings ---------------------------------------------------------------------
 _KEY_ENCODER: Final = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
+_ENCODED_MAX: Final = 4_096
+"""Encodings :func:`path_key` keeps at most (a state writes the same few paths over and
+over; encoding one took ~1 µs, a look-up ~0.05). Emptied when full."""
+KEPT_CHARS: Final = 256
+"""Encodings longer than this are not kept (a client sending huge keys cannot make the
+kept ones take more than a few megabytes)."""
+_encoded_keys: dict[tuple[str, ...], str] = {}
 
 
 def path_key(path: Path) -> str:
-    """The stored form of a path: a compact ASCII JSON array."""
-    return _KEY_ENCODER.encode(list(path))
+    """The stored form of a path: a compact ASCII JSON array.
+
+    Equal paths have the same form (a path is a tuple of str: equal keys encode
+    alike), so the forms of the paths written lately are kept (any thread).
+    """
+    try:
+        key = _encoded_keys.get(path)
+    except TypeError:  # a list: not kept
+        return _KEY_ENCODER.encode(list(path))
+    if key is None:
+        key = _KEY_ENCODER.encode(list(path))
+        if len(key) > KEPT_CHARS:
+            return key
+        if len(_encoded_keys) >= _ENCODED_MAX:
+            _encoded_keys.clear()
+        _encoded_keys[path] = key
+    return key
 
 
 def descendants_range(path: Path) -> tuple[str, str]:
