@@ -142,3 +142,26 @@ def test_a_new_file_has_one_b_tree_for_blame_and_none_beside_the_requests(tmp_pa
     assert [row[3] for row in blame] == ["pk"]  # the primary key: the table itself
     assert "WITHOUT ROWID" in _schema(file)["blame"]
     assert _rows(file)["requests"][0][:2] == ("w", 7)
+
+
+def test_the_log_token_index_of_older_files_is_dropped_and_at_still_finds_tokens(
+    tmp_path: Path,
+) -> None:
+    file = tmp_path / "indexed.db"
+    state = SharedState.open(file)
+    tokens = []
+    for n in range(5):
+        state.commit({"n": n}, state.token, agent="a")
+        tokens.append(state.token)
+    state.close()
+    assert "log_token" not in _schema(file)  # new files have none
+    with closing(sqlite3.connect(file)) as conn:  # as crdt-state 0.1 wrote them
+        conn.execute("CREATE INDEX log_token ON log (token)")
+    reader = SharedState.open(file, read_only=True)  # a reader leaves the file as it is
+    assert reader.at(tokens[2]) == {"n": 2}
+    reader.close()
+    assert "log_token" in _schema(file)
+    state = SharedState.open(file)
+    assert "log_token" not in _schema(file)
+    assert [state.at(t) for t in tokens] == [{"n": n} for n in range(5)]
+    state.close()
