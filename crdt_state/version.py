@@ -341,12 +341,23 @@ class VersionVector(Mapping[int, int]):
 
     @classmethod
     def from_text(cls, text: str) -> VersionVector:
-        """Inverse of :meth:`to_text`."""
+        """Inverse of :meth:`to_text`.
+
+        Raises:
+            InvalidUpdate: ``text`` is not one (not base64, or not an encoded state
+                vector); ``details["text"]`` holds its first 100 characters.
+        """
+        shown = {"text": text[:100]}
         try:
             raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
         except (ValueError, TypeError) as exc:
-            raise InvalidUpdate("not a version vector text", details={"text": text}) from exc
-        return cls.from_state(raw)
+            raise InvalidUpdate("not a version vector text", details=shown) from exc
+        try:
+            return cls.from_state(raw)
+        except InvalidUpdate as exc:
+            raise InvalidUpdate(
+                f"not a version vector text ({exc.message})", details=shown
+            ) from exc
 
     def __str__(self) -> str:
         """Short and stable, for logs: ``<total ops>@<8 hex digest>``."""

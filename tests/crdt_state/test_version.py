@@ -74,6 +74,15 @@ def test_bad_text_is_invalid_update() -> None:
         VersionVector.from_text("!!!not base64")
 
 
+@pytest.mark.parametrize("text", ["zzz", "AQ", "A" * 10_000])
+def test_base64_that_is_no_state_vector_names_the_text(text: str) -> None:
+    with pytest.raises(InvalidUpdate) as info:
+        VersionVector.from_text(text)
+    assert info.value.code == "invalid_update"
+    assert info.value.message.startswith("not a version vector text (")
+    assert info.value.details["text"] == text[:100]
+
+
 def test_bad_entries_rejected() -> None:
     for bad in ({-1: 1}, {1: -1}, {"a": 1}, {1: 1.5}):
         with pytest.raises(ValueError):
