@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .conflicts import Change, MergeResult
+from .model_type import ModelT
 from .paths import Path
 from .version import VersionVector
 
@@ -78,7 +79,7 @@ class MergeOnExit:
 _S = TypeVar("_S", bound=MergeOnExit)
 
 
-class BranchHost(Protocol):
+class BranchHost(Protocol[ModelT]):
     """What a :class:`Branch` needs from the state it was forked from.
 
     :class:`~crdt_state.SharedState` implements it; so may any other state
@@ -125,7 +126,7 @@ class BranchHost(Protocol):
         """The ``(path, prepared value)`` pairs :meth:`Branch.update` writes."""
         ...
 
-    def to_model(self, data: dict[str, Any]) -> BaseModel:
+    def to_model(self, data: dict[str, Any]) -> ModelT:
         """``data`` as an instance of the host's schema (``TypeError`` without one)."""
         ...
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, cast
 
 from ._core import StateCore
 from .journal import BlameEntry, ConflictRecord, HistoryEntry, StateStore, settle_on_loop
+from .model_type import ModelT
 from .paths import Path, parse_path
 from .resolvers import PolicyTable
 from .values import MISSING, copy_value, tree_get
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["StateReads"]
 
 
-class StateReads:
+class StateReads(Generic[ModelT]):
     """Reads of a shared state.
 
     Its content now and at a log position, its stored history, and its typed
@@ -192,28 +193,28 @@ class StateReads:
 
     # -- typed states ----------------------------------------------------------------------------
     @property
-    def schema(self) -> type[BaseModel] | None:
+    def schema(self) -> type[ModelT] | None:
         """The pydantic model of this state, if it has one."""
         typed = self._core.schema
-        return typed.model_type if typed is not None else None
+        return cast("type[ModelT]", typed.model_type) if typed is not None else None
 
     def _typed(self) -> StateSchema:
         if self._core.schema is None:
             raise TypeError("this state has no schema")
         return self._core.schema
 
-    def model(self) -> BaseModel:
+    def model(self) -> ModelT:
         """The state as a validated instance of its schema (``TypeError`` without one)."""
-        return self._typed().to_model(self.snapshot())
+        return cast(ModelT, self._typed().to_model(self.snapshot()))
 
-    def to_model(self, data: dict[str, Any]) -> BaseModel:
+    def to_model(self, data: dict[str, Any]) -> ModelT:
         """``data`` (a snapshot of this state, or one like it) as an instance of the schema.
 
         Raises:
             TypeError: the state has no schema.
             SchemaError: ``data`` does not validate.
         """
-        return self._typed().to_model(data)
+        return cast(ModelT, self._typed().to_model(data))
 
     def json_schema(self) -> dict[str, Any]:
         """The schema's JSON schema, ready to hand to an LLM as a tool definition."""

@@ -13,11 +13,12 @@ relies on (:class:`BranchHost`, :class:`MergeOnExit`) are defined in
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal
 
 from ._branch_host import BranchHost, MergeOnExit
 from .conflicts import Change, MergeResult, WriteKind
 from .errors import BranchClosed, PathNotFound, WrongType
+from .model_type import ModelT
 from .paths import Path, parse_path
 from .values import MISSING, copy_value, same, tree_delete, tree_get, tree_set
 from .version import VersionVector
@@ -30,7 +31,7 @@ __all__ = ["Branch", "BranchHost", "MergeOnExit"]
 Status = Literal["open", "merged", "discarded"]
 
 
-class Branch(MergeOnExit):
+class Branch(MergeOnExit, Generic[ModelT]):
     """A local, mergeable edit of a :class:`SharedState`, owned by one agent.
 
     Not thread-safe by itself: one agent (one thread or task) uses a branch.
@@ -38,7 +39,9 @@ class Branch(MergeOnExit):
     exit, discarded when the block raises.
     """
 
-    def __init__(self, state: BranchHost, agent: str, base_seq: int, base: VersionVector) -> None:
+    def __init__(
+        self, state: BranchHost[ModelT], agent: str, base_seq: int, base: VersionVector
+    ) -> None:
         self._state = state
         self._agent = agent
         self._base_seq = base_seq
@@ -62,7 +65,7 @@ class Branch(MergeOnExit):
         return self._base
 
     @property
-    def state(self) -> BranchHost:
+    def state(self) -> BranchHost[ModelT]:
         """The state this branch was forked from."""
         return self._state
 
@@ -206,7 +209,7 @@ class Branch(MergeOnExit):
             self._record(key, "set")
 
     # -- typed access (states with a schema) -------------------------------------
-    def model(self) -> BaseModel:
+    def model(self) -> ModelT:
         """The branch's view as a validated schema instance (``TypeError`` without one)."""
         return self._state.to_model(self.snapshot())
 

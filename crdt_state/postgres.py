@@ -50,6 +50,7 @@ from ._queued_items import Item, Written
 from ._queued_store import QueuedStore
 from .errors import ReadOnlyStore, StorageError
 from .journal import BlameEntry, StoredState
+from .model_type import SchemaT
 from .progress import ProgressLog
 from .state import SharedState
 from .version import VersionVector
@@ -74,17 +75,8 @@ BeforeCommit = Callable[["psycopg.Connection[Any]", int], None]
 the newest ticket already committed; 0 when creating the state). Raising rolls the
 transaction back and fails the store (see :class:`PostgresStore`).
 """
-PG_STORE_OPTIONS: Final = (
-    "durability",
-    "keep_history",
-    "keep_conflicts",
-    "compact_document",
-    "before_commit",
-    "lock",
-    "read_only",
-    "connect_timeout",
-    "writer",
-)
+PG_STORE_OPTIONS: Final = ("durability", "keep_history", "keep_conflicts", "compact_document",
+    "before_commit", "lock", "read_only", "connect_timeout", "writer")  # fmt: skip
 """The keyword options of :meth:`PostgresStore.open` (:func:`open_postgres` passes them on)."""
 
 
@@ -384,12 +376,15 @@ def load_stored(dsn: str, key: str, *, connect_timeout: float = 5.0) -> StoredSt
         store.close()
 
 
-def open_postgres(dsn: str, key: str, **options: Any) -> SharedState:
+def open_postgres(
+    dsn: str, key: str, *, schema: type[SchemaT] | None = None, **options: Any
+) -> SharedState[SchemaT]:
     """Create or reopen the :class:`~crdt_state.SharedState` stored under ``key``.
 
     Args:
         dsn: the database (a libpq connection string or URL).
         key: the state's name in the shared tables.
+        schema: as ``SharedState``'s (the state is typed by it).
         options: the store's (:data:`PG_STORE_OPTIONS`, see :meth:`PostgresStore.open`)
             and the constructor's.
 
@@ -397,4 +392,5 @@ def open_postgres(dsn: str, key: str, **options: Any) -> SharedState:
         StorageError: as :meth:`PostgresStore.open` and ``SharedState.open_store``.
     """
     settings = {k: options.pop(k) for k in PG_STORE_OPTIONS if k in options}
-    return SharedState.open_store(PostgresStore.open(dsn, key, **settings), **options)
+    store = PostgresStore.open(dsn, key, **settings)
+    return SharedState.open_store(store, schema=schema, **options)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import Any, Self, TypeVar
 
 from . import _durable, _merge
 from ._core import StateCore
@@ -33,6 +33,7 @@ from ._writes import apply_writes
 from .branch import Branch
 from .conflicts import Change, MergeResult, StateUpdate
 from .journal import StateStore
+from .model_type import ModelT
 from .paths import Path
 from .requests import RequestKey
 from .resolvers import PolicyTable, raise_conflict
@@ -40,16 +41,12 @@ from .retry import Retry
 from .transact import arun_transaction, run_transaction
 from .version import VersionVector
 
-if TYPE_CHECKING:
-    from pydantic import BaseModel
-
-
 __all__ = ["SharedState", "StateUpdate"]
 
 T = TypeVar("T")
 
 
-class SharedState(StateReads, StateExchange):
+class SharedState(StateReads[ModelT], StateExchange):
     """The authoritative, thread-safe state that branches fork from and merge into.
 
     Args:
@@ -81,7 +78,7 @@ class SharedState(StateReads, StateExchange):
         history: int = 10_000,
         history_bytes: int = HISTORY_BYTES,
         client_id: int | None = None,
-        schema: type[BaseModel] | None = None,
+        schema: type[ModelT] | None = None,
         initialize: bool = True,
         follower: bool = False,
         check_depth: bool | None = None,
@@ -114,14 +111,13 @@ class SharedState(StateReads, StateExchange):
     # -- opening a stored state -----------------------------------------------------
     @classmethod
     def open(
-        cls,
-        path: str | os.PathLike[str],
-        **options: Any,
+        cls, path: str | os.PathLike[str], *, schema: type[ModelT] | None = None, **options: Any
     ) -> Self:
         """Create or reopen a state stored in the SQLite file at ``path``.
 
         Args:
             path: the file; created when missing (its directory must exist).
+            schema: as the constructor's (``SharedState.open(path, schema=Triage)``: typed).
             options: the storage options of :meth:`crdt_state.storage.SqliteStore.open`
                 (``durability``, ``keep_history``, ``keep_conflicts``,
                 ``compact_document``, ``read_only``) and the constructor's. With
@@ -135,10 +131,12 @@ class SharedState(StateReads, StateExchange):
         from .storage import STORE_OPTIONS, SqliteStore
 
         settings = {k: options.pop(k) for k in STORE_OPTIONS if k in options}
-        return cls.open_store(SqliteStore.open(path, **settings), **options)
+        return cls.open_store(SqliteStore.open(path, **settings), schema=schema, **options)
 
     @classmethod
-    def open_store(cls, store: StateStore, **options: Any) -> Self:
+    def open_store(
+        cls, store: StateStore, *, schema: type[ModelT] | None = None, **options: Any
+    ) -> Self:
         """Create or reopen the state ``store`` keeps (any :class:`StateStore`).
 
         A new store gets the state's first snapshot (schema defaults included);
@@ -149,13 +147,14 @@ class SharedState(StateReads, StateExchange):
 
         Args:
             store: the storage, freshly opened.
+            schema: as the constructor's.
             options: the constructor's (``resolvers``, ``default``, ``history``,
                 ``client_id``, ``schema``, ``initialize``).
 
         Raises:
             StorageError: the stored data is damaged, or ``client_id`` is unsafe.
         """
-        state = _durable.open_store(cls, store, options)
+        state = _durable.open_store(cls, store, {**options, "schema": schema})
         store.on_epoch_due(state._start_epoch)  # kept weakly by the store
         return state
 
@@ -164,7 +163,7 @@ class SharedState(StateReads, StateExchange):
         return _durable.start_epoch(self._core)
 
     # -- branches and merges ------------------------------------------------------------
-    def fork(self, agent: str) -> Branch:
+    def fork(self, agent: str) -> Branch[ModelT]:
         """A new branch for ``agent`` at the current version; O(1), no copy."""
         check_agent(agent)
         core = self._core
@@ -336,7 +335,7 @@ class SharedState(StateReads, StateExchange):
     # -- transactions with retry ----------------------------------------------------------
     def transact(
         self,
-        fn: Callable[[Branch], T],
+        fn: Callable[[Branch[ModelT]], T],
         *,
         agent: str,
         retry: Retry | None = None,
@@ -357,7 +356,7 @@ class SharedState(StateReads, StateExchange):
 
     async def atransact(
         self,
-        fn: Callable[[Branch], object],
+        fn: Callable[[Branch[ModelT]], object],
         *,
         agent: str,
         retry: Retry | None = None,

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 __all__ = ["arun_transaction", "run_transaction"]
 
 T = TypeVar("T")
+B = TypeVar("B", bound="Branch[Any]")
+"""The branch a transaction runs on (a typed state's ``Branch[Triage]``, say)."""
 
 
 class _Attempts:
@@ -59,8 +61,8 @@ class _Attempts:
 
 
 def run_transaction(
-    fork: Callable[[str], Branch],
-    fn: Callable[[Branch], T],
+    fork: Callable[[str], B],
+    fn: Callable[[B], T],
     *,
     agent: str,
     retry: Retry | None = None,
@@ -95,8 +97,8 @@ def run_transaction(
 
 
 async def arun_transaction(
-    fork: Callable[[str], Branch],
-    fn: Callable[[Branch], object],
+    fork: Callable[[str], B],
+    fn: Callable[[B], object],
     *,
     agent: str,
     retry: Retry | None = None,

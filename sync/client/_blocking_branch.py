@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Coroutine, Iterable, Mapping
 from types import TracebackType
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 from pydantic import BaseModel
 
 from crdt_state import Change, MergeResult, SharedState, VersionVector
+from crdt_state.model_type import ModelT
 from sync.client._overlay import Overlay
 from sync.client.branch import RemoteBranch
 
@@ -28,14 +29,14 @@ class LoopRunner(Protocol):
     def _call(self, coro: Coroutine[Any, Any, T]) -> T: ...
 
 
-class BlockingBranch:
+class BlockingBranch(Generic[ModelT]):
     """A remote branch whose :meth:`merge` blocks until the hub answers.
 
     Reading and editing are local and immediate, exactly as on the
     :class:`~sync.client.branch.RemoteBranch` it wraps (:attr:`branch`).
     """
 
-    def __init__(self, owner: LoopRunner, branch: RemoteBranch) -> None:
+    def __init__(self, owner: LoopRunner, branch: RemoteBranch[ModelT]) -> None:
         self._owner = owner
         self.branch = branch
 
@@ -56,7 +57,7 @@ class BlockingBranch:
         return self.branch.status
 
     @property
-    def state(self) -> SharedState:
+    def state(self) -> SharedState[ModelT]:
         """The replica this branch was forked from."""
         return self.branch.state
 
@@ -84,7 +85,7 @@ class BlockingBranch:
         """The whole state as this branch sees it."""
         return self.branch.snapshot()
 
-    def model(self) -> BaseModel:
+    def model(self) -> ModelT:
         """The branch's view as an instance of the schema (``TypeError`` without one)."""
         return self.branch.model()
 
@@ -161,7 +162,7 @@ class BlockingBranch:
     def __repr__(self) -> str:
         return "<Blocking" + repr(self.branch)[1:]
 
-    def __enter__(self) -> BlockingBranch:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(

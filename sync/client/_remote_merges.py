@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Generic
 
 from crdt_state import (
     Change,
@@ -22,6 +22,7 @@ from crdt_state import (
     SharedState,
     VersionVector,
 )
+from crdt_state.model_type import ModelT
 from sync.client._events import Finished
 from sync.client._link import Link
 from sync.client._offline import PendingMerge
@@ -34,11 +35,11 @@ __all__ = ["RemoteMerges"]
 log = logging.getLogger("crdt_state.client")
 
 
-class RemoteMerges:
+class RemoteMerges(Generic[ModelT]):
     """Merges of a remote state: queued, sent to the hub, and each one's end told."""
 
     agent: str
-    replica: SharedState
+    replica: SharedState[ModelT]
     presence: Presence
     failed: list[CrdtStateError]
     conflicted: list[Conflict]

@@ -8,11 +8,10 @@ moment. Not API: the names are ``RemoteState``'s, documented there.
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import BaseModel
+from typing import Any, Generic
 
 from crdt_state import MISSING, SharedState, VersionVector, parse_path
+from crdt_state.model_type import ModelT
 from crdt_state.values import tree_get
 from sync.client._outbox import Outbox
 from sync.client._overlay import view_snapshot
@@ -21,10 +20,10 @@ from sync.client.branch import RemoteToken
 __all__ = ["RemoteReads"]
 
 
-class RemoteReads:
+class RemoteReads(Generic[ModelT]):
     """Reads of a remote state: its replica with this agent's unconfirmed merges on top."""
 
-    replica: SharedState
+    replica: SharedState[ModelT]
     _outbox: Outbox
 
     @property
@@ -69,6 +68,6 @@ class RemoteReads:
         """A Yjs update of the confirmed state (see :meth:`SharedState.get_update`)."""
         return self.replica.get_update(since)
 
-    def model(self) -> BaseModel:
+    def model(self) -> ModelT:
         """The room as this agent sees it, as an instance of the schema given to :func:`connect`."""
         return self.replica.to_model(self.snapshot())

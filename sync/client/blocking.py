@@ -12,9 +12,7 @@ import asyncio
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
-
-from pydantic import BaseModel
+from typing import Any, Generic, Self, TypeVar
 
 from crdt_state import (
     Branch,
@@ -28,6 +26,7 @@ from crdt_state import (
     VersionVector,
 )
 from crdt_state import resolvers as builtin
+from crdt_state.model_type import ModelT, SchemaT
 from sync.client._blocking_branch import BlockingBranch
 from sync.client.remote import (
     CLOSE_TIMEOUT,
@@ -41,7 +40,7 @@ __all__ = ["BlockingBranch", "BlockingRemote", "connect_blocking"]
 T = TypeVar("T")
 
 
-class BlockingRemote:
+class BlockingRemote(Generic[ModelT]):
     """A hub room for threaded code; create it with :func:`connect_blocking`.
 
     The same surface as :class:`~sync.client.remote.RemoteState` (the one it drives,
@@ -60,9 +59,9 @@ class BlockingRemote:
         default: object = builtin.raise_conflict,
         timeout: float = CONNECT_TIMEOUT,
         reconnect: Retry | None = None,
-        schema: type[BaseModel] | None = None,
+        schema: type[ModelT] | None = None,
     ) -> None:
-        self.remote = RemoteState(
+        self.remote: RemoteState[ModelT] = RemoteState(
             url,
             agent=agent,
             token=token,
@@ -165,7 +164,7 @@ class BlockingRemote:
         """A Yjs update of the confirmed state."""
         return self.remote.get_update(since)
 
-    def model(self) -> BaseModel:
+    def model(self) -> ModelT:
         """The room as an instance of the schema."""
         return self.remote.model()
 
@@ -173,7 +172,7 @@ class BlockingRemote:
         """See ``RemoteState.subscribe`` (the listener runs on the client's thread)."""
         return self.remote.subscribe(listener)
 
-    def fork(self, agent: str | None = None) -> BlockingBranch:
+    def fork(self, agent: str | None = None) -> BlockingBranch[ModelT]:
         """A branch at the replica's version, with this agent's unconfirmed merges."""
         return BlockingBranch(self, self.remote.fork(agent))
 
@@ -193,7 +192,7 @@ class BlockingRemote:
 
     def transact(
         self,
-        fn: Callable[[Branch], T],
+        fn: Callable[[Branch[ModelT]], T],
         *,
         agent: str | None = None,
         retry: Retry | None = None,
@@ -233,7 +232,7 @@ class BlockingRemote:
         self._thread.join(10.0)
         self._loop.close()
 
-    def __enter__(self) -> BlockingRemote:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
@@ -256,8 +255,8 @@ def connect_blocking(
     default: object = builtin.raise_conflict,
     timeout: float = CONNECT_TIMEOUT,
     reconnect: Retry | None = None,
-    schema: type[BaseModel] | None = None,
-) -> BlockingRemote:
+    schema: type[SchemaT] | None = None,
+) -> BlockingRemote[SchemaT]:
     """Connect to a hub from threaded code: :func:`sync.connect` without asyncio.
 
     It takes the same arguments and the same timeout; use it in a ``with`` block.

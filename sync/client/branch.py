@@ -17,7 +17,7 @@ Merging sends the changes of both to the hub, with the fork-base token and the o
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol
 
 from pydantic import BaseModel
 
@@ -32,19 +32,20 @@ from crdt_state import (
     parse_path,
 )
 from crdt_state.branch import MergeOnExit
+from crdt_state.model_type import ModelT
 from crdt_state.values import same
 from sync.client._overlay import Overlay, RemoteToken
 
 __all__ = ["RemoteBranch", "RemoteToken"]
 
 
-class BranchOwner(Protocol):
+class BranchOwner(Protocol[ModelT]):
     """What a :class:`RemoteBranch` needs from the remote state it was forked from."""
 
     @property
-    def replica(self) -> SharedState: ...
+    def replica(self) -> SharedState[ModelT]: ...
 
-    def fork(self, agent: str | None = None) -> RemoteBranch: ...
+    def fork(self, agent: str | None = None) -> RemoteBranch[ModelT]: ...
 
     def _view_of(self, key: str, base_seq: int, overlay: Overlay) -> Any: ...
 
@@ -58,7 +59,7 @@ class BranchOwner(Protocol):
     ) -> MergeResult: ...
 
 
-class RemoteBranch(MergeOnExit):
+class RemoteBranch(MergeOnExit, Generic[ModelT]):
     """A branch of a remote room: reads and edits locally, merges through the hub.
 
     It reads the replica at its fork base with the agent's own unconfirmed merges of
@@ -73,13 +74,17 @@ class RemoteBranch(MergeOnExit):
     """
 
     def __init__(
-        self, owner: BranchOwner, branch: Branch, base_seq: int, overlay: Overlay | None = None
+        self,
+        owner: BranchOwner[ModelT],
+        branch: Branch[ModelT],
+        base_seq: int,
+        overlay: Overlay | None = None,
     ) -> None:
         self._owner = owner
         self._main = branch
         self._base_seq = base_seq
         self._overlay = overlay or Overlay()
-        self._side: Branch | None = None  # on the scratch state of the overlay's keys
+        self._side: Branch[ModelT] | None = None  # on the scratch state of the overlay's keys
         self._status = "open"
         self._result: MergeResult | None = None
 
@@ -95,7 +100,7 @@ class RemoteBranch(MergeOnExit):
         return self._main.base
 
     @property
-    def state(self) -> SharedState:
+    def state(self) -> SharedState[ModelT]:
         """The replica this branch was forked from."""
         return self._owner.replica
 
@@ -120,14 +125,14 @@ class RemoteBranch(MergeOnExit):
         return self._main.dirty or (self._side is not None and self._side.dirty)
 
     # -- which branch holds a key --------------------------------------------------------
-    def _for(self, path: tuple[str, ...]) -> Branch:
+    def _for(self, path: tuple[str, ...]) -> Branch[ModelT]:
         if path[0] not in self._overlay.keys:
             return self._main
         if self._side is None:
             self._side = self._scratch_branch()
         return self._side
 
-    def _scratch_branch(self) -> Branch:
+    def _scratch_branch(self) -> Branch[ModelT]:
         """A branch of a scratch state holding the overlay's keys as the agent sees them."""
         replica = self._owner.replica
         scratch = SharedState(schema=replica.schema, initialize=False)
@@ -162,7 +167,7 @@ class RemoteBranch(MergeOnExit):
             snapshot.update(self._for((next(iter(self._overlay.keys)),)).snapshot())
         return snapshot
 
-    def model(self) -> BaseModel:
+    def model(self) -> ModelT:
         """The branch's view as an instance of the schema (``TypeError`` without one)."""
         return self._owner.replica.to_model(self.snapshot())
 

@@ -45,9 +45,7 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
-
-from pydantic import BaseModel
+from typing import Any, Self, cast
 
 from crdt_state import (
     Branch,
@@ -59,6 +57,7 @@ from crdt_state import (
     StateUpdate,
     resolvers,
 )
+from crdt_state.model_type import ModelT, SchemaT
 from crdt_state.transact import arun_transaction
 from sync.client._link import Link
 from sync.client._offline import OfflineStore, PendingMerge
@@ -89,7 +88,7 @@ CLOSE_TIMEOUT = 10.0
 """How long closing a client waits for its pending merges (see :meth:`RemoteState.close`)."""
 
 
-class RemoteState(RemoteReads, RemoteMerges):
+class RemoteState(RemoteReads[ModelT], RemoteMerges[ModelT]):
     """A hub room seen from this process; create it with :func:`connect`."""
 
     def __init__(
@@ -103,7 +102,7 @@ class RemoteState(RemoteReads, RemoteMerges):
         default: object = resolvers.raise_conflict,
         reconnect: Retry | None = None,
         max_message: int = 4 * 2**20,
-        schema: type[BaseModel] | None = None,
+        schema: type[ModelT] | None = None,
     ) -> None:
         urls = hub_urls(url)
         self.agent = agent
@@ -226,7 +225,7 @@ class RemoteState(RemoteReads, RemoteMerges):
         except UnsentMerges as lost:
             log.warning("%s", lost)
 
-    async def __aenter__(self) -> RemoteState:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
@@ -269,7 +268,7 @@ class RemoteState(RemoteReads, RemoteMerges):
         )
 
     # -- branches and transactions (reads: _remote_reads; merges: _remote_merges) ----------
-    def fork(self, agent: str | None = None) -> RemoteBranch:
+    def fork(self, agent: str | None = None) -> RemoteBranch[ModelT]:
         """A branch at the replica's version, with this agent's unconfirmed merges (O(1))."""
         with self.replica.lock:  # the overlay and the fork taken at one moment
             overlay = self._outbox.snapshot()
@@ -283,7 +282,7 @@ class RemoteState(RemoteReads, RemoteMerges):
 
     async def atransact(
         self,
-        fn: Callable[[Branch], object],
+        fn: Callable[[Branch[ModelT]], object],
         *,
         agent: str | None = None,
         retry: Retry | None = None,
@@ -295,7 +294,7 @@ class RemoteState(RemoteReads, RemoteMerges):
         See :meth:`crdt_state.SharedState.transact` for the contract.
         """
         # a RemoteBranch offers the public API of a Branch (by composition)
-        fork = cast("Callable[[str], Branch]", self.fork)
+        fork = cast("Callable[[str], Branch[ModelT]]", self.fork)
         return await arun_transaction(
             fork,
             fn,
@@ -317,8 +316,8 @@ async def connect(
     default: object = resolvers.raise_conflict,
     timeout: float = CONNECT_TIMEOUT,
     reconnect: Retry | None = None,
-    schema: type[BaseModel] | None = None,
-) -> AsyncIterator[RemoteState]:
+    schema: type[SchemaT] | None = None,
+) -> AsyncIterator[RemoteState[SchemaT]]:
     """Join the hub room at ``url`` as ``agent``; yields a :class:`RemoteState`.
 
     Args:
@@ -340,7 +339,7 @@ async def connect(
         HubUnreachable: without ``local``, no hub synced within ``timeout``.
         AuthError: the hub refused the token.
     """
-    remote = RemoteState(
+    remote: RemoteState[SchemaT] = RemoteState(
         url,
         agent=agent,
         token=token,

@@ -7,7 +7,7 @@ line, so a signature that refuses a documented call (an ``async def`` step retur
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, assert_type
 
 from pydantic import BaseModel
 
@@ -105,13 +105,46 @@ class Triage(BaseModel):
 
 def typed() -> Triage:
     state = SharedState(schema=Triage)
+    assert_type(state, SharedState[Triage])
     with state.fork("a") as b:
         b.update({"sentiment": "calm"})
         b.update(Triage(calls=2))
+        assert_type(b.model(), Triage)
     print(state.json_schema())
-    model = state.model()  # typed BaseModel: SharedState is not generic in its schema
-    assert isinstance(model, Triage)
-    return model
+    assert_type(state.schema, type[Triage] | None)
+    local(state)  # a SharedState[Triage] goes where a SharedState is asked for
+    state.transact(triage_step, agent="t")
+    state.transact(plain_step, agent="p")  # a step for any branch takes a typed one too
+    untyped = SharedState()
+    assert_type(untyped, SharedState[BaseModel])
+    assert_type(untyped.model(), BaseModel)
+    return state.model()  # typed Triage: no isinstance needed
+
+
+def triage_step(branch: Branch[Triage]) -> int:
+    return branch.model().calls
+
+
+def typed_durable(path: str) -> int:
+    state = SharedState.open(path, schema=Triage)
+    assert_type(state, SharedState[Triage])
+    assert_type(SharedState.open(path), SharedState[BaseModel])
+    return state.model().calls
+
+
+async def typed_remote(url: str) -> int:
+    async with sync.connect(url, agent="a", schema=Triage) as shared:
+        assert_type(shared.model(), Triage)
+        async with shared.fork() as branch:
+            assert_type(branch.model(), Triage)
+        await shared.atransact(triage_step)
+    with sync.connect_blocking(url, agent="b", schema=Triage) as blocking:
+        assert_type(blocking.model(), Triage)
+        assert_type(blocking.fork().model(), Triage)
+        blocking.transact(triage_step)
+    async with sync.connect(url, agent="c") as plain:
+        assert_type(plain.model(), BaseModel)
+    return 0
 
 
 def durable(path: str) -> None:

@@ -262,7 +262,7 @@ class PostgresRoomStorage:
             ended = 0
         if ended:
             log.info("room %r: ended %d session(s) of earlier owners", room, ended)
-        state = await asyncio.to_thread(
+        state: SharedState = await asyncio.to_thread(
             open_postgres,
             judge_dsn(self.dsn, room, fence, self.node.lease_ttl),
             room,
