@@ -12,7 +12,8 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
-from ._sqlite_file import KEPT_CHARS, descendants_range, encode_value, path_key
+from ._kept import kept_encoding
+from ._sqlite_file import descendants_range, encode_value, path_key
 from .conflicts import Conflict, StateUpdate
 from .paths import Path
 
@@ -35,30 +36,16 @@ CONFLICT_COLUMNS: Final = (
 """The audit log's columns, as ``conflict_record`` reads them."""
 
 
-_PATHS_MAX: Final = 4_096
-"""Columns :func:`paths_json` keeps at most (as :func:`path_key` does); emptied when full.
-Only columns of at most :data:`~crdt_state._sqlite_file.KEPT_CHARS` characters are kept."""
-_encoded_paths: dict[tuple[Path, ...], str] = {}
+_encoded_paths: dict[Any, str] = {}
+
+
+def _encode_paths(paths: Sequence[Path]) -> str:
+    return json.dumps([list(p) for p in paths])
 
 
 def paths_json(paths: Sequence[Path]) -> str:
-    """The ``paths`` column of a change: a JSON list of key lists.
-
-    The columns of the path sets written lately are kept (the same few, over and
-    over; equal sets of str keys encode alike).
-    """
-    try:
-        kept: str | None = _encoded_paths.get(paths)  # type: ignore[call-overload]
-    except TypeError:  # a list among them: not kept
-        return json.dumps([list(p) for p in paths])
-    if kept is None:
-        kept = json.dumps([list(p) for p in paths])
-        if len(kept) > KEPT_CHARS:
-            return kept
-        if len(_encoded_paths) >= _PATHS_MAX:
-            _encoded_paths.clear()
-        _encoded_paths[paths] = kept  # type: ignore[index]
-    return kept
+    """The ``paths`` column of a change: a JSON list of key lists (kept once encoded)."""
+    return kept_encoding(_encoded_paths, paths, _encode_paths)
 
 
 def history_filters(

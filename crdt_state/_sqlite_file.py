@@ -66,6 +66,7 @@ from urllib.parse import quote
 
 from . import _file_lock
 from ._file_errors import failure, in_this_process, in_use, is_busy, os_failure, refuse
+from ._kept import kept_encoding
 from ._sqlite_upgrade import BLAME_TABLE, REQUESTS_TABLE, upgrade
 from .conflicts import UNRESOLVED
 from .paths import Path
@@ -73,7 +74,6 @@ from .values import MISSING
 
 __all__ = [
     "APPLICATION_ID",
-    "KEPT_CHARS",
     "FORMAT_VERSION",
     "Durability",
     "Writer",
@@ -123,33 +123,16 @@ _TABLES: Final = frozenset({"meta", "snapshot", "log", "blame", "conflicts"})
 
 # -- encodings ---------------------------------------------------------------------
 _KEY_ENCODER: Final = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
-_ENCODED_MAX: Final = 4_096
-"""Encodings :func:`path_key` keeps at most (a state writes the same few paths over and
-over; encoding one took ~1 µs, a look-up ~0.05). Emptied when full."""
-KEPT_CHARS: Final = 256
-"""Encodings longer than this are not kept (a client sending huge keys cannot make the
-kept ones take more than a few megabytes)."""
-_encoded_keys: dict[tuple[str, ...], str] = {}
+_encoded_keys: dict[Any, str] = {}
+
+
+def _encode_key(path: Path) -> str:
+    return _KEY_ENCODER.encode(list(path))
 
 
 def path_key(path: Path) -> str:
-    """The stored form of a path: a compact ASCII JSON array.
-
-    Equal paths have the same form (a path is a tuple of str: equal keys encode
-    alike), so the forms of the paths written lately are kept (any thread).
-    """
-    try:
-        key = _encoded_keys.get(path)
-    except TypeError:  # a list: not kept
-        return _KEY_ENCODER.encode(list(path))
-    if key is None:
-        key = _KEY_ENCODER.encode(list(path))
-        if len(key) > KEPT_CHARS:
-            return key
-        if len(_encoded_keys) >= _ENCODED_MAX:
-            _encoded_keys.clear()
-        _encoded_keys[path] = key
-    return key
+    """The stored form of a path: a compact ASCII JSON array (kept once encoded)."""
+    return kept_encoding(_encoded_keys, path, _encode_key)
 
 
 def descendants_range(path: Path) -> tuple[str, str]:

@@ -149,7 +149,7 @@ class SharedState(StateReads[ModelT], StateExchange):
             store: the storage, freshly opened.
             schema: as the constructor's.
             options: the constructor's (``resolvers``, ``default``, ``history``,
-                ``client_id``, ``schema``, ``initialize``).
+                ``client_id``, ``initialize``).
 
         Raises:
             StorageError: the stored data is damaged, or ``client_id`` is unsafe.

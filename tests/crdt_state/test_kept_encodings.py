@@ -8,8 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crdt_state import _sql_params, _sqlite_file
+from crdt_state._kept import KEPT_CHARS, KEPT_MAX
 from crdt_state._sql_params import paths_json
-from crdt_state._sqlite_file import KEPT_CHARS, path_key
+from crdt_state._sqlite_file import path_key
 
 keys = st.text(min_size=1, max_size=12)
 paths = st.lists(keys, min_size=1, max_size=4).map(tuple)
@@ -37,9 +38,9 @@ def test_long_encodings_are_not_kept_and_the_kept_ones_are_bounded() -> None:
     assert paths_json((long,)) == json.dumps([list(long)])
     assert long not in _sqlite_file._encoded_keys
     assert (long,) not in _sql_params._encoded_paths
-    for n in range(_sqlite_file._ENCODED_MAX + 10):
+    for n in range(KEPT_MAX + 10):
         path_key((f"p{n}",))
         paths_json(((f"p{n}",),))
-    assert len(_sqlite_file._encoded_keys) <= _sqlite_file._ENCODED_MAX
-    assert len(_sql_params._encoded_paths) <= _sql_params._PATHS_MAX
+    assert len(_sqlite_file._encoded_keys) <= KEPT_MAX
+    assert len(_sql_params._encoded_paths) <= KEPT_MAX
     assert path_key(("p1",)) == '["p1"]'
