@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["CLK_TCK", "cpu_seconds", "pin"]
+__all__ = ["CLK_TCK", "cpu_seconds", "pin", "thread_cpu"]
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -30,3 +30,19 @@ def pin(pid: int, cpu: int) -> None:
     """Keep every thread of process ``pid`` on ``cpu``; threads it starts later inherit it."""
     for task in os.listdir(f"/proc/{pid}/task"):
         os.sched_setaffinity(int(task), {cpu})
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds so far of each thread of process ``pid``, by ``name/tid`` (Linux /proc)."""
+    out: dict[str, float] = {}
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            name = Path(f"/proc/{pid}/task/{task}/comm").read_text().strip()
+        except OSError:
+            continue
+        out[f"{name}/{task}"] = cpu_seconds(pid, int(task))
+    return out

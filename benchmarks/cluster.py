@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from _procs import cpu_seconds, pin
+from _procs import cpu_seconds, pin, thread_cpu
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from websockets.asyncio.client import connect as ws_connect
@@ -376,6 +376,7 @@ async def run_load(
     latencies.clear()
     visible.clear()
     cpu0 = sum(cpu_seconds(h.proc.pid) for h in hubs)
+    threads0 = [thread_cpu(h.proc.pid) for h in hubs]
     counters0 = await server_counters(servers)
     killed_at = None
     started = time.monotonic()
@@ -389,6 +390,19 @@ async def run_load(
         await asyncio.sleep(seconds)
     elapsed = time.monotonic() - started
     cpu = sum(cpu_seconds(h.proc.pid) for h in hubs if h.proc.poll() is None) - cpu0
+    if os.environ.get("CLUSTER_BENCH_THREADS"):  # each hub's threads' CPU, for profiling
+        for i, (h, before) in enumerate(zip(hubs, threads0, strict=True)):
+            after = thread_cpu(h.proc.pid)
+            used = {t: after[t] - before.get(t, 0.0) for t in after}
+            print(
+                f"  hub {i}: "
+                + ", ".join(
+                    f"{t} {v / elapsed * 1000:.0f} ms/s"
+                    for t, v in sorted(used.items(), key=lambda kv: -kv[1])
+                    if v > 0
+                ),
+                file=sys.stderr,
+            )
     owned = await owners(servers, hubs, rooms)
     stop.set()
     await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)

@@ -3,12 +3,15 @@
 :func:`store_round` stores the :class:`Part` (one batch of recorded statements, its
 ``before_commit`` hook) of every store of a round:
 
-1. **The fast path**: one transaction in one pipeline: the hooks (see :func:`checked`),
-   then the statements of the batches that passed, the same statement of every batch sent
-   as one statement (:func:`merged`; the change log, blame, audit and request rows of
-   all batches as one ``INSERT ... SELECT FROM unnest(...)`` each,
-   :func:`~crdt_state._pg_unnest.unnested`; any other statement as one
-   ``executemany``), then one ``COMMIT``. When nothing fails, that is all a round costs.
+1. **The fast path**: where the round can be one statement (:mod:`crdt_state._pg_fold`:
+   the hooks' check and every table's rows, written only if every check passed), that
+   statement alone. Else (or a check failed), one transaction in one pipeline: the
+   hooks (see :func:`checked`), then the statements of the batches that passed, the
+   same statement of every batch sent as one statement (:func:`merged`; the change log,
+   blame, audit and request rows of all batches as one ``INSERT ... SELECT FROM
+   unnest(...)`` each, :func:`~crdt_state._pg_unnest.unnested`; any other statement as
+   one ``executemany``), then one ``COMMIT``. When nothing fails, that is all a round
+   costs.
 2. **A statement refused** (the connection still up, back outside any transaction: a
    constraint violated, a value the server or the client's adapter refuses, a row too
    large, a lock timeout...): the fast path's transaction rolled back, so nothing of it is
@@ -43,6 +46,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from ._pg_connect import hook_refused
+from ._pg_fold import FoldableCheck, Hook, folded
 from ._pg_unnest import unnested
 from .errors import StorageError
 
@@ -50,8 +54,6 @@ __all__ = ["CheckHooks", "Hook", "Part", "Recorded", "merged", "rejected", "stor
 
 log = logging.getLogger("crdt_state.storage")
 
-Hook = Callable[["psycopg.Connection[Any]", int], None]
-"""A store's ``before_commit(conn, last_ticket)``."""
 CheckHooks = Callable[
     ["psycopg.Connection[Any]", Sequence[tuple[Hook, int]]], Sequence[BaseException | None]
 ]
@@ -129,6 +131,8 @@ def store_round(
     conn: psycopg.Connection[Any] | None = None
     try:
         conn = connected()
+        if _stored_folded(conn, parts, check):
+            return False
         with conn.pipeline(), conn.transaction():
             passed = checked(conn, parts, check)
             for sql, rows in merged([part.statements for part in passed]):
@@ -150,6 +154,30 @@ def store_round(
         )
     _one_by_one(conn, parts, check)
     return True
+
+
+def _stored_folded(
+    conn: psycopg.Connection[Any], parts: list[Part], check: CheckHooks | None
+) -> bool:
+    """The round as one statement (:mod:`crdt_state._pg_fold`); whether it stored it.
+
+    ``False`` (nothing written) when the round cannot be folded or a check failed: the
+    caller runs it the usual way. Raises what the statement raised.
+    """
+    todo = [part for part in parts if part.error is None]
+    hooks = [(part.hook, part.ticket) for part in todo if part.hook is not None]
+    folded_check = None
+    if hooks:
+        if not isinstance(check, FoldableCheck):
+            return False
+        folded_check = check.fold(hooks)
+        if folded_check is None:
+            return False
+    one = folded(merged([part.statements for part in todo]), folded_check)
+    if one is None or not conn.autocommit:
+        return False
+    row = conn.execute(one[0], one[1]).fetchone()
+    return row is not None and bool(row[0])
 
 
 def _one_by_one(conn: psycopg.Connection[Any], parts: list[Part], check: CheckHooks | None) -> None:

@@ -31,7 +31,7 @@ from typing import Any, Final, NamedTuple
 from . import _pg_log as pglog
 from ._sql_params import LOG_COLUMNS
 
-__all__ = ["MIN_ROWS", "unnested"]
+__all__ = ["MIN_ROWS", "gated", "unnested"]
 
 MIN_ROWS: Final = 8
 """Fewest rows sent as one statement. The arrays' packing (binary, ``%b``) costs the
@@ -44,6 +44,8 @@ alternated in one process: 2 batches 474 / 625 µs, 6: 218 / 224, 8: 193 / 182, 
 class _Form(NamedTuple):
     sql: str
     """The statement, one ``%s`` array parameter per column."""
+    gated: str
+    """The same, inserting nothing unless ``_ok.yes`` (see :func:`gated`)."""
     width: int
     """Columns per row."""
     unique: int
@@ -55,12 +57,11 @@ def _form(table: str, columns: str, types: str, tail: str = "", unique: int = 0)
     kinds = [t.strip() for t in types.split(",")]
     assert len(names) == len(kinds)
     arrays = ", ".join(f"%b::{kind}[]" for kind in kinds)
-    sql = (
-        f"INSERT INTO {table} ({', '.join(names)}) SELECT {', '.join(names)}"
-        f" FROM unnest({arrays}) WITH ORDINALITY AS u({', '.join(names)}, ord_)"
-        f" ORDER BY ord_{tail}"
-    )
-    return _Form(sql, len(names), unique)
+    head = f"INSERT INTO {table} ({', '.join(names)}) SELECT {', '.join(names)} FROM"
+    rows = f"unnest({arrays}) WITH ORDINALITY AS u({', '.join(names)}, ord_)"
+    sql = f"{head} {rows} ORDER BY ord_{tail}"
+    gated = f"{head} _ok, {rows} WHERE _ok.yes ORDER BY ord_{tail}"
+    return _Form(sql, gated, len(names), unique)
 
 
 def _tail(sql: str) -> str:
@@ -106,13 +107,31 @@ def unnested(sql: str, rows: Sequence[Sequence[Any]]) -> tuple[str, list[list[An
     form = _FORMS.get(sql)
     if form is None or len(rows) < MIN_ROWS:
         return None
+    return form.sql, _columns(form, rows)
+
+
+def gated(sql: str, rows: Sequence[Sequence[Any]]) -> tuple[str, list[list[Any]]] | None:
+    """As :func:`unnested`, for any number of rows, the rows inserted only where ``_ok.yes``.
+
+    For a statement that is one part of a larger one (:mod:`crdt_state._pg_fold`), which
+    defines ``_ok``: a one-row relation whose boolean ``yes`` says whether to write.
+    ``None`` when ``sql`` has no such form.
+    """
+    form = _FORMS.get(sql)
+    if form is None or not rows:
+        return None
+    return form.gated, _columns(form, rows)
+
+
+def _columns(form: _Form, rows: Sequence[Sequence[Any]]) -> list[list[Any]]:
+    """The column arrays of ``rows`` (of an upsert's rows, only each key's last)."""
     if form.unique and len({tuple(row[: form.unique]) for row in rows}) < len(rows):
         rows = _last_kept(rows, form.unique)
     columns: list[list[Any]] = [[] for _ in range(form.width)]
     for row in rows:
         for column, value in zip(columns, row, strict=True):
             column.append(value)
-    return form.sql, columns
+    return columns
 
 
 def _last_kept(rows: Sequence[Sequence[Any]], unique: int) -> list[Sequence[Any]]:

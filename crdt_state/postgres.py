@@ -42,6 +42,7 @@ from ._pg_connect import (
     run_hook,
     safe_dsn,
 )
+from ._pg_fold import FoldedCheck
 from ._pg_reads import PgReads, compact
 from ._pg_shared import CheckHooks, Recorded, SharedWriter
 from ._pg_shared import Hook as WriterHook
@@ -59,6 +60,7 @@ __all__ = [
     "PG_STORE_OPTIONS",
     "BeforeCommit",
     "CheckHooks",
+    "FoldedCheck",
     "PostgresStore",
     "Recorded",
     "SharedWriter",

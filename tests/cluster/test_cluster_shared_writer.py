@@ -7,8 +7,9 @@ refused by its fence (nothing of it written, its store failed), and the other tw
 commit in the same transaction, their position and the writer's session recorded. Then a
 fenced room and a room whose batch the server refuses (a duplicate log row) in one round:
 the round runs again, each batch on its own, and only those two fail (a fence moved between
-the two tries refuses its batch on the retry). Both ways of running the hooks: the
-cluster's one statement for all rooms, and one savepoint per hook.
+the two tries refuses its batch on the retry). Every way of running the hooks: folded
+into the round's one statement (the hub's writer), the cluster's one statement for all
+rooms, and one savepoint per hook.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from crdt_state import SharedState, StorageError
 from crdt_state.postgres import CheckHooks, SharedWriter, load_stored, open_postgres
 from sync.server.cluster import Fenced, claim_fence
 from sync.server.cluster.pgsessions import depose
-from sync.server.cluster.pgstorage import PositionHook, fenced_positions
+from sync.server.cluster.pgstorage import FencedPositions, PositionHook, fenced_positions
 
 Pool = AsyncConnectionPool[AsyncConnection[Any]]
 
@@ -37,7 +38,9 @@ GATE = 0x7E57_0001
 """The advisory lock the test holds to keep the writer busy in a round."""
 
 
-@pytest.mark.parametrize("check", [fenced_positions, None], ids=["one-check", "savepoints"])
+@pytest.mark.parametrize(
+    "check", [FencedPositions(), fenced_positions, None], ids=["folded", "one-check", "savepoints"]
+)
 async def test_a_fenced_room_fails_alone_in_a_shared_transaction(
     pool: Pool, postgres_dsn: str, check: CheckHooks | None
 ) -> None:
@@ -156,7 +159,9 @@ async def test_the_writer_connects_again_after_its_session_was_ended(
         await asyncio.to_thread(writer.close)
 
 
-@pytest.mark.parametrize("check", [fenced_positions, None], ids=["one-check", "savepoints"])
+@pytest.mark.parametrize(
+    "check", [FencedPositions(), fenced_positions, None], ids=["folded", "one-check", "savepoints"]
+)
 async def test_a_fenced_room_and_a_refused_batch_fail_alone_in_one_round(
     pool: Pool, postgres_dsn: str, check: CheckHooks | None
 ) -> None:

@@ -18,9 +18,9 @@ import psycopg
 import pytest
 from writer_rounds import durability_told, in_one_round
 
-from crdt_state import SharedState, StorageError, _pg_round, _pg_unnest
+from crdt_state import SharedState, StorageError, _pg_fold, _pg_round, _pg_unnest
 from crdt_state import _pg_log as pglog
-from crdt_state._pg_unnest import MIN_ROWS, unnested
+from crdt_state._pg_unnest import MIN_ROWS, gated, unnested
 from crdt_state.postgres import Recorded, SharedWriter, load_stored, open_postgres
 
 GATE = 0x7E57_0003
@@ -31,19 +31,24 @@ GATE = 0x7E57_0003
 def statements(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     """The tables' one-statement sends of the rounds: ``(sql, rows)`` each.
 
-    From two rows on (the writer's threshold is a cost, not a rule), so that small
-    rounds exercise the form.
+    Either form: a part of a round folded into one statement (``_pg_fold``), or a
+    statement of its own, from two rows on (the writer's threshold is a cost, not a
+    rule), so that small rounds exercise the form.
     """
     sent: list[tuple[str, int]] = []
     monkeypatch.setattr(_pg_unnest, "MIN_ROWS", 2)
 
-    def spy(sql: str, rows: Any) -> tuple[str, list[list[Any]]] | None:
-        one = unnested(sql, rows)
-        if one is not None:
-            sent.append((sql, len(one[1][0])))
-        return one
+    def spying(form: Callable[[str, Any], Any]) -> Callable[[str, Any], Any]:
+        def spy(sql: str, rows: Any) -> tuple[str, list[list[Any]]] | None:
+            one = cast("tuple[str, list[list[Any]]] | None", form(sql, rows))
+            if one is not None:
+                sent.append((sql, len(one[1][0])))
+            return one
 
-    monkeypatch.setattr(_pg_round, "unnested", spy)
+        return spy
+
+    monkeypatch.setattr(_pg_round, "unnested", spying(unnested))
+    monkeypatch.setattr(_pg_fold, "gated", spying(gated))
     return sent
 
 

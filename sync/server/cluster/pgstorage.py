@@ -48,7 +48,7 @@ import psycopg
 
 from crdt_state import SharedState
 from crdt_state.errors import StorageError
-from crdt_state.postgres import SharedWriter, load_stored, open_postgres
+from crdt_state.postgres import FoldedCheck, SharedWriter, load_stored, open_postgres
 from crdt_state.postgres import WriterHook as Hook
 from crdt_state.takeover import preload, promote
 from sync.server.cluster.context import NodeContext
@@ -59,6 +59,7 @@ from sync.server.cluster.pgsessions import depose, judge_dsn, take_over, writer_
 log = logging.getLogger("crdt_state.cluster")
 
 __all__ = [
+    "FencedPositions",
     "PositionHook",
     "PostgresRoomStorage",
     "fenced_position",
@@ -97,6 +98,49 @@ FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS v (room, fence, position)
 WHERE r.room = v.room AND r.fence = v.fence
 RETURNING r.room, r.fence
 """
+
+
+_LOCKED_FENCES: Final = """
+SELECT r.room FROM crdt_rooms AS r
+JOIN unnest(%s::text[], %s::bigint[]) AS v (room, fence) ON r.room = v.room AND r.fence = v.fence
+ORDER BY r.room FOR UPDATE OF r
+"""
+_POSITIONS_IF_OK: Final = """
+UPDATE crdt_rooms AS r SET stream_position = coalesce(v.position, r.stream_position),
+    judge_pid = pg_backend_pid()
+FROM _ok, unnest(%s::text[], %s::text[]) AS v (room, position)
+WHERE _ok.yes AND r.room = v.room
+"""
+
+
+class FencedPositions:
+    """The shared writer's check of its rooms' fences: :func:`fenced_positions`, foldable.
+
+    :meth:`fold` gives the same check as parts of the round's one statement
+    (:mod:`crdt_state._pg_fold`): the rooms' rows locked in the order of their names where
+    the fence holds, and their positions recorded only when every fence held.
+    """
+
+    def __call__(
+        self, conn: psycopg.Connection[Any], hooks: Sequence[tuple[Hook, int]]
+    ) -> list[BaseException | None]:
+        """:func:`fenced_positions`."""
+        return fenced_positions(conn, hooks)
+
+    def fold(self, hooks: Sequence[tuple[Hook, int]]) -> FoldedCheck | None:
+        """The check of ``hooks`` folded (``None`` unless all are :class:`PositionHook`)."""
+        checks = [hook for hook, _ in hooks if isinstance(hook, PositionHook)]
+        if len(checks) != len(hooks):
+            return None
+        fences = sorted({(h.room, h.fence) for h in checks})
+        positions = sorted({(h.room, h.position) for h in checks}, key=lambda p: p[0])
+        return FoldedCheck(
+            _LOCKED_FENCES,
+            ([room for room, _ in fences], [fence for _, fence in fences]),
+            len(fences),
+            _POSITIONS_IF_OK,
+            ([room for room, _ in positions], [position for _, position in positions]),
+        )
 
 
 def fenced_positions(
@@ -174,7 +218,7 @@ class PostgresRoomStorage:
         async with self._opening:
             if self._writer is None:
                 dsn = writer_dsn(self.dsn, self.node.hub_id, self.node.lease_ttl)
-                self._writer = await asyncio.to_thread(SharedWriter, dsn, check=fenced_positions)
+                self._writer = await asyncio.to_thread(SharedWriter, dsn, check=FencedPositions())
             return self._writer
 
     async def close(self) -> None:
