@@ -228,7 +228,8 @@ class BrokenChain(StaleBase):
 
     See ``SharedState.commit(builds_on=...)``: every request of the chain must
     have been applied without conflict. ``details`` names the ``writer`` and the
-    ``request_ids`` at fault. Nothing was applied; like :class:`StaleBase`, the
+    ``request_ids`` at fault (the lowest 100; ``unlisted``: how many more, when there
+    are more). Nothing was applied; like :class:`StaleBase`, the
     agent step can be re-run on fresh state (``transact`` does).
     """
 

@@ -22,10 +22,13 @@ from .errors import BrokenChain
 from .paths import Path
 from .version import VersionVector
 
-__all__ = ["KEEP_REQUESTS", "RequestKey", "RequestMemory"]
+__all__ = ["KEEP_REQUESTS", "LISTED_BROKEN", "RequestKey", "RequestMemory"]
 
 KEEP_REQUESTS: Final = 100_000
 """How many applied requests are remembered (all writers together)."""
+LISTED_BROKEN: Final = 100
+"""Most request ids a :class:`BrokenChain` lists (its message gives the count): a chain
+of 100,000 ids that a client sends in a few bytes must not come back as half a megabyte."""
 
 
 class RequestKey(NamedTuple):
@@ -74,15 +77,20 @@ class RequestMemory:
         """The keys of a chain, once every one is known to be applied exactly as sent.
 
         Raises :class:`BrokenChain` naming the ids that were not applied (refused,
-        never received, or forgotten) or were applied with conflicts.
+        never received, or forgotten) or were applied with conflicts: the lowest
+        :data:`LISTED_BROKEN` in ``details["request_ids"]``, how many more in
+        ``details["unlisted"]`` (only when there are more).
         """
         keys = frozenset(RequestKey(writer, rid) for rid in request_ids)
         broken = sorted(key.request_id for key in keys if not self.is_clean(key))
         if broken:
+            details: dict[str, object] = {"writer": writer, "request_ids": broken[:LISTED_BROKEN]}
+            if len(broken) > LISTED_BROKEN:
+                details["unlisted"] = len(broken) - LISTED_BROKEN
             raise BrokenChain(
                 f"{len(broken)} earlier merge(s) of this writer that this one builds on "
                 "were not applied as sent",
-                details={"writer": writer, "request_ids": broken},
+                details=details,
             )
         return keys
 

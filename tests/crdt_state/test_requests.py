@@ -10,7 +10,7 @@ import pytest
 
 from crdt_state import BrokenChain, Change, ConflictError, SharedState, VersionVector, resolvers
 from crdt_state._sqlite_file import FORMAT_VERSION
-from crdt_state.requests import RequestKey, RequestMemory
+from crdt_state.requests import LISTED_BROKEN, RequestKey, RequestMemory
 
 
 def test_memory_is_bounded_and_keeps_the_newest() -> None:
@@ -141,6 +141,23 @@ def test_a_broken_chain_is_refused(why: str) -> None:
     assert info.value.code == "broken_chain"
     assert info.value.details == {"writer": "w", "request_ids": [1]}
     assert RequestKey("w", 2) not in state._core.requests
+
+
+def test_a_long_broken_chain_lists_the_lowest_ids_and_counts_the_rest() -> None:
+    """A chain of 100,000 unknown ids (a few bytes on the wire) is refused with a bounded
+    error: the lowest ids listed, the rest counted, nothing applied."""
+    state = SharedState()
+    base = state.token
+    chain = range(1, 100_001)
+    with pytest.raises(BrokenChain) as info:
+        state.commit({"n": 1}, base, "a", request_id=200_000, writer="w", builds_on=chain)
+    assert info.value.details == {
+        "writer": "w",
+        "request_ids": list(range(1, LISTED_BROKEN + 1)),
+        "unlisted": 100_000 - LISTED_BROKEN,
+    }
+    assert "100000 earlier merge(s)" in str(info.value)
+    assert state.read()[0] == {}
 
 
 def test_a_request_that_wrote_nothing_is_remembered_and_can_be_built_on() -> None:
