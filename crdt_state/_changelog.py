@@ -24,7 +24,7 @@ from .paths import Path
 from .version import VersionVector
 
 if TYPE_CHECKING:
-    from .requests import RequestKey
+    from .requests import ChainKey, RequestKey
 
 __all__ = ["ChangeLog", "Entry", "TruncateTo", "WriteKind", "read_at", "unseen_by_chain"]
 
@@ -297,8 +297,8 @@ class ChangeLog:
     def made_by(
         self,
         base_seq: int,
-        chain: Collection[RequestKey],
-        tokens_of: Callable[[Collection[RequestKey]], Mapping[RequestKey, VersionVector]],
+        chain: Collection[ChainKey],
+        tokens_of: Callable[[Collection[ChainKey]], Mapping[ChainKey, VersionVector]],
     ) -> list[Entry]:
         """The retained entries after ``base_seq`` made by the requests of ``chain``.
 
@@ -329,8 +329,8 @@ class ChangeLog:
         base_seq: int,
         paths: Iterable[Path],
         token: VersionVector | None,
-        chain: Collection[RequestKey],
-        tokens_of: Callable[[Collection[RequestKey]], Mapping[RequestKey, VersionVector]],
+        chain: Collection[ChainKey],
+        tokens_of: Callable[[Collection[ChainKey]], Mapping[ChainKey, VersionVector]],
     ) -> tuple[list[Entry], bool]:
         """What a merge built on ``chain`` is judged on, and whether it is no fast-forward.
 
@@ -351,7 +351,7 @@ class ChangeLog:
         self,
         base_seq: int,
         token: VersionVector | None = None,
-        chain: Collection[RequestKey] = frozenset(),
+        chain: Collection[ChainKey] = frozenset(),
         links: Sequence[Entry] = (),
     ) -> bool:
         """True when an entry after ``base_seq`` is unseen, so a merge there is no fast-forward.

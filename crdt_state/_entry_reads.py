@@ -18,12 +18,12 @@ from .paths import Path, is_prefix
 from .values import patch, tree_get
 
 if TYPE_CHECKING:
-    from .requests import RequestKey
+    from .requests import ChainKey
 
 __all__ = ["Overlap", "keys_touched", "overlaps", "read_at", "under", "unseen_by_chain"]
 
 
-def unseen_by_chain(entries: Sequence[Entry], chain: Collection[RequestKey]) -> list[Entry]:
+def unseen_by_chain(entries: Sequence[Entry], chain: Collection[ChainKey]) -> list[Entry]:
     """The entries a merge built on ``chain`` has not seen (pure; oldest first).
 
     ``entries`` are those after the merge's base that its token did not cover;

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable
+from itertools import repeat
 from typing import Final, NamedTuple
 
 from .conflicts import MergeResult
@@ -22,7 +23,7 @@ from .errors import BrokenChain
 from .paths import Path
 from .version import VersionVector
 
-__all__ = ["KEEP_REQUESTS", "LISTED_BROKEN", "RequestKey", "RequestMemory"]
+__all__ = ["KEEP_REQUESTS", "LISTED_BROKEN", "ChainKey", "RequestKey", "RequestMemory"]
 
 KEEP_REQUESTS: Final = 100_000
 """How many applied requests are remembered (all writers together)."""
@@ -36,6 +37,12 @@ class RequestKey(NamedTuple):
 
     writer: str
     request_id: int
+
+
+ChainKey = tuple[str, int]
+"""A request of a chain as ``(writer, request_id)``: a :class:`RequestKey` or the plain
+pair, which compares and hashes alike (a chain's keys are made as plain pairs: building
+thousands of named tuples was most of a long chain's cost)."""
 
 
 class _Done(NamedTuple):
@@ -53,7 +60,9 @@ class RequestMemory:
 
     def __init__(self, keep: int = KEEP_REQUESTS) -> None:
         self.keep = keep
-        self._done: OrderedDict[RequestKey, _Done] = OrderedDict()
+        self._done: OrderedDict[ChainKey, _Done] = OrderedDict()
+        self._clean: set[ChainKey] = set()
+        """The remembered keys applied exactly as sent (what a chain may name)."""
 
     def remember(
         self, key: RequestKey, token: VersionVector, paths: tuple[Path, ...], clean: bool = True
@@ -61,8 +70,13 @@ class RequestMemory:
         """Record that ``key`` was applied, giving ``token`` and writing ``paths``."""
         self._done[key] = _Done(token, paths, clean)
         self._done.move_to_end(key)
+        if clean:
+            self._clean.add(key)
+        else:
+            self._clean.discard(key)
         if len(self._done) > self.keep:
-            self._done.popitem(last=False)
+            forgotten, _ = self._done.popitem(last=False)
+            self._clean.discard(forgotten)
 
     def result(self, key: RequestKey | None) -> MergeResult | None:
         """What to answer a repeated ``key`` (``None``: not applied, or no key)."""
@@ -73,7 +87,7 @@ class RequestMemory:
             return None
         return MergeResult(token=known.token, applied=known.paths, fast_forward=False)
 
-    def chain_keys(self, writer: str, request_ids: Iterable[int]) -> frozenset[RequestKey]:
+    def chain_keys(self, writer: str, request_ids: Iterable[int]) -> frozenset[ChainKey]:
         """The keys of a chain, once every one is known to be applied exactly as sent.
 
         Raises :class:`BrokenChain` naming the ids that were not applied (refused,
@@ -81,8 +95,8 @@ class RequestMemory:
         :data:`LISTED_BROKEN` in ``details["request_ids"]``, how many more in
         ``details["unlisted"]`` (only when there are more).
         """
-        keys = frozenset(RequestKey(writer, rid) for rid in request_ids)
-        broken = sorted(key.request_id for key in keys if not self.is_clean(key))
+        keys = frozenset(zip(repeat(writer), request_ids))
+        broken = sorted(rid for _, rid in keys - self._clean)
         if broken:
             details: dict[str, object] = {"writer": writer, "request_ids": broken[:LISTED_BROKEN]}
             if len(broken) > LISTED_BROKEN:
@@ -94,9 +108,9 @@ class RequestMemory:
             )
         return keys
 
-    def tokens_of(self, keys: Iterable[RequestKey]) -> dict[RequestKey, VersionVector]:
+    def tokens_of(self, keys: Iterable[ChainKey]) -> dict[ChainKey, VersionVector]:
         """The token each remembered request of ``keys`` gave (forgotten ones left out)."""
-        out: dict[RequestKey, VersionVector] = {}
+        out: dict[ChainKey, VersionVector] = {}
         for key in keys:
             known = self._done.get(key)
             if known is not None:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import sqlite3
+from collections import OrderedDict
 from contextlib import closing
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from crdt_state import BrokenChain, Change, ConflictError, SharedState, VersionVector, resolvers
 from crdt_state._sqlite_file import FORMAT_VERSION
@@ -229,3 +232,38 @@ def test_a_repeated_request_is_answered_once_the_original_is_durable(tmp_path: P
     state.commit({"n": 1}, base, "a", request_id=1, writer="w")  # deduplicated
     assert waited == [store.last_ticket()] and waited[0] >= 1
     state.close()
+
+
+@given(
+    remembered=st.lists(
+        st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 12), st.booleans()), max_size=60
+    ),
+    keep=st.integers(1, 10),
+    chain=st.sets(st.integers(0, 12)),
+)
+def test_a_chain_passes_exactly_when_every_id_is_remembered_clean(
+    remembered: list[tuple[str, int, bool]], keep: int, chain: set[int]
+) -> None:
+    """Against a plain model of the memory (the newest ``keep`` keys, each with its last
+    clean flag): whatever was remembered, overwritten or forgotten, a chain of writer
+    ``a`` passes iff each of its ids is remembered clean, and its keys then find the
+    remembered requests; otherwise the broken ids are named."""
+    memory = RequestMemory(keep=keep)
+    model: OrderedDict[tuple[str, int], bool] = OrderedDict()
+    token = VersionVector({})
+    for writer, rid, clean in remembered:
+        memory.remember(RequestKey(writer, rid), token, (), clean)
+        model[(writer, rid)] = clean
+        model.move_to_end((writer, rid))
+        if len(model) > keep:
+            model.popitem(last=False)
+    broken = sorted(rid for rid in chain if not model.get(("a", rid), False))
+    if broken:
+        with pytest.raises(BrokenChain) as info:
+            memory.chain_keys("a", sorted(chain))
+        assert info.value.details["request_ids"] == broken[:LISTED_BROKEN]
+    else:
+        keys = memory.chain_keys("a", sorted(chain))
+        assert keys == {RequestKey("a", rid) for rid in chain}
+        assert set(memory.tokens_of(keys)) == keys
+    assert all(memory.is_clean(RequestKey(*key)) == clean for key, clean in model.items())
