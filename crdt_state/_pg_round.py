@@ -164,6 +164,8 @@ def _stored_folded(
     ``False`` (nothing written) when the round cannot be folded or a check failed: the
     caller runs it the usual way. Raises what the statement raised.
     """
+    if not conn.autocommit:  # one statement is one transaction only in autocommit
+        return False
     todo = [part for part in parts if part.error is None]
     hooks = [(part.hook, part.ticket) for part in todo if part.hook is not None]
     folded_check = None
@@ -174,7 +176,7 @@ def _stored_folded(
         if folded_check is None:
             return False
     one = folded(merged([part.statements for part in todo]), folded_check)
-    if one is None or not conn.autocommit:
+    if one is None:
         return False
     row = conn.execute(one[0], one[1]).fetchone()
     return row is not None and bool(row[0])

@@ -119,8 +119,7 @@ class RequestMemory:
 
     def is_clean(self, key: RequestKey) -> bool:
         """True when ``key`` is remembered as applied without any conflict."""
-        known = self._done.get(key)
-        return known is not None and known.clean
+        return key in self._clean
 
     def __len__(self) -> int:
         return len(self._done)

@@ -18,9 +18,10 @@ behind it (an owner lost its lease so, and its sessions, found trying a failover
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Final
 
 from pycrdt import merge_updates
@@ -109,20 +110,10 @@ class BatchJudge:
         self._changes.clear()
         answers: list[Answer] = []
         handed_back = time.monotonic()
-        for entry_id, fields in entries:
-            try:
-                entry = decode_in(fields)
-            except StreamEntryError as exc:
-                log.warning("room %r: skipping in-entry %r: %s", self.room, entry_id, exc)
-                continue
-            self._judge_into(answers, entry, None)
-            if time.monotonic() - handed_back > SLICE:
-                await asyncio.sleep(0)  # the loop's other tasks run (see the module doc)
-                handed_back = time.monotonic()
-        for entry, request in local:
+        for entry, request in itertools.chain(self._decoded(entries), local):
             self._judge_into(answers, entry, request)
             if time.monotonic() - handed_back > SLICE:
-                await asyncio.sleep(0)
+                await asyncio.sleep(0)  # the loop's other tasks run (see the module doc)
                 handed_back = time.monotonic()
         await self._durable()
         updates = self._changes[:]
@@ -135,6 +126,14 @@ class BatchJudge:
             update = b""
         last_in = entries[-1][0] if entries else position
         return OutEntry(update, last_in, fence, tuple(answers))
+
+    def _decoded(self, entries: list[Entry]) -> Iterator[tuple[InEntry, None]]:
+        """The writes of ``in`` entries, in order (one that cannot be read is logged, skipped)."""
+        for entry_id, fields in entries:
+            try:
+                yield decode_in(fields), None
+            except StreamEntryError as exc:
+                log.warning("room %r: skipping in-entry %r: %s", self.room, entry_id, exc)
 
     def _judge_into(
         self, answers: list[Answer], entry: InEntry, request: p.MergeRequest | None

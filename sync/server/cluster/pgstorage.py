@@ -113,6 +113,12 @@ WHERE _ok.yes AND r.room = v.room
 """
 
 
+def _position_hooks(hooks: Sequence[tuple[Hook, int]]) -> list[PositionHook] | None:
+    """The hooks of ``hooks``, if every one is a :class:`PositionHook` (else ``None``)."""
+    checks = [hook for hook, _ in hooks if isinstance(hook, PositionHook)]
+    return checks if len(checks) == len(hooks) else None
+
+
 class FencedPositions:
     """The shared writer's check of its rooms' fences: :func:`fenced_positions`, foldable.
 
@@ -129,11 +135,11 @@ class FencedPositions:
 
     def fold(self, hooks: Sequence[tuple[Hook, int]]) -> FoldedCheck | None:
         """The check of ``hooks`` folded (``None`` unless all are :class:`PositionHook`)."""
-        checks = [hook for hook, _ in hooks if isinstance(hook, PositionHook)]
-        if len(checks) != len(hooks):
+        checks = _position_hooks(hooks)
+        if checks is None:
             return None
         fences = sorted({(h.room, h.fence) for h in checks})
-        positions = sorted({(h.room, h.position) for h in checks}, key=lambda p: p[0])
+        positions = sorted({h.room: h.position for h in checks}.items())
         return FoldedCheck(
             _LOCKED_FENCES,
             ([room for room, _ in fences], [fence for _, fence in fences]),
@@ -153,8 +159,8 @@ def fenced_positions(
     when its fence holds (its row is now locked and its position recorded) or the
     :class:`~sync.server.cluster.errors.Fenced` it would have raised.
     """
-    checks = [hook for hook, _ in hooks if isinstance(hook, PositionHook)]
-    if len(checks) != len(hooks):
+    checks = _position_hooks(hooks)
+    if checks is None:
         raise TypeError("fenced_positions() checks PositionHooks only")
     rooms = sorted({(h.room, h.fence, h.position) for h in checks})
     columns = tuple(list(column) for column in zip(*rooms, strict=True))
