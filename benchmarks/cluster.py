@@ -19,13 +19,23 @@ PostgreSQL), under the same load: the row every cluster row is compared with, me
 minutes apart on the same machine (the issue's goal: a cluster's CPU per merge at most
 twice a standalone hub's).
 
+A hub's CPU per merge falls as its rate rises (bigger batches: more merges per commit,
+per Redis call, per loop turn), and flat out on a 2-core machine the standalone hub runs
+about twice a 3-hub cluster's rate, so the flat-out ratio mixes the hub count with the
+batch size. ``--same-rate`` adds, after each flat-out cluster row, a standalone hub
+paced at the rate that row reached: its ``cluster`` figure is the cluster's CPU per
+merge over a single hub's doing the same merges at the same rate (it skips the SIGKILL
+runs). ``--spread-owners`` sends room r's first merge to hub r % hubs, which then owns
+it (7/7/6 with 3 hubs) instead of first come, first served (usually one hub for most).
+
 Then (with 3 hubs) the owner of one room is SIGKILLed during the load: failover is the
 longest time without an acknowledgement in that room, and ``lost`` counts acknowledged
 merges missing from PostgreSQL afterwards (must be 0).
 
     PYTHONPATH=. python benchmarks/cluster.py [--seconds 5] [--rooms 20] [--agents 200]
         [--hubs 0,1,2,3] [--kind replica|wire] [--rate 0] [--failovers 1] [--no-failover]
-        [--logs DIR] [--pin-hubs] [--redis-server redis-server] [--postgres DSN]
+        [--same-rate] [--spread-owners] [--logs DIR] [--pin-hubs]
+        [--redis-server redis-server] [--postgres DSN]
 
 ``--kind wire`` runs protocol-level agents instead of ``sync.connect`` replicas: each
 speaks the codec (merge requests out, replies in; the fork base is its last reply's
@@ -292,6 +302,29 @@ async def run_load(
     tag: str = "",
     kind: str = "replica",
     rate: float = 0.0,
+    spread: bool = False,
+) -> dict[str, Any]:
+    claims = contextlib.AsyncExitStack()
+    if spread and len(hubs) > 1:  # room r's first merge on hub r % hubs: its owner
+        for r in range(rooms):
+            merge = await wire_agent(hubs[r % len(hubs)].url(f"{ROOMS}/r{r}"), "claim", claims)
+            await merge(f"{tag}claim", 1)
+    try:
+        return await _run_load(servers, hubs, rooms, agents, seconds, kill, tag, kind, rate)
+    finally:
+        await claims.aclose()
+
+
+async def _run_load(
+    servers: Servers,
+    hubs: list[HubProc],
+    rooms: int,
+    agents: int,
+    seconds: float,
+    kill: HubProc | None,
+    tag: str,
+    kind: str,
+    rate: float,
 ) -> dict[str, Any]:
     acked: dict[tuple[str, str, int], float] = {}
     latencies: list[float] = []
@@ -471,6 +504,16 @@ async def main() -> None:
     parser.add_argument(
         "--profile", type=Path, help="run the hubs under cProfile, writing hub-*.prof here"
     )
+    parser.add_argument(
+        "--spread-owners",
+        action="store_true",
+        help="room r's first merge goes to hub r %% hubs, which then owns it (7/7/6)",
+    )
+    parser.add_argument(
+        "--same-rate",
+        action="store_true",
+        help="after each flat-out cluster row, a standalone hub paced at its rate",
+    )
     parser.add_argument("--no-failover", action="store_true", help="skip the SIGKILL runs")
     parser.add_argument(
         "--failovers",
@@ -515,7 +558,9 @@ async def main() -> None:
             alone = count == 0
             kills = (
                 args.failovers
-                if count >= 2 and not args.no_failover and args.kind == "replica"
+                if count >= 2
+                and not (args.no_failover or args.same_rate)
+                and args.kind == "replica"
                 else 0
             )
             for attempt in range(max(1, kills)):
@@ -543,6 +588,7 @@ async def main() -> None:
                         args.seconds,
                         kind=args.kind,
                         rate=args.rate,
+                        spread=args.spread_owners,
                     )
                     if alone:
                         standalone_us = row["cpu_us"]
@@ -556,6 +602,10 @@ async def main() -> None:
                         + (f" refused {row['refused']}" if row["refused"] else ""),
                         flush=True,
                     )
+                    if args.same_rate and not alone and not args.rate:
+                        for hub in hubs:
+                            hub.stop()
+                        await same_rate_row(servers, workdir, args, row, f"{count}-{attempt}")
                     if kills:
                         gap, lost = await failover(servers, hubs, args, row)
                         failovers.setdefault(count, []).append(gap)
@@ -573,6 +623,32 @@ async def main() -> None:
             f"failover with {count} hubs over {len(gaps)} runs: median "
             f"{statistics.median(gaps):.2f} s, worst {max(gaps):.2f} s"
         )
+
+
+async def same_rate_row(
+    servers: Servers, workdir: Path, args: argparse.Namespace, row: dict[str, Any], name: str
+) -> None:
+    """A standalone hub paced at the merge rate ``row`` (a flat-out cluster row) reached.
+
+    A hub's CPU per merge falls as its batches grow with the rate, so a standalone hub
+    flat out (about twice a 3-hub cluster's rate on a 2-core machine) is not the same
+    work: this row is the standalone hub doing the cluster's merges at the cluster's
+    rate, and its ratio compares like with like.
+    """
+    hub = HubProc(servers, workdir, f"same-{name}", None, "WARNING", True, args.loop)
+    try:
+        alone = await run_load(
+            servers, [hub], args.rooms, args.agents, args.seconds, kind=args.kind,
+            rate=row["rate"],
+        )  # fmt: skip
+    finally:
+        hub.stop()
+    print(
+        f"|   standalone paced at that rate | {alone['rate']:.0f} | {alone['p50']:.1f} | "
+        f"{alone['p99']:.1f} | - | - | {alone['cpu_us']:.0f} | "
+        f"cluster {row['cpu_us'] / alone['cpu_us']:.2f} | - | - | - |",
+        flush=True,
+    )
 
 
 async def failover(
