@@ -539,6 +539,8 @@ async def main() -> None:
         or "host=127.0.0.1 user=postgres dbname=postgres",
     )
     args = parser.parse_args()
+    if args.same_rate and args.rate:
+        parser.error("--same-rate follows flat-out rows: leave --rate at 0")
     conninfo_to_dict(args.postgres)  # fail early on a bad DSN
     pace = f"paced at {args.rate:.0f} merges/s" if args.rate else "flat out"
     print(f"{args.rooms} rooms, {args.agents} {args.kind} agents, {args.seconds} s {pace} per row")
