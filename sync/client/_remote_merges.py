@@ -96,6 +96,9 @@ class RemoteMerges(Generic[ModelT]):
             [op.path for op in ops], online=self._link.ws is not None, queued=self.pending
         )
         if self._link.ws is None:
+            # queued: let the loop run once, or a caller merging in a loop with nothing
+            # else awaited would starve the link's reconnection until it stopped
+            await asyncio.sleep(0)
             return _pending_result(merge)
         future: asyncio.Future[MergeResult] = asyncio.get_running_loop().create_future()
         self._waiting[merge.order] = (future, merge)

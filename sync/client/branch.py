@@ -260,8 +260,9 @@ class RemoteBranch(MergeOnExit, Generic[ModelT]):
     ) -> MergeResult:
         """Send the branch to the hub; see :meth:`RemoteState.acommit` for the outcome.
 
-        While offline this returns at once with ``MergeResult.pending`` true; the merge
-        is sent on reconnect.
+        While offline this returns at once (after letting the event loop run once, so
+        the connection can come back under an agent that merges in a loop) with
+        ``MergeResult.pending`` true; the merge is sent on reconnect.
         """
         if self._status == "merged" and self._result is not None:
             return self._result

@@ -281,3 +281,32 @@ async def _set(remote: RemoteState, key: str, value: object) -> MergeResult:
     branch = remote.fork()
     branch[key] = value
     return await branch.amerge()
+
+
+async def test_an_agent_merging_in_a_tight_loop_reconnects_meanwhile(tmp_path: Path) -> None:
+    """Found trying a failover as a user: offline, ``amerge`` returned without yielding,
+    so an agent merging in a loop with nothing else awaited starved its own reconnection
+    (it came back only once the agent stopped). Each queued merge now lets the loop run.
+    """
+    db = tmp_path / "hub.db"
+    a, b = RestartableHub(db), RestartableHub(db)
+    await a.start()
+    async with sync.connect(
+        [a.url("room"), b.url("room")], agent="x", reconnect=FAST, timeout=5
+    ) as remote:
+        await a.stop()
+        await eventually(lambda: not remote.connected)
+        await b.start()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        merges, online = 0, False
+        while not online and loop.time() < deadline:  # nothing awaited but the merge
+            merges += 1
+            branch = remote.fork()
+            branch[f"k{merges}"] = merges
+            online = not (await branch.amerge()).pending
+        assert online, f"still offline after {merges} merges in 10 s"
+        await remote.wait_idle(30)
+        state = await b.state("room")
+        assert {key: state[key] for key in state} == {f"k{i}": i for i in range(1, merges + 1)}
+        assert remote.failed == [] and remote.conflicted == []
