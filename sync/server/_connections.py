@@ -29,7 +29,7 @@ from sync.server._merge import DOCUMENT_TOO_LARGE, refused_reply
 from sync.server._merge_limits import limits_refusal, too_large_reply
 from sync.server._room import Room, Session
 from sync.server._rooms import RoomRegistry
-from sync.server._sending import close_later, pump
+from sync.server._sending import close_later, close_reading, pump
 from sync.server.limits import Limits
 from sync.server.peer import (
     READ_ONLY,
@@ -139,12 +139,20 @@ class HubConnections:
             if exc.permission_denied:
                 with contextlib.suppress(ConnectionClosed):
                     await ws.send(p.encode_permission_denied(exc.reason))
-            await ws.close(exc.close_code, exc.reason)
+            await self._give_up(ws, exc.close_code, exc.reason)
         except ConnectionClosed:
             pass
+        except ConnectionError as exc:  # a server behind the hub did not answer: transient
+            log.warning(
+                "room %s: cannot serve %s now (%s), closing with 1013 (try again later)",
+                name,
+                peer_address(ws),
+                exc,
+            )
+            await self._give_up(ws, _TRY_AGAIN_LATER, "try again later")
         except Exception:
             log.exception("internal error on connection %s", peer_address(ws))
-            await ws.close(CloseCode.INTERNAL_ERROR, "internal error")
+            await self._give_up(ws, CloseCode.INTERNAL_ERROR, "internal error")
         finally:
             if isinstance(ws, InlineConnection):
                 ws.message_sink = None
@@ -168,6 +176,14 @@ class HubConnections:
                 writer.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await writer
+
+    @staticmethod
+    async def _give_up(ws: ServerConnection, code: int, reason: str) -> None:
+        """Close a connection its handler gave up on; what it still sends is not handled."""
+        if isinstance(ws, InlineConnection):
+            ws.message_sink = None
+        with contextlib.suppress(ConnectionClosed):
+            await close_reading(ws, code, reason)
 
     async def _on_event(
         self, room: Room, session: Session, event: PeerEvent

@@ -3,19 +3,21 @@
 :func:`pump` sends the frames a session's outbox holds, in order, waiting for
 the client to read; :func:`close_later` closes a connection from synchronous
 code and cuts it off when the client does not answer the close handshake
-within a grace period (a client that does not read never answers).
+within a grace period (a client that does not read never answers);
+:func:`close_reading` closes one from its handler, reading what is still on its way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from sync.server._room import Session
 
-__all__ = ["close_later", "pump"]
+__all__ = ["close_later", "close_reading", "pump"]
 
 _closing: set[asyncio.Task[None]] = set()
 
@@ -36,6 +38,21 @@ async def _close_within(ws: ServerConnection, code: int, reason: str, grace: flo
             await ws.close(code, reason)
     except TimeoutError:
         ws.transport.abort()
+
+
+async def close_reading(ws: ServerConnection, code: int, reason: str) -> None:
+    """Close ``ws`` from its handler, reading and dropping what the client sent meanwhile.
+
+    A client may have sent more messages than the connection queues (``max_queue``)
+    before a handler that gave up stopped reading: the transport then reads no more, and
+    the client's answer to the close frame waits behind them until the close times out
+    (``close_timeout``, 10 s, on both sides). Read, the handshake ends at once.
+    """
+    closer = asyncio.ensure_future(ws.close(code, reason))
+    with contextlib.suppress(ConnectionClosed):
+        while not closer.done():
+            await ws.recv()
+    await closer
 
 
 async def pump(ws: ServerConnection, session: Session) -> None:

@@ -43,7 +43,8 @@ class Writes:
         self._last_in: dict[tuple[str, int], str] = {}
         """(room, session id) -> the ``in`` id of the session's newest write appended there."""
         self._broken: set[tuple[str, int]] = set()
-        """(room, session id) of sessions closed because a local write may be lost."""
+        """(room, session id) of sessions closed because a write may be lost (a local one
+        whose owner stopped, or one Redis did not take): their later writes are dropped."""
         self._in_commands = InCommands(node.hub_id)
 
     async def forward_update(self, room: Room, session: Session, update: bytes) -> None:
@@ -99,6 +100,9 @@ class Writes:
         try:
             self._last_in[key] = await self.node.outbox.append_packed(command)
         except ClusterUnavailable as exc:
+            if key in self._broken:  # its other writes in flight failed alike: closed once
+                return
+            self._broken.add(key)  # later writes must not overtake this one: dropped too
             log.info("room %r: cannot forward a write (%s), closing its session", room.name, exc)
             self.node.close_session(session, TRY_AGAIN_LATER, "cluster unavailable")
 
