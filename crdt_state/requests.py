@@ -48,7 +48,6 @@ thousands of named tuples was most of a long chain's cost)."""
 class _Done(NamedTuple):
     token: VersionVector
     paths: tuple[Path, ...]
-    clean: bool
 
 
 class RequestMemory:
@@ -68,7 +67,7 @@ class RequestMemory:
         self, key: RequestKey, token: VersionVector, paths: tuple[Path, ...], clean: bool = True
     ) -> None:
         """Record that ``key`` was applied, giving ``token`` and writing ``paths``."""
-        self._done[key] = _Done(token, paths, clean)
+        self._done[key] = _Done(token, paths)
         self._done.move_to_end(key)
         if clean:
             self._clean.add(key)
