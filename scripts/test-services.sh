@@ -7,8 +7,9 @@
 #
 # A server named by one of these variables is only checked. For a variable left unset, the
 # machine's server is used, and where it is missing or stopped this script installs it with
-# apt-get (redis-server, postgresql) and starts it. redis-server is installed in every case:
-# the tests start private instances of it. Idempotent and quiet: one line on stderr per
+# apt-get (redis-server, postgresql) and starts it. redis-server and PostgreSQL's server
+# binaries are installed in every case: the tests start private instances of both
+# (CRDT_STATE_TEST_POSTGRES_BIN names another directory holding initdb and postgres). Idempotent and quiet: one line on stderr per
 # action taken, nothing when all is already running.
 #
 # Stdout carries `export NAME=VALUE` lines for the variables the caller must set (only when
@@ -139,5 +140,17 @@ ensure_postgres() {
 
 python3 -c "import redis, psycopg" 2>/dev/null ||
     die "the cluster extra is not installed: pip install -e '.[dev]'"
+ensure_postgres_binaries() {  # tests/cluster/postgres_server.py runs private servers
+    if [ -n "${CRDT_STATE_TEST_POSTGRES_BIN:-}" ]; then
+        [ -x "$CRDT_STATE_TEST_POSTGRES_BIN/initdb" ] ||
+            die "CRDT_STATE_TEST_POSTGRES_BIN=$CRDT_STATE_TEST_POSTGRES_BIN has no initdb"
+        return
+    fi
+    compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null && return
+    command -v initdb >/dev/null && return
+    apt_install postgresql
+}
+
 ensure_redis
 ensure_postgres
+ensure_postgres_binaries

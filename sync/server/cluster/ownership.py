@@ -24,7 +24,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, OperationalError
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
@@ -148,8 +148,14 @@ async def try_acquire(
             on_busy(left)
         return None
     try:
-        async with pool.connection() as conn:
+        # the claim is worth nothing once the fresh lease ran out: wait no longer for a
+        # connection (the pool's own timeout, 5 s, held a restarting PostgreSQL's rooms)
+        async with pool.connection(timeout=ttl) as conn:
             fence = await claim_fence(conn, room, lease.token)
+    except OperationalError as exc:  # no connection to be had (PoolTimeout is one)
+        with contextlib.suppress(Exception):
+            await lease.release()
+        raise ClusterUnavailable("postgres", f"postgres did not answer: {exc}") from exc
     except BaseException:
         with contextlib.suppress(Exception):
             await lease.release()

@@ -236,8 +236,19 @@ class PostgresRoomStorage:
             log.info("shared writer: %d batches in %d rounds (%d run again)", *counts)
 
     async def open_replica(self, room: str) -> SharedState:
-        """Load the room's stored snapshot and changes into a follower replica."""
-        stored = await asyncio.to_thread(load_stored, self.dsn, room)
+        """Load the room's stored snapshot and changes into a follower replica.
+
+        Raises:
+            ClusterUnavailable: PostgreSQL did not answer (transient: the connection that
+                opens the room is closed with 1013 and its client comes back).
+            StorageError: the stored room cannot be read (damaged, newer tables).
+        """
+        try:
+            stored = await asyncio.to_thread(load_stored, self.dsn, room)
+        except StorageError as exc:
+            if exc.details.get("reason") != "unavailable":
+                raise
+            raise ClusterUnavailable("postgres", f"postgres did not answer: {exc}") from exc
         replica = SharedState(follower=True)
         if stored is not None:
             if stored.snapshot:
