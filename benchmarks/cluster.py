@@ -76,6 +76,7 @@ from typing import Any
 
 import psycopg
 from _procs import cpu_seconds, pin, thread_cpu
+from _reference import reference_us
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from websockets.asyncio.client import connect as ws_connect
@@ -543,6 +544,7 @@ async def main() -> None:
         parser.error("--same-rate follows flat-out rows: leave --rate at 0")
     conninfo_to_dict(args.postgres)  # fail early on a bad DSN
     pace = f"paced at {args.rate:.0f} merges/s" if args.rate else "flat out"
+    reference = reference_us()
     print(f"{args.rooms} rooms, {args.agents} {args.kind} agents, {args.seconds} s {pace} per row")
     print(
         "| hubs | merges/s | p50 ms | p99 ms | visible p50 ms | visible p99 ms "
@@ -620,6 +622,10 @@ async def main() -> None:
                     for hub in hubs:
                         hub.stop()
                     servers.close()
+    print(
+        f"machine reference (benchmarks/_reference.py, CPU us a step, before / after the "
+        f"runs): {reference:.1f} / {reference_us():.1f}"
+    )
     for count, gaps in failovers.items():
         print(
             f"failover with {count} hubs over {len(gaps)} runs: median "

@@ -21,9 +21,8 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from cluster_servers import RedisServer
+from outages import close_of_new_room
 from postgres_server import PostgresServer
-from websockets.asyncio.client import connect as ws_connect
-from websockets.exceptions import ConnectionClosed
 
 import sync
 from crdt_state import Retry
@@ -62,11 +61,8 @@ async def test_a_room_opened_while_postgres_is_down_is_try_again_later(
     _, b = pg_hubs
     await asyncio.to_thread(private_postgres.crash)
     caplog.set_level(logging.INFO)
-    async with ws_connect(b.url("never-opened"), compression=None) as ws:
-        with pytest.raises(ConnectionClosed):
-            while True:
-                await asyncio.wait_for(ws.recv(), 10)
-    assert ws.close_code == 1013, (ws.close_code, ws.close_reason)
+    code, reason = await close_of_new_room(b.url("never-opened"))
+    assert code == 1013, (code, reason)
     assert "internal error" not in caplog.text
     assert "postgres did not answer" in caplog.text and "closing with 1013" in caplog.text
 
