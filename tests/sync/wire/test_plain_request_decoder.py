@@ -172,7 +172,7 @@ def _outcome(decode: object, data: object) -> tuple[str, object]:
         return "error", (exc.code, str(exc), exc.close_code)
 
 
-@settings(max_examples=3000)
+@settings(max_examples=1000)  # ~7 s; 3,000 took ~21 s of the suite
 @given(inputs)
 @example(b"d\x00\x01\x02a1\x01\x00\x00")  # no change-set bytes at all
 @example(b"d\x00\x01\x00\x01\x00\x02[]")
