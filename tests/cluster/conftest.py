@@ -2,6 +2,8 @@
 
 - ``private_redis``: a ``redis-server`` of the test's own on a free port (for tests that
   kill, pause or restart Redis), stopped and waited for at teardown;
+- ``private_postgres``: a PostgreSQL server of the test's own (``postgres_server.py``),
+  for tests that crash and restart it; stopped and its files deleted at teardown;
 - ``redis_url``: the machine's Redis (``CRDT_STATE_TEST_REDIS`` or 127.0.0.1:6379);
 - ``postgres_dsn``: a throwaway database per test module, created on the server of
   ``CRDT_STATE_TEST_POSTGRES`` (default ``host=127.0.0.1 user=postgres dbname=postgres``)
@@ -24,6 +26,7 @@ import pytest
 import redis as redis_sync
 from cluster_servers import RedisServer
 from cluster_servers import redis_url as machine_redis_url
+from postgres_server import PostgresServer
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
@@ -41,6 +44,17 @@ def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[PostgresServer]:
+    """A private PostgreSQL server for this test only (for tests that crash it)."""
+    server = PostgresServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.remove()
 
 
 @pytest.fixture(scope="session")
