@@ -56,15 +56,28 @@ class PostgresServer(ServerProcess):
         super().__init__()
         self.bin = postgres_bin()
         self.port = free_port()
-        self.dir = Path(tempfile.mkdtemp(prefix="crdt-state-pg-"))  # not under a 0700 parent
-        self.data = self.dir / "data"
         self.user: str | None = None
+        where: str | None = None
         if os.geteuid() == 0:  # postgres will not run as root
             self.user = "postgres"
-            entry = pwd.getpwnam(self.user)
-            os.chown(self.dir, entry.pw_uid, entry.pw_gid)
-        initdb = [str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust"]
-        self._run([*initdb, "-U", "postgres", "--no-sync", "-E", "UTF8"])
+            where = "/tmp"  # the postgres user must reach it: not under root's own TMPDIR
+        self.dir = Path(tempfile.mkdtemp(prefix="crdt-state-pg-", dir=where))
+        self.data = self.dir / "data"
+        try:
+            if self.user is not None:
+                try:
+                    entry = pwd.getpwnam(self.user)
+                except KeyError:
+                    raise RuntimeError(
+                        "running as root, the private PostgreSQL needs the OS user "
+                        "'postgres' (Debian's postgresql package creates it)"
+                    ) from None
+                os.chown(self.dir, entry.pw_uid, entry.pw_gid)
+            initdb = [str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust"]
+            self._run([*initdb, "-U", "postgres", "--no-sync", "-E", "UTF8"])
+        except BaseException:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
 
     @property
     def dsn(self) -> str:
