@@ -25,8 +25,10 @@ from sync.server.cluster import room_key
 __all__ = [
     "COUNTER",
     "Burst",
+    "assert_counted_once",
     "final_counter",
     "owner_of",
+    "report",
     "run_burst",
     "stored_counter",
     "wait_for_owner",
@@ -140,3 +142,22 @@ def stored_counter(dsn: str, room: str) -> object:
     for change in stored.changes:
         state.apply_update(change.update)
     return state.get("calls")
+
+
+def report(what: str, burst: Burst, at: float) -> None:
+    """Print what the burst went through: merges, and the longest gap after ``at``."""
+    print(
+        f"{what}: {burst.acked} merges acknowledged, {burst.queued} queued; longest time "
+        f"without an acknowledgement: {burst.longest_gap(at):.2f} s"
+    )
+
+
+async def assert_counted_once(
+    burst: Burst, hubs: list[HubProcess], dsn: str, room: str, *, continued_after: float
+) -> None:
+    """Every merge made is in the counter exactly once, through each of ``hubs`` and in
+    PostgreSQL; and merges were acknowledged again 3 s after ``continued_after``."""
+    assert any(t > continued_after + 3 for t in burst.ack_times), "merges did not continue"
+    for hub in hubs:
+        assert await final_counter(hub, room) == burst.merges, hub.name
+    assert await asyncio.to_thread(stored_counter, dsn, room) == burst.merges
