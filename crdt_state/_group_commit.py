@@ -78,7 +78,7 @@ class GroupCommit(Generic[T]):
         """
         with self._lock:
             if self.failed is not None:
-                raise self._failure("the state file failed earlier; this change is not stored")
+                raise self._failure("the store failed earlier; this change is not stored")
             if self._closing:
                 raise StorageError(
                     "the durable state is closed; this change is not stored (reopen the file)",
@@ -151,10 +151,18 @@ class GroupCommit(Generic[T]):
         """The error of a change never stored (the original error chained).
 
         Its ``details`` are the failure's (its ``"reason"``...), with ``"file"`` and
-        ``"cause"`` (the failure's message).
+        ``"cause"`` (the failure's message). After a failed write its message also
+        names the cause (its first line) and what to do: the store takes no more
+        writes, and the state opened again loads what was stored.
         """
         failed = self.failed.details if self.failed is not None else {}
         cause = self.failed.message if self.failed is not None else "closed"
+        if self.failed is not None:
+            first = cause.strip().splitlines()[0] if cause.strip() else "unknown"
+            message = (
+                f"{message} ({first}); this store takes no more writes: open the state "
+                "again, it loads what was stored"
+            )
         error = StorageError(message, details={**failed, "file": self.file, "cause": cause})
         if self.failed is not None:  # chain the original error (a disk's, a hook's)
             error.__cause__ = self.failed.__cause__ or self.failed

@@ -97,8 +97,12 @@ def test_a_failed_write_fails_its_queue_only() -> None:
     with pytest.raises(StorageError) as failure:
         bq.flush()
     assert isinstance(failure.value.__cause__, OSError)
-    with pytest.raises(StorageError, match="failed earlier"):
+    # the message says why and what to do, not only the details
+    assert "broken: disk full" in str(failure.value), failure.value
+    assert "takes no more writes: open the state again" in str(failure.value)
+    with pytest.raises(StorageError, match="failed earlier") as later:
         bq.enqueue(6)  # every later write of that queue fails
+    assert "broken: disk full" in str(later.value) and later.value.details["cause"]
     bq.on_durable(5, errors.append)
     assert len(errors) == 1 and isinstance(errors[0], StorageError)
     for n in range(6, 40):  # the other queue goes on
