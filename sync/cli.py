@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import gc
 import logging
 import os
@@ -311,6 +312,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(mint_token(secret, args.room, args.role, args.ttl))
         return 0
     args.secret = _hub_secret(parser, args)
+    # a crash of the interpreter (a segfault in an extension) leaves every thread's
+    # Python stack on stderr, not a silent exit
+    faulthandler.enable(all_threads=True)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
     if (args.redis is None) != (args.postgres is None):
         print("crdt-state hub: --redis and --postgres go together", file=sys.stderr)

@@ -26,7 +26,8 @@ _LAUNCH = (
     "from sync.cli import main\n"
     "sys.exit(main(sys.argv[1:]))\n"
 )
-"""``python -m sync.cli`` that dumps every thread's stack to its log on SIGUSR1."""
+"""``python -m sync.cli`` that dumps every thread's stack to its log on SIGUSR1 (and, as
+every hub, on a crash of the interpreter: ``sync.cli`` enables ``faulthandler``)."""
 
 
 def port_open(port: int) -> bool:

@@ -164,3 +164,24 @@ async def test_pending_merges_survive_a_client_restart(tmp_path: Path) -> None:
     finally:
         hub.kill()
         hub.wait()
+
+
+async def test_a_crashed_hub_leaves_every_threads_stack(tmp_path: Path) -> None:
+    """A segfault (here sent; in life an extension's) leaves the Python stacks on stderr,
+    not a silent exit: ``crdt-state hub`` enables ``faulthandler``. Seen once under test: a
+    hub process of a cluster died of SIGSEGV inside the interpreter, its log ending
+    mid-sentence with nothing to say where."""
+    port = free_port()
+    hub = start_hub(port, tmp_path / "db")
+    try:
+        await wait_listening(port)
+        hub.send_signal(signal.SIGSEGV)
+        out, _ = await asyncio.to_thread(hub.communicate, timeout=20)
+    finally:
+        if hub.poll() is None:
+            hub.kill()
+            hub.wait(10)
+    assert hub.returncode == -signal.SIGSEGV
+    text = out.decode(errors="replace")
+    assert "Fatal Python error: Segmentation fault" in text, text[-2000:]
+    assert "most recent call first" in text and "event_loop.py" in text, text[-2000:]
