@@ -155,17 +155,16 @@ class GroupCommit(Generic[T]):
         names the cause (its first line) and what to do: the store takes no more
         writes, and the state opened again loads what was stored.
         """
-        failed = self.failed.details if self.failed is not None else {}
-        cause = self.failed.message if self.failed is not None else "closed"
-        if self.failed is not None:
-            first = cause.strip().splitlines()[0] if cause.strip() else "unknown"
-            message = (
-                f"{message} ({first}); this store takes no more writes: open the state "
-                "again, it loads what was stored"
-            )
-        error = StorageError(message, details={**failed, "file": self.file, "cause": cause})
-        if self.failed is not None:  # chain the original error (a disk's, a hook's)
-            error.__cause__ = self.failed.__cause__ or self.failed
+        failed = self.failed
+        if failed is None:  # closed, not failed
+            return StorageError(message, details={"file": self.file, "cause": "closed"})
+        lines = failed.message.strip().splitlines()
+        error = StorageError(
+            f"{message} ({lines[0] if lines else 'unknown'}); this store takes no more "
+            "writes: open the state again, it loads what was stored",
+            details={**failed.details, "file": self.file, "cause": failed.message},
+        )
+        error.__cause__ = failed.__cause__ or failed  # the original error (a disk's, a hook's)
         return error
 
     def last_ticket(self) -> int:

@@ -150,12 +150,7 @@ async def try_acquire(
     try:
         # the claim is worth nothing once the fresh lease ran out: wait no longer for a
         # connection (the pool's own timeout, 5 s, held a restarting PostgreSQL's rooms)
-        async with pool.connection(timeout=ttl) as conn:
-            fence = await claim_fence(conn, room, lease.token)
-    except OperationalError as exc:  # no connection to be had (PoolTimeout is one)
-        with contextlib.suppress(Exception):
-            await lease.release()
-        raise ClusterUnavailable("postgres", f"postgres did not answer: {exc}") from exc
+        fence = await _claim(pool, room, lease.token, wait=ttl)
     except BaseException:
         with contextlib.suppress(Exception):
             await lease.release()
@@ -168,6 +163,20 @@ async def try_acquire(
     keeper = LeaseKeeper(lease, acquired_at=started, on_lost=on_lost, clock=clock).start()
     log.info("room %r: owned by %s with fence %d", room, lease.token, fence.value)
     return Ownership(fence=fence, lease=lease, keeper=keeper, pool=pool)
+
+
+async def _claim(pool: Pool, room: str, token: str, *, wait: float) -> Fence:
+    """Claim ``room``'s next fence for ``token`` on a connection of ``pool``.
+
+    Raises:
+        ClusterUnavailable: no connection within ``wait`` seconds (a ``PoolTimeout``), or
+            PostgreSQL did not answer the claim.
+    """
+    try:
+        async with pool.connection(timeout=wait) as conn:
+            return await claim_fence(conn, room, token)
+    except OperationalError as exc:  # PoolTimeout is one
+        raise ClusterUnavailable("postgres", f"postgres did not answer: {exc}") from exc
 
 
 async def acquire(
