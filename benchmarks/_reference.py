@@ -16,7 +16,7 @@ import time
 
 from pycrdt import Doc, Map
 
-__all__ = ["reference_us"]
+__all__ = ["reference_line", "reference_us"]
 
 
 def _round(n: int) -> float:
@@ -39,6 +39,14 @@ def reference_us(n: int = 2_000, rounds: int = 5) -> float:
     """Median CPU µs of one step of the fixed workload over ``rounds`` rounds (~0.5 s)."""
     _round(200)  # warm up
     return statistics.median(_round(n) for _ in range(rounds))
+
+
+def reference_line(before: float) -> str:
+    """The line the benchmarks end with: ``before`` (taken before their runs) and now."""
+    return (
+        "machine reference (benchmarks/_reference.py, CPU us a step, before / after the "
+        f"runs): {before:.1f} / {reference_us():.1f}"
+    )
 
 
 if __name__ == "__main__":

@@ -76,7 +76,7 @@ from typing import Any
 
 import psycopg
 from _procs import cpu_seconds, pin, thread_cpu
-from _reference import reference_us
+from _reference import reference_line, reference_us
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from websockets.asyncio.client import connect as ws_connect
@@ -622,10 +622,7 @@ async def main() -> None:
                     for hub in hubs:
                         hub.stop()
                     servers.close()
-    print(
-        f"machine reference (benchmarks/_reference.py, CPU us a step, before / after the "
-        f"runs): {reference:.1f} / {reference_us():.1f}"
-    )
+    print(reference_line(reference))
     for count, gaps in failovers.items():
         print(
             f"failover with {count} hubs over {len(gaps)} runs: median "

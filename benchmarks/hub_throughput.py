@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from _procs import CLK_TCK, cpu_seconds, pin
-from _reference import reference_us
+from _reference import reference_line, reference_us
 from pycrdt import Doc, Map
 from websockets.asyncio.client import connect as ws_connect
 
@@ -163,10 +163,6 @@ HUB_LOOP: str | None = None
 #: the CPU every thread of the hub runs on (``None``: any, as the system schedules); see
 #: ``--pin-hub``
 HUB_CPU: int | None = None
-REFERENCE_LINE = (
-    "machine reference (benchmarks/_reference.py, CPU us a step, before / after the runs): "
-    "{before:.1f} / {after:.1f}"
-)
 HUB_GOAL_US = 150.0
 """Goal of hub CPU per acknowledged merge: 200 wire agents, 20 rooms, durable, flat out."""
 
@@ -795,7 +791,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         reference = reference_us()
         met = compare_setups(setups, args.pairs, args.seconds, args.rooms)
         print(f"\ndurable median <= {HUB_GOAL_US:.0f} us/merge: {', '.join(met) or 'none'}")
-        print(REFERENCE_LINE.format(before=reference, after=reference_us()))
+        print(reference_line(reference))
         return 0 if met else 1
 
     reference = reference_us()
@@ -874,7 +870,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             _print_relay(relay_rows)
 
-    print(REFERENCE_LINE.format(before=reference, after=reference_us()))
+    print(reference_line(reference))
     print("\nGoals")
     for name, ok, detail in goals:
         print(f"  {'PASS' if ok else 'FAIL'}  {name}: {detail}")

@@ -9,8 +9,9 @@
 # machine's server is used, and where it is missing or stopped this script installs it with
 # apt-get (redis-server, postgresql) and starts it. redis-server and PostgreSQL's server
 # binaries are installed in every case: the tests start private instances of both
-# (CRDT_STATE_TEST_POSTGRES_BIN names another directory holding initdb and postgres). Idempotent and quiet: one line on stderr per
-# action taken, nothing when all is already running.
+# (CRDT_STATE_TEST_POSTGRES_BIN names another directory holding initdb and postgres).
+# Idempotent and quiet: one line on stderr per action taken, nothing when all is already
+# running.
 #
 # Stdout carries `export NAME=VALUE` lines for the variables the caller must set (only when
 # the machine's PostgreSQL had to be reached another way than the default DSN). Use:
@@ -138,8 +139,6 @@ ensure_postgres() {
     die "PostgreSQL does not accept '$DEFAULT_POSTGRES'; set CRDT_STATE_TEST_POSTGRES"
 }
 
-python3 -c "import redis, psycopg" 2>/dev/null ||
-    die "the cluster extra is not installed: pip install -e '.[dev]'"
 ensure_postgres_binaries() {  # tests/cluster/postgres_server.py runs private servers
     if [ -n "${CRDT_STATE_TEST_POSTGRES_BIN:-}" ]; then
         [ -x "$CRDT_STATE_TEST_POSTGRES_BIN/initdb" ] ||
@@ -151,6 +150,8 @@ ensure_postgres_binaries() {  # tests/cluster/postgres_server.py runs private se
     apt_install postgresql
 }
 
+python3 -c "import redis, psycopg" 2>/dev/null ||
+    die "the cluster extra is not installed: pip install -e '.[dev]'"
 ensure_redis
 ensure_postgres
 ensure_postgres_binaries
