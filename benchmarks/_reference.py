@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from typing import Any
 
 from pycrdt import Doc, Map
 
@@ -20,7 +21,8 @@ __all__ = ["reference_line", "reference_us"]
 
 
 def _round(n: int) -> float:
-    source, replica = Doc(), Doc()
+    source: Doc[Any] = Doc()
+    replica: Doc[Any] = Doc()
     root = source.get("state", type=Map)
     replica.get("state", type=Map)
     began = time.process_time()

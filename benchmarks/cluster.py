@@ -459,10 +459,10 @@ async def _run_load(
     }
     if killed_at is not None:
         gaps = []
-        for times in ack_times.values():
-            after = [killed_at, *sorted(t for t in times if t > killed_at)]
+        for acks in ack_times.values():
+            since = [killed_at, *sorted(t for t in acks if t > killed_at)]
             gaps.append(
-                max(b - a for a, b in itertools.pairwise(after)) if len(after) > 1 else elapsed
+                max(b - a for a, b in itertools.pairwise(since)) if len(since) > 1 else elapsed
             )
         out["failover"] = max(gaps)
         out["gaps"] = sorted(gaps, reverse=True)

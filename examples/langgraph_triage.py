@@ -42,12 +42,19 @@ class Triage(BaseModel):
     log: list[str] = []
 
 
-state = SharedState(schema=Triage)
+shared_state = SharedState(schema=Triage)
 
 
 class TriageGraph(TypedDict):
-    shared: Annotated[dict[str, Any], shared_graph.SharedChannel(state)]
+    shared: Annotated[dict[str, Any], shared_graph.SharedChannel(shared_state)]
     ticket: str
+
+
+class WorkerJob(TypedDict):
+    """What ``fan_out`` sends each worker (LangGraph passes it as the node's state)."""
+
+    i: int
+    calls: int
 
 
 async def fake_llm(prompt: str) -> str:
@@ -56,22 +63,23 @@ async def fake_llm(prompt: str) -> str:
     return "angry" if "tone" in prompt else f"looked at {prompt.split()[-1]}"
 
 
-def plan(graph: TriageGraph) -> dict[str, Any]:
-    return {"shared": {"ticket": graph["ticket"], "log": ["planned"]}}
+# LangGraph's node protocol names the parameter ``state``: keep the name for type checkers
+def plan(state: TriageGraph) -> dict[str, Any]:
+    return {"shared": {"ticket": state["ticket"], "log": ["planned"]}}
 
 
-def fan_out(graph: TriageGraph) -> list[Send]:
-    calls = graph["shared"]["calls"]  # the count every worker starts from
+def fan_out(state: TriageGraph) -> list[Send]:
+    calls = state["shared"]["calls"]  # the count every worker starts from
     return [Send("worker", {"i": i, "calls": calls}) for i in range(WORKERS)]
 
 
-async def worker(job: dict[str, Any]) -> dict[str, Any]:
-    i = job["i"]
+async def worker(state: WorkerJob) -> dict[str, Any]:
+    i = state["i"]
     aspect = ASPECTS[i % len(ASPECTS)]
     answer = await fake_llm(f"assess the ticket for {aspect}")
     update: dict[str, Any] = {
         "findings": {f"worker-{i:02d}": answer},
-        "calls": job["calls"] + 1,  # one more call: concurrent increments add up
+        "calls": state["calls"] + 1,  # one more call: concurrent increments add up
         "log": [f"worker-{i:02d} done"],
     }
     if aspect == "tone":
@@ -92,9 +100,9 @@ def build_triage() -> Any:
 
 
 def build_escalation() -> Any:
-    async def escalate(graph: TriageGraph) -> dict[str, Any]:
+    async def escalate(state: TriageGraph) -> dict[str, Any]:
         await fake_llm("decide whether to escalate")
-        calls = graph["shared"]["calls"]
+        calls = state["shared"]["calls"]
         return {"shared": {"priority": 5, "calls": calls + 1, "log": ["escalated"]}}
 
     builder = StateGraph(TriageGraph)
@@ -110,7 +118,7 @@ def main() -> None:
     def on_merge(update: StateUpdate) -> None:
         conflicts.extend(update.conflicts)
 
-    state.subscribe(on_merge)
+    shared_state.subscribe(on_merge)
     escalation = threading.Thread(
         target=lambda: asyncio.run(build_escalation().ainvoke({"ticket": "T-42"}))
     )
@@ -118,7 +126,7 @@ def main() -> None:
     asyncio.run(build_triage().ainvoke({"ticket": "T-42"}))
     escalation.join()
 
-    final = state.model()
+    final = shared_state.model()
     assert isinstance(final, Triage)
     print(f"final state: ticket={final.ticket} sentiment={final.sentiment}")
     print(f"  priority={final.priority} calls={final.calls} findings={len(final.findings)}")
