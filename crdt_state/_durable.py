@@ -55,10 +55,16 @@ def open_store(make: Callable[..., S], store: StateStore, options: dict[str, Any
         options: the constructor's keyword arguments.
 
     Raises:
-        StorageError: the stored data is damaged, or ``client_id`` is unsafe.
+        StorageError: the stored data is damaged, ``client_id`` is unsafe, or a
+            ``read_only`` store holds nothing yet (``details["reason"]`` ``"missing"``).
     """
     try:
         stored = store.load()
+        if stored is None and getattr(store, "read_only", False):
+            raise StorageError(
+                "nothing is stored here yet (a read-only store cannot create the state)",
+                details={"store": store.name, "reason": "missing"},
+            )
         if stored is None:
             state = make(**options)
             store.create(*initial(state._core))

@@ -152,7 +152,8 @@ class SharedState(StateReads[ModelT], StateExchange):
                 ``client_id``, ``initialize``).
 
         Raises:
-            StorageError: the stored data is damaged, or ``client_id`` is unsafe.
+            StorageError: the stored data is damaged, ``client_id`` is unsafe, or a
+                ``read_only`` store holds nothing yet (``details["reason"]`` ``"missing"``).
         """
         state = _durable.open_store(cls, store, {**options, "schema": schema})
         store.on_epoch_due(state._start_epoch)  # kept weakly by the store

@@ -33,8 +33,8 @@ def preload(dsn: str, key: str, **options: Any) -> SharedState:
     ``options`` as :func:`~crdt_state.postgres.open_postgres` (``read_only`` is implied).
 
     Raises:
-        StorageError: as ``open_postgres``; ``ReadOnlyStore`` when ``key`` was never stored
-            (there is nothing to load ahead).
+        StorageError: as ``open_postgres``; with ``details["reason"]`` ``"missing"`` when
+            ``key`` was never stored (there is nothing to load ahead).
     """
     state = open_postgres(dsn, key, **{**options, "read_only": True})
     try:

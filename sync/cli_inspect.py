@@ -1,8 +1,9 @@
-"""The ``crdt-state inspect`` subcommand: look into a durable state file.
+"""The ``crdt-state inspect`` subcommand: look into a durable state file or a stored room.
 
-``crdt-state inspect FILE ACTION`` (a file made by ``SharedState.open``) or
-``crdt-state inspect --db DIR ROOM ACTION`` (a room of a hub's ``--db`` directory), with
-ACTION one of::
+``crdt-state inspect FILE ACTION`` (a file made by ``SharedState.open``),
+``crdt-state inspect --db DIR ROOM ACTION`` (a room of a hub's ``--db`` directory) or
+``crdt-state inspect --postgres DSN ROOM ACTION`` (a room of a hub cluster, or a state of
+``open_postgres``, stored in PostgreSQL), with ACTION one of::
 
     show [PATH]                                   the content (or one path), as JSON
     history [--path P] [--agent A] [--since S]    the recorded changes, oldest first
@@ -16,9 +17,11 @@ local time: ``rich`` tables when stdout is a terminal, plain aligned text when i
 (:mod:`sync.cli_views`). A long ``export`` shows a progress bar on stderr when stderr is a
 terminal. ``--since`` takes ``30s``/``10m``/``2h``/``1d`` ago, a unix time, or an ISO
 date-time (local when it has no zone). The file is opened with
-``SharedState.open(..., read_only=True)``: no lock, never written to, and readable while a
+``SharedState.open(..., read_only=True)`` (a PostgreSQL room with
+``open_postgres(..., read_only=True)``): no lock, never written to, and readable while a
 running hub holds it (it shows what the hub has committed). Exit status: 0, or 2 with the
-reason and the error's code on stderr (missing file, not a state file, bad path or token).
+reason and the error's code on stderr (missing file or room, not a state file, a server
+that does not answer, bad path or token).
 """
 
 from __future__ import annotations
@@ -52,8 +55,16 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 def add_parser(sub: Any) -> None:
     """Add the ``inspect`` subcommand to the ``crdt-state`` argument parser."""
     inspect = sub.add_parser("inspect", help="look into a durable state file or a hub room")
-    inspect.add_argument("target", help="the state file (or, with --db, the room name)")
-    inspect.add_argument("--db", help="a hub's --db directory: TARGET is then a room name")
+    inspect.add_argument(
+        "target", help="the state file (or, with --db or --postgres, the room name)"
+    )
+    where = inspect.add_mutually_exclusive_group()
+    where.add_argument("--db", help="a hub's --db directory: TARGET is then a room name")
+    where.add_argument(
+        "--postgres",
+        metavar="DSN",
+        help="a cluster's PostgreSQL (as the hubs' --postgres): TARGET is then a room name",
+    )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="machine-readable output")
     actions = inspect.add_subparsers(dest="action", required=True)
@@ -118,6 +129,8 @@ def _dotted(path: Sequence[Any]) -> str:
 
 
 def _open(args: argparse.Namespace) -> SharedState:
+    if args.postgres:
+        return _open_postgres(args.postgres, args.target)
     file = room_file(Path(args.db), args.target) if args.db else Path(args.target)
     if not file.is_file():
         raise _Fail(f"no state file at {file}")
@@ -127,6 +140,19 @@ def _open(args: argparse.Namespace) -> SharedState:
         reason = exc.details.get("reason")
         code = f"{exc.code}: {reason}" if reason else exc.code
         raise _Fail(f"cannot read {file}: {exc.message} [{code}]") from exc
+
+
+def _open_postgres(dsn: str, room: str) -> SharedState:
+    try:
+        from crdt_state.postgres import open_postgres
+    except ImportError as exc:
+        raise _Fail(str(exc)) from exc
+    try:  # no lock, no write: the room's owner hub keeps judging meanwhile
+        return open_postgres(dsn, room, compact_document=False, read_only=True)
+    except CrdtStateError as exc:
+        reason = exc.details.get("reason")
+        code = f"{exc.code}: {reason}" if reason else exc.code
+        raise _Fail(f"cannot read room {room!r}: {exc.message} [{code}]") from exc
 
 
 class _Fail(Exception):

@@ -190,6 +190,25 @@ def test_a_second_writer_is_refused_while_readers_load(throwaway_postgres: str) 
     again.close()
 
 
+def test_a_read_only_open_of_a_key_never_stored_says_so_and_creates_nothing(
+    throwaway_postgres: str,
+) -> None:
+    key = fresh_key()
+    with pytest.raises(StorageError) as info:
+        open_postgres(throwaway_postgres, key, read_only=True)
+    error = info.value
+    assert error.details["reason"] == "missing", error
+    assert "nothing is stored here yet" in error.message
+    assert error.details["store"].endswith(f"#{key}")
+    assert load_stored(throwaway_postgres, key) is None  # still nothing under the key
+    written = open_postgres(throwaway_postgres, key)  # a writer may create it as before
+    written.commit({"a": 1}, written.token, "ann")
+    written.close()
+    reader = open_postgres(throwaway_postgres, key, read_only=True)
+    assert reader.snapshot() == {"a": 1}
+    reader.close()
+
+
 def test_a_server_that_does_not_answer_is_a_storage_error_without_the_password() -> None:
     dsn = "host=127.0.0.1 port=1 user=someone password=s3cret-word dbname=rooms"
     with pytest.raises(StorageError) as info:
