@@ -19,6 +19,7 @@ every later update, since they land when it brings their dependencies.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from pycrdt import Array, Doc, Map, get_update
@@ -28,12 +29,14 @@ from ._core import StateCore
 from ._events import collect_writes, join_updates, mirror_writes, root_most, written_depth
 from ._update_scan import depth_bound
 from .conflicts import MergeResult, WriteKind
-from .errors import InvalidUpdate, UnsupportedValue, translate_failures
+from .errors import INTERRUPTS, InvalidUpdate, UnsupportedValue, translate_failures
 from .paths import Path
 from .values import MAX_DEPTH, MISSING
 from .version import VersionVector
 
 __all__ = ["apply_update", "update_depth"]
+
+log = logging.getLogger("crdt_state.replication")
 
 
 def _refused(exc: BaseException, data: bytes) -> InvalidUpdate:
@@ -68,12 +71,14 @@ def apply_update(
         core.shared = True
         before = core.log.head_token
         changed: dict[Path, WriteKind] = {}
+        # structs Yjs keeps pending land with this update: they are checked with it, and
+        # bytes pycrdt cannot even merge with them are refused here, nothing changed
+        with translate_failures(lambda exc: _refused(exc, data)):
+            joined = data if core.held is None else join_updates([core.held, data])
         if core.validate_updates and core.schema is not None:  # a follower's authority
-            # validated what it sends; structs Yjs keeps pending land with this update
-            held = data if core.held is None else join_updates([core.held, data])
-            core.schema.check_update(core.doc, held)
+            core.schema.check_update(core.doc, joined)  # validated what it sends
         if core.check_depth:
-            _check_update_depth(core, data)
+            _check_update_depth(core, data, joined)
         core.updates.clear()
         with (
             core.deep.routed(core.root, collect_writes(changed, core.mirror)),
@@ -81,7 +86,7 @@ def apply_update(
         ):
             core.doc.apply_update(data)
         state = core.doc.get_state()
-        _hold_pending(core, data, state)
+        _hold_pending(core, joined, state)
         after = VersionVector.from_state(state)
         writes = root_most(changed)
         if after == before and not writes:
@@ -103,21 +108,20 @@ def apply_update(
     return result, ticket
 
 
-def _check_update_depth(core: StateCore, data: bytes) -> None:
+def _check_update_depth(core: StateCore, data: bytes, joined: bytes) -> None:
     """Refuse (:class:`UnsupportedValue`) an update storing values deeper than the limit.
 
-    Cheap first (the size of the update, then a scan of its bytes), exact
-    on a copy of the document only when those cannot rule it out. Called
-    under the lock, before the update is applied.
+    Cheap first (the size of the update, then a scan of its bytes with the structs
+    held pending, ``joined``), exact on a copy of the document only when those cannot
+    rule it out. Called under the lock, before the update is applied.
     """
     if core.held is None and max(core.depth_mark, 1) + len(data) // 2 <= MAX_DEPTH:
         # an item sits at most at the mark (level 1 under the root), and every level
         # of nesting below it takes at least two bytes: a nested type's child names its
         # parent, a plain list or map has a tag and a length, JSON text two brackets
         return
-    scanned = data if core.held is None else join_updates([core.held, data])
     try:
-        bound = depth_bound(scanned, root=ydoc.ROOT, unknown=core.depth_mark, limit=MAX_DEPTH)
+        bound = depth_bound(joined, root=ydoc.ROOT, unknown=core.depth_mark, limit=MAX_DEPTH)
     except (ValueError, IndexError):
         bound = MAX_DEPTH + 1  # unreadable here: let the exact check decide
     if bound <= MAX_DEPTH:
@@ -131,10 +135,21 @@ def _check_update_depth(core: StateCore, data: bytes) -> None:
         )
 
 
-def _hold_pending(core: StateCore, data: bytes, state: bytes) -> None:
-    """Keep the structs of ``data`` (and of earlier updates) the document left pending."""
-    held = data if core.held is None else join_updates([core.held, data])
-    rest = bytes(get_update(held, state))
+def _hold_pending(core: StateCore, joined: bytes, state: bytes) -> None:
+    """Keep what the document left pending of ``joined`` (this update, the earlier held).
+
+    Called once the update is applied, so it never raises: the change must still be
+    recorded. Should pycrdt fail to read the pending structs back, nothing is held
+    (later updates are then checked without them) and a warning is logged.
+    """
+    try:
+        rest = bytes(get_update(joined, state))
+    except BaseException as exc:
+        if isinstance(exc, INTERRUPTS):
+            raise
+        log.warning("pending structs dropped: pycrdt could not read them back (%s)", exc)
+        core.held = None
+        return
     core.held = None if rest[:1] == b"\x00" else rest
 
 

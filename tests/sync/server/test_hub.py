@@ -8,11 +8,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from fuzz_frames import mutate, seed_frames
 from hubs import SECRET, eventually
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from crdt_state import ConflictError, SharedState, resolvers
+from crdt_state import ConflictError, resolvers
 from sync.client.remote import RemoteError, connect
 from sync.server.auth import mint_token
 from sync.server.hub import Hub
@@ -267,60 +268,18 @@ async def test_malformed_frames_close_only_that_connection(
         assert result.applied == (("still",),)
 
 
-def _seed_frames() -> list[bytes]:
-    """Valid frames of every kind, to be mutated."""
-    from sync.wire.changes import ChangeKind, WireChange
-
-    source = SharedState()
-    source.commit({"a": {"b": [1, "x"]}, "n": 3}, source.token, "seed")
-    return [
-        p.encode_sync_step1(source.token.to_state()),
-        p.encode_sync_step2(source.get_update()),
-        p.encode_update(source.get_update()),
-        p.encode_awareness(b"\x01\x9a\x05\x01\x02{}"),
-        p.encode_query_awareness(),
-        p.encode_merge_request(
-            7,
-            "fuzzer",
-            source.token.to_state(),
-            [
-                WireChange(ChangeKind.SET, ("a", "c"), {"deep": [1, 2]}),
-                WireChange(ChangeKind.APPEND, ("a", "b"), [3]),
-                WireChange(ChangeKind.DELETE, ("n",)),
-            ],
-        ),
-    ]
-
-
-def _mutate(rng: random.Random, frame: bytes) -> bytes:
-    data = bytearray(frame)
-    if rng.random() < 0.15:
-        return rng.randbytes(rng.randint(0, 64))
-    for _ in range(rng.randint(1, 4)):
-        op = rng.randint(0, 3)
-        if op == 0 and data:
-            data[rng.randrange(len(data))] = rng.randrange(256)
-        elif op == 1:
-            data.insert(rng.randrange(len(data) + 1), rng.randrange(256))
-        elif op == 2 and data:
-            del data[rng.randrange(len(data))]
-        elif data:
-            del data[rng.randrange(len(data)) :]  # truncate
-    return bytes(data)
-
-
 async def test_fuzzed_frames_never_take_the_hub_down(hub: Hub) -> None:
     """Thousands of mutated frames; each is processed (the hub answers a probe or closes)."""
     url = hub.url("fuzz2")
     rng = random.Random(1234)
-    seeds = _seed_frames()
+    seeds = seed_frames()
     probe = p.encode_sync_step1(b"\x00")
     processed = closed = 0
     async with connect(url, agent="good") as good:
         ws = await ws_connect(url, compression=None)
         for n in range(2_000):
             try:
-                await ws.send(_mutate(rng, rng.choice(seeds)))
+                await ws.send(mutate(rng, rng.choice(seeds)))
                 await ws.send(probe)
                 async with asyncio.timeout(5):
                     while not isinstance(p.decode_message(await ws.recv()), p.SyncStep2):  # type: ignore[arg-type]
