@@ -7,7 +7,8 @@ so ``except KeyError`` or ``except TypeError`` keeps working::
 
     CrdtStateError(Exception)
     ├── InvalidPath(KeyError)            code "invalid_path"
-    │   └── PathNotFound                 code "path_not_found"
+    │   ├── PathNotFound                 code "path_not_found"
+    │   └── DuplicatePath                code "duplicate_path"
     ├── WrongType(TypeError)             code "wrong_type"
     ├── UnsupportedValue(TypeError)      code "unsupported_value"
     ├── InvalidUpdate(ValueError)        code "invalid_update"
@@ -39,6 +40,7 @@ __all__ = [
     "INTERRUPTS",
     "BrokenChain",
     "CrdtStateError",
+    "DuplicatePath",
     "InvalidPath",
     "InvalidUpdate",
     "PathNotFound",
@@ -112,6 +114,12 @@ class PathNotFound(InvalidPath):
     """A path that must exist (``delete``, ``branch[key]``) does not."""
 
     code = "path_not_found"
+
+
+class DuplicatePath(InvalidPath):
+    """A change set names one path twice (each path may be written once per merge)."""
+
+    code = "duplicate_path"
 
 
 class WrongType(CrdtStateError, TypeError):

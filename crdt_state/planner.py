@@ -24,7 +24,7 @@ from typing import Any
 from ._entry import Entry
 from ._entry_reads import overlaps, read_at
 from .conflicts import Change, Conflict, ConflictError
-from .errors import CrdtStateError, WrongType
+from .errors import DuplicatePath, WrongType
 from .paths import Path
 from .resolvers import Escalation, PolicyTable
 from .values import MAX_DEPTH, MISSING, check_depth, copy_value, same, tree_get
@@ -194,11 +194,14 @@ def _check_shapes(writes: list[Change], forced: set[Path], content: Mapping[str,
 
 
 def check_disjoint(ops: Sequence[Change]) -> None:
-    """Refuse a change set that names one path twice (:class:`CrdtStateError`)."""
+    """Refuse a change set that names one path twice (:class:`DuplicatePath`)."""
     seen: set[Path] = set()
     for op in ops:
         if op.path in seen:
-            raise CrdtStateError("a change set names one path twice", path=op.path)
+            raise DuplicatePath(
+                "a change set names one path twice: write each path once per merge",
+                path=op.path,
+            )
         seen.add(op.path)
 
 

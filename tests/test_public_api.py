@@ -16,6 +16,7 @@ STABLE_CODES = {
     "CrdtStateError": "crdt_state_error",
     "InvalidPath": "invalid_path",
     "PathNotFound": "path_not_found",
+    "DuplicatePath": "duplicate_path",
     "WrongType": "wrong_type",
     "UnsupportedValue": "unsupported_value",
     "InvalidUpdate": "invalid_update",

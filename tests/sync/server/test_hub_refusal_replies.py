@@ -18,7 +18,14 @@ from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import InvalidStatus
 
-from crdt_state import Change, MergeResult, SharedState, VersionVector
+from crdt_state import (
+    Change,
+    DuplicatePath,
+    InvalidPath,
+    MergeResult,
+    SharedState,
+    VersionVector,
+)
 from sync import AuthError, RemoteError, WriteDenied
 from sync.client.remote import connect
 from sync.server.auth import mint_token
@@ -311,3 +318,29 @@ async def test_merges_over_the_per_merge_limits_get_typed_refusals(
         await ws.send(p.encode_merge_request(6, "a", b"\x00", ok))  # within: judged
         assert (await next_of(ws, p.MergeReply)).status == p.MergeStatus.OK
         assert hub.rooms["limits"].state.snapshot() == {"l": list(range(99))}
+
+
+# -- a change set naming one path twice ----------------------------------------------------------
+async def test_a_merge_naming_one_path_twice_gets_duplicate_path(hub: Hub) -> None:
+    url = hub.url("team/twice")
+    changes = [WireChange(ChangeKind.SET, ("x",), 1), WireChange(ChangeKind.SET, ("x",), 2)]
+    async with ws_connect(url, compression=None) as ws:
+        await ws.send(p.encode_merge_request(9, "raw", b"\x00", changes))
+        reply = await next_of(ws, p.MergeReply)
+        assert reply.request_id == 9 and reply.status == p.MergeStatus.ERROR
+        assert reply.error is not None and reply.error.code == "duplicate_path", reply.error
+        assert "names one path twice" in reply.error.message
+        await ws.send(merge_frame(10, "x", 3))  # the connection stays open, nothing was written
+        assert (await next_of(ws, p.MergeReply)).status == p.MergeStatus.OK
+    assert hub.rooms["team/twice"].state.get("x") == 3
+
+
+def test_a_commit_naming_one_path_twice_is_refused_and_changes_nothing() -> None:
+    state = SharedState()
+    before = state.token
+    with pytest.raises(DuplicatePath) as info:
+        state.commit([Change("set", ("x",), 1), Change("set", ("x",), 2)], state.token, "ann")
+    error = info.value
+    assert error.code == "duplicate_path" and error.path == ("x",)
+    assert isinstance(error, InvalidPath) and isinstance(error, KeyError)
+    assert state.token == before and state.snapshot() == {}
