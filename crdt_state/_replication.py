@@ -29,7 +29,13 @@ from ._core import StateCore
 from ._events import collect_writes, join_updates, mirror_writes, root_most, written_depth
 from ._update_scan import depth_bound
 from .conflicts import MergeResult, WriteKind
-from .errors import INTERRUPTS, InvalidUpdate, UnsupportedValue, translate_failures
+from .errors import (
+    INTERRUPTS,
+    CrdtStateError,
+    InvalidUpdate,
+    UnsupportedValue,
+    translate_failures,
+)
 from .paths import Path
 from .values import MAX_DEPTH, MISSING
 from .version import VersionVector
@@ -80,9 +86,11 @@ def apply_update(
         if core.check_depth:
             _check_update_depth(core, data, joined)
         core.updates.clear()
+        # outermost: a failure of pycrdt while it reports the update's changes (a panic
+        # reading an event of garbage it integrated) is refused too, never a raw panic
         with (
+            translate_failures(lambda exc: _refused(exc, data), keep=(CrdtStateError,)),
             core.deep.routed(core.root, collect_writes(changed, core.mirror)),
-            translate_failures(lambda exc: _refused(exc, data)),
         ):
             core.doc.apply_update(data)
         state = core.doc.get_state()
