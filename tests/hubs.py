@@ -7,7 +7,10 @@ Importable from any test module (``from hubs import ...``): pytest puts ``tests/
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,13 +19,34 @@ from typing import Any
 from crdt_state import Retry
 from sync import Hub
 
-__all__ = ["FAST", "SECRET", "RestartableHub", "eventually", "free_port", "hub_on_thread"]
+__all__ = [
+    "FAST",
+    "SECRET",
+    "RestartableHub",
+    "eventually",
+    "free_port",
+    "hub_on_thread",
+    "inspect_cli",
+]
 
 FAST = Retry(attempts=1, base_delay=0.01, max_delay=0.05)
 """Reconnect quickly: tests stop and start hubs often."""
 
 SECRET = "test-secret"
 """The secret of the secured hub fixtures."""
+
+
+def inspect_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    """``crdt-state inspect ARGV...`` in a process of its own (this checkout's code), output
+    captured as text."""
+    root = Path(__file__).resolve().parents[1]
+    return subprocess.run(
+        [sys.executable, "-m", "sync.cli", "inspect", *argv],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        timeout=60,
+    )
 
 
 def free_port() -> int:

@@ -8,29 +8,17 @@ and names what is wrong when the room was never stored or the server does not an
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cluster_servers import RedisServer
 from hub_procs import HubCluster
+from hubs import inspect_cli as cli
 
 from sync import connect
 
-ROOT = Path(__file__).resolve().parents[2]
 ROOM = "team/inspected"
-
-
-def cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sync.cli", "inspect", *argv],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from hubs import free_port
+from hubs import inspect_cli as cli
 
 from sync.client.remote import connect
 from sync.server._store import room_file
@@ -23,16 +24,6 @@ from sync.server._store import room_file
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 ROOM = "team/live"
-
-
-def cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sync.cli", "inspect", *argv],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=60,
-    )
 
 
 def cli_json(*argv: str) -> object:
