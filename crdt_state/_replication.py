@@ -79,8 +79,10 @@ def apply_update(
         changed: dict[Path, WriteKind] = {}
         # structs Yjs keeps pending land with this update: they are checked with it, and
         # bytes pycrdt cannot even merge with them are refused here, nothing changed
-        with translate_failures(lambda exc: _refused(exc, data)):
-            joined = data if core.held is None else join_updates([core.held, data])
+        joined = data
+        if core.held is not None:
+            with translate_failures(lambda exc: _refused(exc, data)):
+                joined = join_updates([core.held, data])
         if core.validate_updates and core.schema is not None:  # a follower's authority
             core.schema.check_update(core.doc, joined)  # validated what it sends
         if core.check_depth:
