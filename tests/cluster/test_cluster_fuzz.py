@@ -16,13 +16,9 @@ import random
 from collections import Counter
 
 import pytest
-from fuzz_frames import mutate, seed_frames
-from websockets.asyncio.client import ClientConnection
-from websockets.asyncio.client import connect as ws_connect
-from websockets.exceptions import ConnectionClosed
+from fuzz_frames import seed_frames, send_mutated
 
 from sync import Hub, connect
-from sync.wire import protocol as p
 
 ROOM = "fuzz/cluster"
 FRAMES = 600
@@ -30,34 +26,9 @@ FRAMES = 600
 
 
 async def _fuzz(url: str, seed: int) -> tuple[int, Counter[str]]:
-    """Send ``FRAMES`` mutated frames, each followed by a probe.
-
-    Returns:
-        The frames processed, and the reasons of the hub's closes, counted.
-    """
-    rng = random.Random(seed)
-    seeds = seed_frames()
-    probe = p.encode_sync_step1(b"\x00")
-    processed = 0
-    closes: Counter[str] = Counter()
-    ws: ClientConnection = await ws_connect(url, compression=None)
-    try:
-        for _ in range(FRAMES):
-            try:
-                await ws.send(mutate(rng, rng.choice(seeds)))
-                await ws.send(probe)
-                async with asyncio.timeout(10):
-                    while True:
-                        message = p.decode_message(await ws.recv(decode=False))
-                        if isinstance(message, p.SyncStep2):
-                            break
-            except ConnectionClosed as exc:
-                closes[exc.rcvd.reason if exc.rcvd is not None else "(none)"] += 1
-                ws = await ws_connect(url, compression=None)
-            processed += 1
-    finally:
-        await ws.close()
-    return processed, closes
+    """``FRAMES`` mutated frames: the frames processed, the reasons of the hub's closes."""
+    run = await send_mutated(url, random.Random(seed), seed_frames(), FRAMES)
+    return run.processed, Counter(reason or "(none)" for _, reason in run.closes)
 
 
 async def test_fuzzed_frames_at_both_hubs_never_stop_the_room(

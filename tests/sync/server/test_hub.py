@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from fuzz_frames import mutate, seed_frames
+from fuzz_frames import seed_frames, send_mutated
 from hubs import SECRET, eventually
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -271,27 +271,17 @@ async def test_malformed_frames_close_only_that_connection(
 async def test_fuzzed_frames_never_take_the_hub_down(hub: Hub) -> None:
     """Thousands of mutated frames; each is processed (the hub answers a probe or closes)."""
     url = hub.url("fuzz2")
-    rng = random.Random(1234)
-    seeds = seed_frames()
-    probe = p.encode_sync_step1(b"\x00")
-    processed = closed = 0
     async with connect(url, agent="good") as good:
-        ws = await ws_connect(url, compression=None)
-        for n in range(2_000):
-            try:
-                await ws.send(mutate(rng, rng.choice(seeds)))
-                await ws.send(probe)
-                async with asyncio.timeout(5):
-                    while not isinstance(p.decode_message(await ws.recv()), p.SyncStep2):  # type: ignore[arg-type]
-                        pass
-            except ConnectionClosed:
-                closed += 1
-                ws = await ws_connect(url, compression=None)
-            processed += 1
+
+        async def merge_now_and_then(n: int) -> None:
             if n % 200 == 0:
                 result = await good.acommit({f"k{n}": n}, good.token)
                 assert result.applied == ((f"k{n}",),)
-        await ws.close()
+
+        run = await send_mutated(
+            url, random.Random(1234), seed_frames(), 2_000, timeout=5, between=merge_now_and_then
+        )
+        processed, closed = run.processed, len(run.closes)
         assert processed == 2_000
         assert closed > 100  # most mutations are refused, each closing only its connection
         assert good.connected
