@@ -58,9 +58,10 @@ def open_store(make: Callable[..., S], store: StateStore, options: dict[str, Any
         StorageError: the stored data is damaged, ``client_id`` is unsafe, or a
             ``read_only`` store holds nothing yet (``details["reason"]`` ``"missing"``).
     """
+    read_only = bool(getattr(store, "read_only", False))
     try:
         stored = store.load()
-        if stored is None and getattr(store, "read_only", False):
+        if stored is None and read_only:
             raise StorageError(
                 "nothing is stored here yet (a read-only store cannot create the state)",
                 details={"store": store.name, "reason": "missing"},
@@ -77,7 +78,7 @@ def open_store(make: Callable[..., S], store: StateStore, options: dict[str, Any
         raise
     core = state._core
     with core.lock:
-        core.read_only = bool(getattr(store, "read_only", False))
+        core.read_only = read_only
         core.observe_updates()  # the store needs each change's update bytes
         core.store = store
     return state

@@ -137,9 +137,7 @@ def _open(args: argparse.Namespace) -> SharedState:
     try:  # no lock, no write: a running hub may hold the file
         return SharedState.open(file, compact_document=False, read_only=True)
     except CrdtStateError as exc:
-        reason = exc.details.get("reason")
-        code = f"{exc.code}: {reason}" if reason else exc.code
-        raise _Fail(f"cannot read {file}: {exc.message} [{code}]") from exc
+        raise _cannot_read(str(file), exc) from exc
 
 
 def _open_postgres(dsn: str, room: str) -> SharedState:
@@ -150,9 +148,14 @@ def _open_postgres(dsn: str, room: str) -> SharedState:
     try:  # no lock, no write: the room's owner hub keeps judging meanwhile
         return open_postgres(dsn, room, compact_document=False, read_only=True)
     except CrdtStateError as exc:
-        reason = exc.details.get("reason")
-        code = f"{exc.code}: {reason}" if reason else exc.code
-        raise _Fail(f"cannot read room {room!r}: {exc.message} [{code}]") from exc
+        raise _cannot_read(f"room {room!r}", exc) from exc
+
+
+def _cannot_read(what: str, exc: CrdtStateError) -> _Fail:
+    """``cannot read WHAT: message [code: reason]``."""
+    reason = exc.details.get("reason")
+    code = f"{exc.code}: {reason}" if reason else exc.code
+    return _Fail(f"cannot read {what}: {exc.message} [{code}]")
 
 
 class _Fail(Exception):
