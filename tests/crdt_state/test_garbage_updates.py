@@ -68,7 +68,7 @@ def _a_peer_still_lands(state: SharedState) -> None:
 @pytest.mark.parametrize("where", sorted(OPENERS))
 def test_garbage_after_pending_structs_is_refused_not_raised(where: str, tmp_path: Path) -> None:
     state = OPENERS[where](tmp_path)
-    try:  # the mutations depend on the seed updates only: the state's own id may vary
+    try:  # fixed client ids and seed updates: the same mutations meet the same state
         state.commit({"a": {"b": [1, "x"]}, "n": 3}, state.token, "x")
         # this seed's mutations leave structs pending, then send bytes pycrdt cannot merge
         # with them (before the fix: ValueError "Cannot merge updates" out of apply_update)
