@@ -119,10 +119,13 @@ async def run_burst(
     at = time.monotonic()
     await asyncio.to_thread(event)
     await asyncio.sleep(6.0)
-    for hub in hubs.hubs:
-        hub.dump_stacks()
     burst.stop.set()
-    await asyncio.wait_for(asyncio.gather(*tasks), 60)
+    try:
+        await asyncio.wait_for(asyncio.gather(*tasks), 60)
+    except TimeoutError:  # where is each hub stuck? (only now: see dump_stacks)
+        for hub in hubs.hubs:
+            hub.dump_stacks()
+        raise
     return burst, at
 
 

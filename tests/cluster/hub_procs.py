@@ -94,7 +94,13 @@ class HubProcess(ServerProcess):
         return ""
 
     def dump_stacks(self) -> None:
-        """Ask the hub to write every thread's stack to its log."""
+        """Ask the hub to write every thread's stack to its log.
+
+        For a test that has already failed: ``faulthandler`` reads the other threads'
+        frames while they run, and can crash the interpreter doing so (a hub dumped after
+        every burst once died of a segmentation fault in a PostgreSQL writer thread's
+        frame, failing the test that asked).
+        """
         if self.alive:
             assert self.proc is not None
             self.proc.send_signal(signal.SIGUSR1)
