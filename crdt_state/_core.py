@@ -23,6 +23,8 @@ from ._deep import DeepEvents
 from ._entry_reads import read_at
 from ._events import join_updates
 from ._sizes import HISTORY_BYTES
+from ._trial import TrialDocument
+from ._waiting import WaitingUpdates
 from .conflicts import Change, Conflict, StateUpdate, WriteKind
 from .errors import ReadOnlyStore, StateClosed
 from .journal import StateStore, settle_on_loop
@@ -84,6 +86,9 @@ class StateCore:
         # depth of values received from other replicas without reading the document
         self.depth_mark = 0
         self.held: bytes | None = None  # received structs Yjs keeps pending
+        self.waiting = WaitingUpdates()  # peers' updates waiting for earlier clocks
+        # peers' updates are tried on a copy of the document first (see _trial)
+        self.trial = TrialDocument() if self.validate_updates else None
         self.epoch = 0
         self.schema = schema
 
@@ -173,6 +178,8 @@ class StateCore:
             self.doc.unobserve(self.update_sub)
             self.update_sub = doc.observe(self._on_transaction)
         self.deep.detach()  # subscribed again on the new root when next needed
+        if self.trial is not None:
+            self.trial.drop()
         self.doc = doc
         self.root = doc.get(ydoc.ROOT, type=Map)
         self.meta = doc.get(ydoc.META_ROOT, type=Map)

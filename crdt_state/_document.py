@@ -34,9 +34,10 @@ binary as a list of byte values, a ``Y.Text`` as its string.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, Final
 
-from pycrdt import Array, Doc, Map
+from pycrdt import Array, Doc, Map, Text, XmlElement, XmlFragment, XmlText
 
 from ._yupdate import ItemId, UpdateWriter
 from .errors import CrdtStateError
@@ -103,10 +104,15 @@ def to_crdt(value: Any) -> Any:
     return value
 
 
+_TEXTS = (Text, XmlText, XmlElement, XmlFragment)
+
+
 def from_crdt(value: Any) -> Any:
     """Plain data for a value read from the document, normalised like writes."""
     if isinstance(value, (Map, Array)):
         return _plain(value)
+    if isinstance(value, _TEXTS):  # a peer's Y.Text or XML: its text, as the JSON
+        return str(value)  # rendering of its parent map gives it
     return normalize_number(value)
 
 
@@ -284,6 +290,27 @@ def _integrate(doc: Doc[Any], writer: UpdateWriter) -> None:
             "a list write was not integrated by the document",
             details={"expected_clock": writer.clock, "clock": clock},
         )
+
+
+def observed_copy(
+    doc: Doc[Any], updates: list[bytes | None], on_events: Callable[[list[Any]], None]
+) -> Doc[Any]:
+    """A copy of ``doc`` (from its encoding), ``updates`` applied to it in order.
+
+    ``None`` updates are skipped; ``on_events`` observes the ``state`` map's deep events
+    meanwhile. ``doc`` is not modified; pycrdt's errors (and panics) propagate to the caller.
+    """
+    twin: Doc[Any] = Doc()
+    twin.apply_update(doc.get_update())
+    twin_root = twin.get(ROOT, type=Map)
+    sub = twin_root.observe_deep(on_events)
+    try:
+        for update in updates:
+            if update is not None:
+                twin.apply_update(update)
+    finally:
+        twin_root.unobserve(sub)
+    return twin
 
 
 def doc_read(doc: Doc[Any] | Map[Any], path: Path) -> Any:

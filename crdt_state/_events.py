@@ -79,6 +79,24 @@ def mirror_writes(
     return undo
 
 
+def writes_by_diff(root: Map[Any], mirror: dict[str, Any]) -> dict[Path, WriteKind]:
+    """The root keys whose values in ``root`` differ from ``mirror``'s, as writes.
+
+    For an update whose events pycrdt could not report: each key whose value differs
+    counts as ``"set"`` (``"delete"`` when gone), a coarser record than its events would
+    have given (a conflict check then sees more, never less). Reads the whole root.
+    """
+    writes: dict[Path, WriteKind] = {}
+    for key in set(mirror).union(root.keys()):
+        value = ydoc.doc_read(root, (key,))
+        if value is MISSING:
+            if key in mirror:
+                writes[(key,)] = "delete"
+        elif key not in mirror or mirror[key] != value:
+            writes[(key,)] = "set"
+    return writes
+
+
 def root_most(changed: dict[Path, WriteKind]) -> dict[Path, WriteKind]:
     """The written paths that have no written ancestor (a write covers its subtree)."""
     keys = set(changed)
@@ -102,8 +120,8 @@ def event_changes(event: Any, mirror: dict[str, Any]) -> list[tuple[Path, WriteK
     if isinstance(keys, dict):
         return [((*base, key), _key_write(change)) for key, change in keys.items()]
     delta = getattr(event, "delta", None) or []
-    if not base:
-        return []
+    if not base or not delta:  # no delta: an item born deleted (a peer's insert and
+        return []  # delete, sent together) changed nothing anyone can see
     current = tree_get(mirror, base)
     length = len(current) if isinstance(current, list) else 0
     is_append = (

@@ -4,43 +4,45 @@
 core, logged as a change with origin ``"remote"`` so that branches forked
 earlier see its writes as concurrent.
 
-Depth. An update that would store a value deeper than
-:data:`~crdt_state.values.MAX_DEPTH` is refused (:class:`UnsupportedValue`)
-before it is applied, in three steps from cheap to exact: an update of ``n``
-bytes nests at most ``n / 2`` levels, so a small one under a shallow state is
-accepted at once; otherwise :func:`crdt_state._update_scan.depth_bound` reads a
-bound from its bytes (items hanging from the existing document count at the
-state's depth mark, an upper bound of the depth of its values); only when that
-bound is too high is the update tried on a copy of the document and the
-values it writes measured (:func:`update_depth`). Structs Yjs keeps pending
-(their dependencies have not arrived) are kept aside and scanned again with
-every later update, since they land when it brings their dependencies.
+Unless the state is a follower (whose authority checked what it sends), a peer's update
+passes, before pycrdt integrates it: its clocks (:mod:`crdt_state._update_checks`; one
+that starts past the clocks the document holds waits, :mod:`crdt_state._waiting`, and is
+offered again after every update applied), the schema of a typed state, the depth of its
+values (:mod:`crdt_state._update_depth`), and a trial on a copy of the document
+(:mod:`crdt_state._trial`: pycrdt cannot take back half an update).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
-from pycrdt import Array, Doc, Map, get_update
+from pycrdt import Doc, get_update
 
 from . import _document as ydoc
 from ._core import StateCore
-from ._events import collect_writes, join_updates, mirror_writes, root_most, written_depth
-from ._update_scan import depth_bound
+from ._events import (
+    collect_writes,
+    join_updates,
+    mirror_writes,
+    root_most,
+    writes_by_diff,
+    written_depth,
+)
+from ._update_checks import MAX_CLOCK, clock_problem, resends, state_clocks
+from ._update_depth import check_update_depth
 from .conflicts import MergeResult, WriteKind
 from .errors import (
     INTERRUPTS,
     CrdtStateError,
     InvalidUpdate,
-    UnsupportedValue,
     translate_failures,
 )
 from .paths import Path
-from .values import MAX_DEPTH, MISSING
 from .version import VersionVector
 
-__all__ = ["apply_update", "update_depth"]
+__all__ = ["apply_update"]
 
 log = logging.getLogger("crdt_state.replication")
 
@@ -54,6 +56,9 @@ def apply_update(
 ) -> tuple[MergeResult, int | None]:
     """Integrate ``update`` into ``core``; returns the result and the store's ticket.
 
+    An update that starts past the clocks the document holds of a client waits (the
+    result is ``pending``, nothing changed) and lands after the update that brings them.
+
     A follower (``core.validate_updates`` off) checks neither depth nor schema: its
     authority validated what it sends; one with ``core.check_depth`` on still
     checks the depth (a hub client's replica: a faulty hub must not break it).
@@ -64,7 +69,8 @@ def apply_update(
         agent: recorded as the change's agent.
 
     Raises:
-        InvalidUpdate: not bytes, or bytes pycrdt refuses (nothing changed).
+        InvalidUpdate: not bytes, bytes pycrdt refuses, clocks pycrdt would take
+            otherwise than Yjs, or too many updates waiting (nothing changed).
         UnsupportedValue: the update would store a value too deep (nothing changed).
         SchemaError: a typed state refuses what the update writes.
         StateClosed: the state is closed.
@@ -74,151 +80,212 @@ def apply_update(
     data = bytes(update)
     with core.lock:
         core.check_writable()
-        core.shared = True
-        before = core.log.head_token
-        changed: dict[Path, WriteKind] = {}
-        # structs Yjs keeps pending land with this update: they are checked with it, and
-        # bytes pycrdt cannot even merge with them are refused here, nothing changed
-        joined = data
-        if core.held is not None:
-            with translate_failures(lambda exc: _refused(exc, data)):
-                joined = join_updates([core.held, data])
-        if core.validate_updates and core.schema is not None:  # a follower's authority
-            core.schema.check_update(core.doc, joined)  # validated what it sends
-        if core.check_depth:
-            _check_update_depth(core, data, joined)
-        core.updates.clear()
-        # outermost: a failure of pycrdt while it reports the update's changes (a panic
-        # reading an event of garbage it integrated) is refused too, never a raw panic
-        with (
-            translate_failures(lambda exc: _refused(exc, data), keep=(CrdtStateError,)),
-            core.deep.routed(core.root, collect_writes(changed, core.mirror)),
-        ):
-            core.doc.apply_update(data)
+        held = _held_clocks(core)
+        if (core.validate_updates or core.check_depth) and _waits(core, data, held):
+            if not core.waiting.hold(data, agent):
+                raise InvalidUpdate(
+                    "update refused: too many updates already wait for the clocks before them",
+                    details={"size": len(data), "waiting": len(core.waiting)},
+                )
+            return MergeResult(token=core.log.head_token, agent=agent, pending=True), None
+        result, ticket = _integrate(core, data, agent, held)
+        if core.waiting:
+            ticket = _release_waiting(core, ticket)
+    return result, ticket
+
+
+def _integrate(
+    core: StateCore, data: bytes, agent: str | None, held: Callable[[int], int]
+) -> tuple[MergeResult, int | None]:
+    """Check and apply an update whose clocks pass (under the lock).
+
+    ``held``: the clocks the document held of each client before it (read lazily).
+    """
+    core.shared = True
+    before = core.log.head_token
+    checked = core.validate_updates or core.check_depth
+    resent = checked and resends(data, held)
+    changed: dict[Path, WriteKind] = {}
+    # structs Yjs keeps pending land with this update: they are checked with it (merged
+    # with it for the depth scan; when pycrdt cannot merge them, the checks take them apart)
+    joined: bytes | None = data
+    if core.held is not None:
+        try:
+            joined = join_updates([core.held, data])
+        except Exception:  # pycrdt: "Cannot merge updates" (garbage held since)
+            joined = None
+    if core.validate_updates and core.schema is not None:  # a follower's authority
+        core.schema.check_update(core.doc, data, pending=core.held)  # validated it
+    if core.check_depth:
+        check_update_depth(core, data, joined)
+    if core.trial is not None:  # the update whole on a copy first: pycrdt cannot
+        core.trial.attempt(core.doc, core.held, data)  # take back half an update
+    core.updates.clear()
+    unreported: list[BaseException] = []
+    with (
+        translate_failures(lambda exc: _refused(exc, data), keep=(CrdtStateError,)),
+        core.deep.routed(core.root, _reporting(changed, core.mirror, unreported)),
+    ):
+        core.doc.apply_update(data)
+    if unreported:  # integrated whole, but pycrdt panicked reporting the events
+        log.warning("pycrdt could not report an update's changes (%s); read from the "
+                    "document instead", unreported[0])  # fmt: skip
+        changed = writes_by_diff(core.root, core.mirror)
+    state = core.doc.get_state()
+    _hold_pending(core, [joined] if joined is not None else [core.held or b"", data], state)
+    after = VersionVector.from_state(state)
+    writes = root_most(changed)
+    if resent and writes and _reads_otherwise(core.doc):
+        log.warning("a peer's update re-sent clocks held here with other content: the "
+                    "document is rebuilt from its own encoding")  # fmt: skip
+        _recopy(core)
+        writes = root_most(writes_by_diff(core.root, core.mirror))
+    if after == before and not writes:
+        return MergeResult(token=before, agent=agent), None
+    undo = mirror_writes(core.root, core.mirror, writes)
+    core.depth_mark = max(core.depth_mark, written_depth(core.mirror, writes))
+    core.updates.clear()
+    tick_update = b""
+    if after == before and core.tick_remote:
+        with core.doc.transaction(origin="crdt-state"):
+            core.tick()
+        tick_update = b"".join(core.updates)
+    outgoing = join_updates([data, tick_update]) if tick_update else data
+    if tick_update:
         state = core.doc.get_state()
-        _hold_pending(core, joined, state)
-        after = VersionVector.from_state(state)
-        writes = root_most(changed)
-        if after == before and not writes:
-            return MergeResult(token=before, agent=agent), None
-        undo = mirror_writes(core.root, core.mirror, writes)
-        core.depth_mark = max(core.depth_mark, written_depth(core.mirror, writes))
-        core.updates.clear()
-        tick_update = b""
-        if after == before and core.tick_remote:
-            with core.doc.transaction(origin="crdt-state"):
-                core.tick()
-            tick_update = b"".join(core.updates)
-        outgoing = join_updates([data, tick_update]) if tick_update else data
-        if tick_update:
-            state = core.doc.get_state()
-        entry, change = core.record(agent, writes, undo, "remote", update=outgoing, state=state)
-        ticket = core.store_change(change)
+    entry, change = core.record(agent, writes, undo, "remote", update=outgoing, state=state)
+    ticket = core.store_change(change)
     result = MergeResult(token=entry.token, applied=tuple(writes), fast_forward=True, agent=agent)
     return result, ticket
 
 
-def _check_update_depth(core: StateCore, data: bytes, joined: bytes) -> None:
-    """Refuse (:class:`UnsupportedValue`) an update storing values deeper than the limit.
+def _reporting(
+    changed: dict[Path, WriteKind], mirror: dict[str, Any], failures: list[BaseException]
+) -> Callable[[list[Any]], None]:
+    """:func:`collect_writes`, keeping a failure to read the events in ``failures``.
 
-    Cheap first (the size of the update, then a scan of its bytes with the structs
-    held pending, ``joined``), exact on a copy of the document only when those cannot
-    rule it out. Called under the lock, before the update is applied.
+    pycrdt has then integrated the update whole (the events are read after it), and
+    panicked reading an event of it: the caller reads the writes from the document.
     """
-    if core.held is None and max(core.depth_mark, 1) + len(data) // 2 <= MAX_DEPTH:
-        # an item sits at most at the mark (level 1 under the root), and every level
-        # of nesting below it takes at least two bytes: a nested type's child names its
-        # parent, a plain list or map has a tag and a length, JSON text two brackets
-        return
-    try:
-        bound = depth_bound(joined, root=ydoc.ROOT, unknown=core.depth_mark, limit=MAX_DEPTH)
-    except (ValueError, IndexError):
-        bound = MAX_DEPTH + 1  # unreadable here: let the exact check decide
-    if bound <= MAX_DEPTH:
-        return
-    depth = update_depth(core.doc, data, pending=core.held)
-    if depth > MAX_DEPTH:
-        raise UnsupportedValue(
-            f"update refused: it would store a value {depth} levels deep; "
-            f"at most {MAX_DEPTH} are allowed",
-            details={"depth": depth, "limit": MAX_DEPTH, "size": len(data)},
-        )
-
-
-def _hold_pending(core: StateCore, joined: bytes, state: bytes) -> None:
-    """Keep what the document left pending of ``joined`` (this update, the earlier held).
-
-    Called once the update is applied, so it never raises: the change must still be
-    recorded. Should pycrdt fail to read the pending structs back, nothing is held
-    (later updates are then checked without them) and a warning is logged.
-    """
-    try:
-        rest = bytes(get_update(joined, state))
-    except BaseException as exc:
-        if isinstance(exc, INTERRUPTS):
-            raise
-        log.warning("pending structs dropped: pycrdt could not read them back (%s)", exc)
-        core.held = None
-        return
-    core.held = None if rest[:1] == b"\x00" else rest
-
-
-def update_depth(doc: Doc[Any], data: bytes, *, pending: bytes | None = None) -> int:
-    """How deep the values ``data`` writes into ``doc``'s state are, measured on a copy.
-
-    ``doc`` is not modified. ``pending`` are the structs ``doc`` keeps pending
-    (``doc.get_update()`` leaves them out): they are copied too, and land if
-    ``data`` brings their dependencies. Raises :class:`InvalidUpdate` for
-    bytes pycrdt refuses. Costs a copy of the document.
-    """
-    touched: list[tuple[Any, ...]] = []
+    collect = collect_writes(changed, mirror)
 
     def on_events(events: list[Any]) -> None:
-        for event in events:
-            where = tuple(event.path)
-            keys = getattr(event, "keys", None)
-            if isinstance(keys, dict):
-                touched.extend((*where, key) for key in keys)
-            else:
-                touched.append(where)
-
-    twin: Doc[Any] = Doc()
-    with translate_failures(lambda exc: _refused(exc, data)):
-        twin.apply_update(doc.get_update())
-        root = twin.get(ydoc.ROOT, type=Map)
-        sub = root.observe_deep(on_events)
         try:
-            if pending is not None:
-                twin.apply_update(pending)
-            twin.apply_update(data)
-        finally:
-            root.unobserve(sub)
-    deepest = 0
-    for where in touched:
-        node: Any = root
-        for key in where:
+            collect(events)
+        except BaseException as exc:
+            if isinstance(exc, INTERRUPTS):
+                raise
+            failures.append(exc)
+
+    return on_events
+
+
+def _held_clocks(core: StateCore) -> Callable[[int], int]:
+    """The clocks the document holds of each client, read from it when first asked."""
+    clocks: list[dict[int, int]] = []
+
+    def held(client: int) -> int:
+        if not clocks:
+            clocks.append(state_clocks(core.doc.get_state()))
+        return clocks[0].get(client, 0)
+
+    return held
+
+
+def _reads_otherwise(doc: Doc[Any]) -> bool:
+    """True when a copy of ``doc`` from its encoding reads otherwise than ``doc``."""
+    copy: Doc[Any] = Doc()
+    copy.apply_update(doc.get_update())
+    return ydoc.doc_snapshot(copy) != ydoc.doc_snapshot(doc)
+
+
+def _recopy(core: StateCore) -> None:
+    """Replace the document with a copy made from its encoding.
+
+    The same client id, structs and pending structs: peers see no change.
+    """
+    fresh: Doc[Any] = Doc(client_id=core.doc.client_id)
+    fresh.apply_update(core.doc.get_update())
+    if core.held is not None:
+        fresh.apply_update(core.held)
+    core.replace_document(fresh)
+
+
+def _waits(core: StateCore, data: bytes, held: Callable[[int], int]) -> bool:
+    """True when ``data`` must wait for earlier clocks (called under the lock).
+
+    Raises :class:`InvalidUpdate` for an update pycrdt would take otherwise than Yjs
+    (:mod:`crdt_state._update_checks`).
+    """
+    try:
+        problem = clock_problem(data, held)
+    except (ValueError, IndexError) as exc:
+        raise InvalidUpdate(
+            f"update refused: not a Yjs update ({exc})", details={"size": len(data)}
+        ) from exc
+    if problem is None:
+        return False
+    if problem.waits:
+        with translate_failures(lambda exc: _refused(exc, data)):
+            get_update(data, b"\x00")  # kept only if pycrdt can read it
+        return True
+    raise InvalidUpdate(
+        f"update refused: {problem.reason}", details={"size": len(data), "limit": MAX_CLOCK}
+    )
+
+
+def _release_waiting(core: StateCore, ticket: int | None) -> int | None:
+    """Apply the waiting updates whose clocks are now held; the store's last ticket.
+
+    Offered again while one of them lands (each may bring the clocks another waits
+    for). One refused now is dropped with a warning: its peer was told nothing
+    when it came (it waited), and its sender learns nothing now either.
+    """
+    landed = True
+    while landed and core.waiting:
+        landed = False
+        for data, agent in core.waiting.take_all():
             try:
-                node = node[key]
-            except (KeyError, IndexError, TypeError):
-                node = MISSING
-                break
-        if node is not MISSING:
-            deepest = max(deepest, len(where) + _crdt_nesting(node))
-    return deepest
+                held = _held_clocks(core)
+                if _waits(core, data, held):
+                    core.waiting.hold(data, agent)
+                    continue
+                _, late = _integrate(core, data, agent, held)
+            except CrdtStateError as exc:
+                log.warning("an update that waited for earlier clocks is refused: %s", exc)
+                continue
+            landed = True
+            ticket = late if late is not None else ticket
+    return ticket
 
 
-def _crdt_nesting(value: Any) -> int:
-    """:func:`crdt_state.values.nesting` for pycrdt values (no recursion)."""
-    containers = (Map, Array, dict, list)
-    if not isinstance(value, containers):
-        return 0
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, level = stack.pop()
-        deepest = max(deepest, level)
-        children = node.values() if isinstance(node, (Map, dict)) else node
-        for child in children:
-            if isinstance(child, containers):
-                stack.append((child, level + 1))
-    return deepest
+def _hold_pending(core: StateCore, parts: list[bytes], state: bytes) -> None:
+    """Keep what the document left pending of ``parts`` (this update, the earlier held).
+
+    Called once the update is applied, so it never raises: the change must still be
+    recorded. Should pycrdt fail to read a part's pending structs back, that part is
+    left out; should it fail to merge or read back what is left, nothing is held. Either
+    way a warning is logged, and what is left out stays pending in the document (as in
+    every peer's), no longer checked when it lands.
+    """
+    rests: list[bytes] = []
+    for part in parts:
+        try:
+            rest = bytes(get_update(part, state)) if part else b"\x00\x00"
+        except BaseException as exc:
+            if isinstance(exc, INTERRUPTS):
+                raise
+            log.warning("pending structs dropped: pycrdt could not read them back (%s)", exc)
+            continue
+        if rest[:1] != b"\x00":
+            rests.append(rest)
+    held = rests[-1] if rests else None
+    try:
+        if len(rests) > 1:
+            held = join_updates(rests)
+        if held is not None:
+            get_update(held, b"\x00")  # pycrdt has written bytes it could not read back
+    except Exception as exc:
+        log.warning("pending structs dropped: pycrdt cannot merge or read them (%s)", exc)
+        held = None
+    core.held = held

@@ -27,7 +27,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-__all__ = ["depth_bound"]
+__all__ = ["Reader", "content_length", "depth_bound", "read_structs"]
 
 _ORIGIN = 0x80
 _RIGHT_ORIGIN = 0x40
@@ -49,9 +49,12 @@ class _Item:
     opens: int = 0  # levels its content adds: 1 for a nested type, a value's nesting
     is_type: bool = False
     placed: bool = True  # False for GC and Skip structs (no parent known)
+    skip: bool = False  # a Skip: clocks this update does not carry (a gap in it)
 
 
-class _Reader:
+class Reader:
+    """A cursor over an update's bytes: lib0 varuints and strings; ValueError past the end."""
+
     __slots__ = ("data", "pos")
 
     def __init__(self, data: bytes) -> None:
@@ -116,7 +119,7 @@ def depth_bound(update: bytes, *, root: str, unknown: int, limit: int | None = N
     :class:`ValueError` for bytes that cannot be read as a Yjs v1 update. 0
     when the update writes nothing under ``root``.
     """
-    items, types, plain = _read_structs(_Reader(update))
+    items, types, plain = read_structs(Reader(update))
     base = max(unknown, 1)
     if limit is not None and base + types + plain <= limit:
         return base + types + plain
@@ -208,7 +211,7 @@ def _level(
     return levels[id(item)]
 
 
-def _read_structs(reader: _Reader) -> tuple[dict[int, list[_Item]], int, int]:
+def read_structs(reader: Reader) -> tuple[dict[int, list[_Item]], int, int]:
     """The structs by client, how many nested types they hold, and the deepest plain value."""
     items: dict[int, list[_Item]] = {}
     types = plain = 0
@@ -224,7 +227,7 @@ def _read_structs(reader: _Reader) -> tuple[dict[int, list[_Item]], int, int]:
                 length = reader.uint()
                 if length < 1:
                     raise ValueError("an empty struct")
-                found.append(_Item(clock, clock + length, placed=False))
+                found.append(_Item(clock, clock + length, placed=False, skip=ref == 10))
                 clock += length
                 continue
             item = _Item(clock, clock)
@@ -252,7 +255,12 @@ def _read_structs(reader: _Reader) -> tuple[dict[int, list[_Item]], int, int]:
     return items, types, plain
 
 
-def _content(reader: _Reader, ref: int, item: _Item) -> int:
+def content_length(reader: Reader, ref: int) -> int:
+    """Read past a struct's content of kind ``ref`` (not GC or Skip); its length in clocks."""
+    return _content(reader, ref, _Item(0, 0))
+
+
+def _content(reader: Reader, ref: int, item: _Item) -> int:
     """Read the content of kind ``ref`` into ``item``; returns its length in clocks."""
     if ref == 1:  # deleted
         return reader.uint()
@@ -294,7 +302,7 @@ def _content(reader: _Reader, ref: int, item: _Item) -> int:
 _FIXED = {120: 0, 121: 0, 126: 0, 127: 0, 124: 4, 123: 8, 122: 8}  # tag -> bytes that follow
 
 
-def _any_nesting(reader: _Reader, count: int) -> int:
+def _any_nesting(reader: Reader, count: int) -> int:
     """Read ``count`` lib0 ``any`` values; their deepest nesting of maps and lists."""
     if count == 1:  # one scalar: the common case of a map entry
         data, pos = reader.data, reader.pos

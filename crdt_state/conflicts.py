@@ -165,7 +165,8 @@ class MergeResult:
     ``fast_forward`` is true when nothing had changed since the fork base.
     ``value`` is what the agent step returned (for ``transact``), and
     ``attempts`` how many times it ran. ``pending`` is true for a remote
-    merge queued while offline: it is sent, and judged, on reconnect.
+    merge queued while offline: it is sent, and judged, on reconnect; and for a
+    peer's update kept until the clocks before it arrive (``apply_update``).
     ``rounds`` is how many times a remote merge was sent to the hub before it
     was applied (conflicts the client's policies settled are sent again).
     """

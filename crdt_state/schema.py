@@ -40,7 +40,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pycrdt import Doc, Map
+from pycrdt import Doc
 from pydantic import BaseModel, ValidationError
 
 from . import _document as ydoc
@@ -288,11 +288,12 @@ class StateSchema:
             )
         return errors
 
-    def check_update(self, doc: Doc[Any], data: bytes) -> None:
+    def check_update(self, doc: Doc[Any], data: bytes, *, pending: bytes | None = None) -> None:
         """Refuse a remote Yjs update after which the state would not validate.
 
         The update is applied to a twin of ``doc`` (a fresh document holding
-        its full state); the top-level fields it touches are validated there
+        its full state, and ``pending``, the structs ``doc`` keeps pending, which
+        may land with it); the top-level fields it touches are validated there
         (the whole state when the root model has validators). ``doc`` is not
         modified. Raises :class:`SchemaError`, or :class:`InvalidUpdate` for
         bytes that are not an update. Costs a copy of the document.
@@ -308,15 +309,8 @@ class StateSchema:
                 else:
                     touched.update(k for k in event.keys if isinstance(k, str))
 
-        twin: Doc[Any] = Doc()
         try:
-            twin.apply_update(doc.get_update())
-            root = twin.get(ydoc.ROOT, type=Map)
-            sub = root.observe_deep(on_events)
-            try:
-                twin.apply_update(data)
-            finally:
-                root.unobserve(sub)
+            twin = ydoc.observed_copy(doc, [pending, data], on_events)
         except Exception as exc:
             raise InvalidUpdate(f"update refused: {exc}", details={"size": len(data)}) from exc
         except BaseException as exc:  # PanicException from the Rust core

@@ -19,7 +19,7 @@ from pycrdt import Array, Doc, Map
 
 from crdt_state import MAX_DEPTH, InvalidUpdate, SharedState, UnsupportedValue
 from crdt_state._document import doc_snapshot
-from crdt_state._replication import update_depth
+from crdt_state._update_depth import update_depth
 from crdt_state._update_scan import depth_bound
 from crdt_state.values import nesting
 
@@ -223,16 +223,22 @@ def test_a_value_hung_below_an_existing_deep_one_is_measured_exactly() -> None:
 
 def test_pending_structs_are_checked_when_their_parent_arrives() -> None:
     """A deep chain sent before the map it hangs from: accepted while pending, then refused
-    with the update that would make it land."""
-    source: Doc[Any] = Doc()
+    with the update that would make it land.
+
+    The map comes from one peer, the chain from another (whose clocks start at 0): a peer's
+    own structs out of order are refused outright (``test_update_checks``).
+    """
+    source: Doc[Any] = Doc(client_id=11)
     root = source.get("state", type=Map)
     with source.transaction():
         root["x"] = Map()
     parent = source.get_update()
-    state_after_parent = source.get_state()
-    with source.transaction():
-        root["x"]["k"] = build(["map"] * (MAX_DEPTH - 1), 1)  # x.k...: 65 levels
-    chain = source.get_update(state_after_parent)
+    writer: Doc[Any] = Doc(client_id=12)
+    writer.apply_update(parent)
+    state_after_parent = writer.get_state()
+    with writer.transaction():
+        writer.get("state", type=Map)["x"]["k"] = build(["map"] * (MAX_DEPTH - 1), 1)
+    chain = writer.get_update(state_after_parent)
     replica = SharedState()
     replica.apply_update(chain)  # its parent is missing: Yjs keeps it pending
     assert replica.snapshot() == {}
@@ -242,16 +248,14 @@ def test_pending_structs_are_checked_when_their_parent_arrives() -> None:
     assert replica.snapshot() == {}
     # a shallow chain in the same situation lands once its parent arrives
     ok = SharedState()
-    small: Doc[Any] = Doc()
-    small_root = small.get("state", type=Map)
-    with small.transaction():
-        small_root["x"] = Map()
-    first = small.get_update()
+    small: Doc[Any] = Doc(client_id=12)
+    small.apply_update(parent)
     mid = small.get_state()
     with small.transaction():
-        small_root["x"]["k"] = build(["map"] * 3, 1)
+        small.get("state", type=Map)["x"]["k"] = build(["map"] * 3, 1)
     ok.apply_update(small.get_update(mid))
-    ok.apply_update(first)
+    assert ok._core.held is not None
+    ok.apply_update(parent)
     assert ok._core.held is None
     assert ok.get("x") == {"k": {"k": {"k": {"k": 1}}}}
 

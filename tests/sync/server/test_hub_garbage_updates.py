@@ -4,19 +4,28 @@ Garbage the hub's state applies can leave structs pending; a later update pycrdt
 merge with them used to escape as a raw ``ValueError``: the hub closed that session with
 1011 and logged an internal error. Every refusal is now the session's own close (1003,
 "update refused: ..."; 1008 for content outside the JSON model; 1002/1007 for frames
-that do not decode), and the room keeps taking merges.
+that do not decode), and the room keeps taking merges. After the garbage, a stock Yjs
+peer loads the room's whole document, reads what the agents read, and its own update
+lands (garbage pycrdt integrated half-way, at wrapped clocks or past a hole once left
+the room sending a document peers read otherwise, or refusing their updates).
 """
 
 from __future__ import annotations
 
 import logging
 import random
+from typing import Any
 
 import pytest
 from fuzz_frames import seed_frames, send_mutated
+from hubs import eventually
+from pycrdt import Doc, Map
+from websockets.asyncio.client import connect as ws_connect
 
-from sync.client.remote import connect
+from crdt_state._document import doc_snapshot
+from sync.client.remote import RemoteState, connect
 from sync.server.hub import Hub
+from sync.wire import protocol as p
 
 INTERNAL_ERROR = 1011
 
@@ -39,5 +48,41 @@ async def test_garbage_updates_close_only_their_session_with_a_reason(
         assert codes and INTERNAL_ERROR not in codes, sorted(set(codes))
         result = await good.acommit({"after": True}, good.token)
         assert result.applied == (("after",),)
+        await _a_stock_peer_loads_the_room_and_lands(url, good)
     internal = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert not internal, internal
+
+
+async def _a_stock_peer_loads_the_room_and_lands(url: str, good: RemoteState) -> None:
+    async with ws_connect(url, compression=None) as ws:
+        await ws.send(p.encode_sync_step1(b"\x00"))
+        while not isinstance(message := p.decode_message(await ws.recv(decode=False)), p.SyncStep2):
+            pass
+        peer: Doc[Any] = Doc(client_id=99)
+        peer.apply_update(message.update)
+        assert doc_snapshot(peer) == good.snapshot()
+        before = peer.get_state()
+        peer.get("state", type=Map)["from_stock_peer"] = 1
+        await ws.send(p.encode_update(peer.get_update(before)))
+        await eventually(lambda: good.get("from_stock_peer") == 1)
+
+
+async def test_a_stock_peers_updates_out_of_order_wait_and_land(hub: Hub) -> None:
+    # pycrdt alone integrates the second update past a hole and never shows a = 3
+    url = hub.url("order")
+    writer: Doc[Any] = Doc(client_id=77)
+    root = writer.get("state", type=Map)
+    updates = []
+    for key, value in (("a", 1), ("b", 2), ("a", 3)):
+        before = writer.get_state()
+        root[key] = value
+        updates.append(writer.get_update(before))
+    async with connect(url, agent="agent") as agent, ws_connect(url, compression=None) as ws:
+        for update in (updates[1], updates[2]):
+            await ws.send(p.encode_update(update))
+        await ws.send(p.encode_sync_step1(b"\x00"))  # answered once both are dealt with
+        while not isinstance(p.decode_message(await ws.recv(decode=False)), p.SyncStep2):
+            pass
+        assert agent.snapshot() == {}
+        await ws.send(p.encode_update(updates[0]))
+        await eventually(lambda: agent.snapshot() == {"a": 3, "b": 2})
