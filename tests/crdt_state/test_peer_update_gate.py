@@ -16,34 +16,27 @@ from typing import Any
 import pytest
 from pycrdt import Doc, Map, Text
 from pydantic import BaseModel
+from yjs_writes import one_update_per_write
 
 from crdt_state import InvalidUpdate, SchemaError, SharedState
 from crdt_state._update_checks import MAX_CLOCK
 from crdt_state._waiting import MAX_UPDATES
 
-
-def _three_updates() -> tuple[Doc[Any], list[bytes]]:
-    source: Doc[Any] = Doc(client_id=9)
-    root = source.get("state", type=Map)
-    updates = []
-    for key, value in (("a", 1), ("b", 2), ("a", 3)):
-        before = source.get_state()
-        root[key] = value
-        updates.append(source.get_update(before))
-    return source, updates
+WRITES = [("a", 1), ("b", 2), ("a", 3)]
+FINAL = {"a": 3, "b": 2}
 
 
 def test_pycrdt_alone_parts_from_a_peer_whose_updates_come_out_of_order() -> None:
     # the fact the waiting is for: without it this replica never sees a = 3
-    source, (u1, u2, u3) = _three_updates()
+    u1, u2, u3 = one_update_per_write(9, WRITES)
     replica: Doc[Any] = Doc()
     for update in (u2, u3, u1):
         replica.apply_update(update)
-    assert replica.get("state", type=Map).to_py() != source.get("state", type=Map).to_py()
+    assert replica.get("state", type=Map).to_py() != FINAL
 
 
 def test_out_of_order_updates_wait_and_land_in_order() -> None:
-    source, (u1, u2, u3) = _three_updates()
+    u1, u2, u3 = one_update_per_write(9, WRITES)
     state = SharedState()
     changes: list[Any] = []
     state.subscribe(changes.append)
@@ -53,7 +46,7 @@ def test_out_of_order_updates_wait_and_land_in_order() -> None:
         assert result.pending and result.token == start and not result.applied
     assert state.snapshot() == {}
     result = state.apply_update(u1, agent="peer")
-    assert state.snapshot() == {"a": 3, "b": 2} == source.get("state", type=Map).to_py()
+    assert state.snapshot() == FINAL
     assert result.applied and not result.pending
     assert [change.agent for change in changes] == ["peer", "peer", "peer"]
     # the same update again, and one already held: nothing waits, nothing changes

@@ -21,6 +21,7 @@ from fuzz_frames import seed_frames, send_mutated
 from hubs import eventually
 from pycrdt import Doc, Map
 from websockets.asyncio.client import connect as ws_connect
+from yjs_writes import one_update_per_write
 
 from crdt_state._document import doc_snapshot
 from sync.client.remote import RemoteState, connect
@@ -70,13 +71,7 @@ async def _a_stock_peer_loads_the_room_and_lands(url: str, good: RemoteState) ->
 async def test_a_stock_peers_updates_out_of_order_wait_and_land(hub: Hub) -> None:
     # pycrdt alone integrates the second update past a hole and never shows a = 3
     url = hub.url("order")
-    writer: Doc[Any] = Doc(client_id=77)
-    root = writer.get("state", type=Map)
-    updates = []
-    for key, value in (("a", 1), ("b", 2), ("a", 3)):
-        before = writer.get_state()
-        root[key] = value
-        updates.append(writer.get_update(before))
+    updates = one_update_per_write(77, [("a", 1), ("b", 2), ("a", 3)])
     async with connect(url, agent="agent") as agent, ws_connect(url, compression=None) as ws:
         for update in (updates[1], updates[2]):
             await ws.send(p.encode_update(update))
