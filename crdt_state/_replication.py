@@ -30,7 +30,7 @@ from ._events import (
     writes_by_diff,
     written_depth,
 )
-from ._update_checks import MAX_CLOCK, clock_problem, resends, state_clocks
+from ._update_checks import MAX_CLOCK, Clocks, read_clocks
 from ._update_depth import check_update_depth
 from .conflicts import MergeResult, WriteKind
 from .errors import (
@@ -45,10 +45,6 @@ from .version import VersionVector
 __all__ = ["apply_update"]
 
 log = logging.getLogger("crdt_state.replication")
-
-
-def _refused(exc: BaseException, data: bytes) -> InvalidUpdate:
-    return InvalidUpdate(f"update refused: {exc}", details={"size": len(data)})
 
 
 def apply_update(
@@ -80,40 +76,39 @@ def apply_update(
     data = bytes(update)
     with core.lock:
         core.check_writable()
-        held = _held_clocks(core)
-        if (core.validate_updates or core.check_depth) and _waits(core, data, held):
+        clocks = _gate(core, data)
+        if clocks.problem is not None:  # it waits for earlier clocks
             if not core.waiting.hold(data, agent):
                 raise InvalidUpdate(
                     "update refused: too many updates already wait for the clocks before them",
                     details={"size": len(data), "waiting": len(core.waiting)},
                 )
             return MergeResult(token=core.log.head_token, agent=agent, pending=True), None
-        result, ticket = _integrate(core, data, agent, held)
+        result, ticket = _integrate(core, data, agent, clocks.resends)
         if core.waiting:
             ticket = _release_waiting(core, ticket)
     return result, ticket
 
 
 def _integrate(
-    core: StateCore, data: bytes, agent: str | None, held: Callable[[int], int]
+    core: StateCore, data: bytes, agent: str | None, resent: bool
 ) -> tuple[MergeResult, int | None]:
     """Check and apply an update whose clocks pass (under the lock).
 
-    ``held``: the clocks the document held of each client before it (read lazily).
+    ``resent``: it re-sends clocks the document holds (:class:`Clocks`).
     """
     core.shared = True
     before = core.log.head_token
-    checked = core.validate_updates or core.check_depth
-    resent = checked and resends(data, held)
     changed: dict[Path, WriteKind] = {}
     # structs Yjs keeps pending land with this update: they are checked with it (merged
     # with it for the depth scan; when pycrdt cannot merge them, the checks take them apart)
-    joined: bytes | None = data
+    parts = [data]
     if core.held is not None:
         try:
-            joined = join_updates([core.held, data])
+            parts = [join_updates([core.held, data])]
         except Exception:  # pycrdt: "Cannot merge updates" (garbage held since)
-            joined = None
+            parts = [core.held, data]
+    joined = parts[0] if len(parts) == 1 else None
     if core.validate_updates and core.schema is not None:  # a follower's authority
         core.schema.check_update(core.doc, data, pending=core.held)  # validated it
     if core.check_depth:
@@ -123,7 +118,9 @@ def _integrate(
     core.updates.clear()
     unreported: list[BaseException] = []
     with (
-        translate_failures(lambda exc: _refused(exc, data), keep=(CrdtStateError,)),
+        translate_failures(
+            lambda exc: InvalidUpdate.from_failure(exc, data), keep=(CrdtStateError,)
+        ),
         core.deep.routed(core.root, _reporting(changed, core.mirror, unreported)),
     ):
         core.doc.apply_update(data)
@@ -132,13 +129,10 @@ def _integrate(
                     "document instead", unreported[0])  # fmt: skip
         changed = writes_by_diff(core.root, core.mirror)
     state = core.doc.get_state()
-    _hold_pending(core, [joined] if joined is not None else [core.held or b"", data], state)
+    _hold_pending(core, parts, state)
     after = VersionVector.from_state(state)
     writes = root_most(changed)
-    if resent and writes and _reads_otherwise(core.doc):
-        log.warning("a peer's update re-sent clocks held here with other content: the "
-                    "document is rebuilt from its own encoding")  # fmt: skip
-        _recopy(core)
+    if resent and writes and _recopied_if_read_otherwise(core):
         writes = root_most(writes_by_diff(core.root, core.mirror))
     if after == before and not writes:
         return MergeResult(token=before, agent=agent), None
@@ -180,58 +174,58 @@ def _reporting(
     return on_events
 
 
-def _held_clocks(core: StateCore) -> Callable[[int], int]:
-    """The clocks the document holds of each client, read from it when first asked."""
-    clocks: list[dict[int, int]] = []
+def _recopied_if_read_otherwise(core: StateCore) -> bool:
+    """Make a copy of the document from its encoding the document if it reads otherwise.
 
-    def held(client: int) -> int:
-        if not clocks:
-            clocks.append(state_clocks(core.doc.get_state()))
-        return clocks[0].get(client, 0)
-
-    return held
-
-
-def _reads_otherwise(doc: Doc[Any]) -> bool:
-    """True when a copy of ``doc`` from its encoding reads otherwise than ``doc``."""
-    copy: Doc[Any] = Doc()
-    copy.apply_update(doc.get_update())
-    return ydoc.doc_snapshot(copy) != ydoc.doc_snapshot(doc)
-
-
-def _recopy(core: StateCore) -> None:
-    """Replace the document with a copy made from its encoding.
-
-    The same client id, structs and pending structs: peers see no change.
+    The same client id, structs and pending structs: peers see no change; the state then
+    reads what every peer that loads the document reads. True when it did.
     """
-    fresh: Doc[Any] = Doc(client_id=core.doc.client_id)
-    fresh.apply_update(core.doc.get_update())
+    copy: Doc[Any] = Doc(client_id=core.doc.client_id)
+    copy.apply_update(core.doc.get_update())
+    if ydoc.doc_snapshot(copy) == ydoc.doc_snapshot(core.doc):
+        return False
+    log.warning("a peer's update re-sent clocks held here with other content: the "
+                "document is rebuilt from its own encoding")  # fmt: skip
     if core.held is not None:
-        fresh.apply_update(core.held)
-    core.replace_document(fresh)
+        copy.apply_update(core.held)
+    core.replace_document(copy)
+    return True
 
 
-def _waits(core: StateCore, data: bytes, held: Callable[[int], int]) -> bool:
-    """True when ``data`` must wait for earlier clocks (called under the lock).
+def _gate(core: StateCore, data: bytes) -> Clocks:
+    """The clocks of a peer's update, read when the state checks them (under the lock).
 
-    Raises :class:`InvalidUpdate` for an update pycrdt would take otherwise than Yjs
+    A follower trusts its authority: nothing is read. A problem returned waits for
+    earlier clocks. Raises :class:`InvalidUpdate` for an update pycrdt would take otherwise than Yjs
     (:mod:`crdt_state._update_checks`).
     """
+    if not (core.validate_updates or core.check_depth):
+        return _UNCHECKED
+    vector: list[VersionVector] = []
+
+    def held(client: int) -> int:
+        if not vector:
+            vector.append(VersionVector.from_state(core.doc.get_state()))
+        return vector[0].get_clock(client)
+
     try:
-        problem = clock_problem(data, held)
+        clocks = read_clocks(data, held)
     except (ValueError, IndexError) as exc:
         raise InvalidUpdate(
             f"update refused: not a Yjs update ({exc})", details={"size": len(data)}
         ) from exc
-    if problem is None:
-        return False
-    if problem.waits:
-        with translate_failures(lambda exc: _refused(exc, data)):
+    problem = clocks.problem
+    if problem is not None and not problem.waits:
+        raise InvalidUpdate(
+            f"update refused: {problem.reason}", details={"size": len(data), "limit": MAX_CLOCK}
+        )
+    if problem is not None:
+        with translate_failures(lambda exc: InvalidUpdate.from_failure(exc, data)):
             get_update(data, b"\x00")  # kept only if pycrdt can read it
-        return True
-    raise InvalidUpdate(
-        f"update refused: {problem.reason}", details={"size": len(data), "limit": MAX_CLOCK}
-    )
+    return clocks
+
+
+_UNCHECKED = Clocks()
 
 
 def _release_waiting(core: StateCore, ticket: int | None) -> int | None:
@@ -246,11 +240,11 @@ def _release_waiting(core: StateCore, ticket: int | None) -> int | None:
         landed = False
         for data, agent in core.waiting.take_all():
             try:
-                held = _held_clocks(core)
-                if _waits(core, data, held):
+                clocks = _gate(core, data)
+                if clocks.problem is not None:
                     core.waiting.hold(data, agent)
                     continue
-                _, late = _integrate(core, data, agent, held)
+                _, late = _integrate(core, data, agent, clocks.resends)
             except CrdtStateError as exc:
                 log.warning("an update that waited for earlier clocks is refused: %s", exc)
                 continue
@@ -271,7 +265,7 @@ def _hold_pending(core: StateCore, parts: list[bytes], state: bytes) -> None:
     rests: list[bytes] = []
     for part in parts:
         try:
-            rest = bytes(get_update(part, state)) if part else b"\x00\x00"
+            rest = bytes(get_update(part, state))
         except BaseException as exc:
             if isinstance(exc, INTERRUPTS):
                 raise

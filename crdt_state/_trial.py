@@ -72,7 +72,7 @@ class TrialDocument:
         except BaseException as exc:
             if isinstance(exc, INTERRUPTS):
                 raise
-            raise InvalidUpdate(f"update refused: {exc}", details={"size": len(update)}) from exc
+            raise InvalidUpdate.from_failure(exc, update) from exc
         self._doc = trial
 
     def drop(self) -> None:

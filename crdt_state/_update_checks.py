@@ -20,7 +20,7 @@ on, or that peers cannot load:
   for updates that do not follow each other) is refused: the clocks it lacks may never
   come.
 
-:func:`clock_problem` reads the update's structs (their clock ranges, the ids their items
+:func:`read_clocks` reads the update's structs (their clock ranges, the ids their items
 point to, the delete set); a look at the bytes settles most updates from the first
 client's header alone: no ``Skip`` info byte (``0x0a``) anywhere, no run of three bytes
 with the high bit set (every varuint below 2**21) and fewer than :data:`_SHORT` bytes (too
@@ -36,7 +36,7 @@ from typing import Final
 
 from ._update_scan import Reader, content_length
 
-__all__ = ["MAX_CLOCK", "Problem", "clock_problem", "resends", "state_clocks"]
+__all__ = ["MAX_CLOCK", "Clocks", "Problem", "clock_problem", "read_clocks"]
 
 MAX_CLOCK: Final = 2**31 - 1
 """The largest clock (the last of a range) an update may name."""
@@ -63,8 +63,20 @@ class Problem:
     """The update starts past the clocks held: apply it once they are (else refuse it)."""
 
 
-def clock_problem(update: bytes, held: Held) -> Problem | None:
-    """Why pycrdt would take ``update``'s clocks otherwise than Yjs, or None.
+@dataclass(frozen=True, slots=True)
+class Clocks:
+    """What :func:`read_clocks` found."""
+
+    problem: Problem | None = None
+    resends: bool = False
+    """Some client's structs start below the clocks held: honest peers do that when they
+    send structs squashed since (a text typed a letter at a time, sent whole); a peer
+    sending other content at those clocks is where pycrdt's document can come to read
+    otherwise than its own encoding."""
+
+
+def read_clocks(update: bytes, held: Held) -> Clocks:
+    """Whether pycrdt would take ``update``'s clocks otherwise than Yjs; what it re-sends.
 
     ``held`` gives the clocks the document holds of each client (its state vector).
 
@@ -74,50 +86,21 @@ def clock_problem(update: bytes, held: Held) -> Problem | None:
     """
     if len(update) < _SHORT and _SKIP not in update and _WIDE.search(update) is None:
         reader = Reader(update)
-        if reader.uint() != 1:  # no struct (a delete set alone), or several clients
-            return None if update[:1] == b"\x00" else _read(update, held)
-        reader.uint()  # how many structs
-        client = reader.uint()
-        if _gap(client, reader.uint(), held) is None:
-            return None
-    return _read(update, held)  # read whole what may wait: garbage is refused, not kept
-
-
-def state_clocks(state: bytes) -> dict[int, int]:
-    """The clocks of an encoded state vector (pycrdt's own ``get_state()``), by client."""
-    reader = Reader(state)
-    return {reader.uint(): reader.uint() for _ in range(reader.uint())}
-
-
-def resends(update: bytes, held: Held) -> bool:
-    """True when ``update``'s structs of some client start below the clocks held.
-
-    Honest peers do that when they send structs squashed since (a text typed a letter
-    at a time, sent whole); a peer sending other content at those clocks is where
-    pycrdt's document can come to read otherwise than its own encoding. Unreadable
-    bytes count as True.
-    """
-    try:
-        reader = Reader(update)
         count = reader.uint()
+        if count == 0:  # a delete set alone
+            return Clocks()
         if count == 1:
             reader.uint()  # how many structs
             client = reader.uint()
-            return reader.uint() < held(client)
-        if count == 0:
-            return False
-        firsts = _firsts(Reader(update))
-    except (ValueError, IndexError):
-        return True
-    return any(first < held(client) for client, first in firsts.items())
+            first, have = reader.uint(), held(client)
+            if first <= have:
+                return Clocks(resends=first < have)
+    return _read(update, held)  # read whole what may wait: garbage is refused, not kept
 
 
-def _firsts(reader: Reader) -> dict[int, int]:
-    """The first clock of each client's structs in an update."""
-    firsts: dict[int, int] = {}
-    for client, clock, _, _, _ in _walk(reader):
-        firsts[client] = min(clock, firsts.get(client, clock))
-    return firsts
+def clock_problem(update: bytes, held: Held) -> Problem | None:
+    """:func:`read_clocks`'s problem alone."""
+    return read_clocks(update, held).problem
 
 
 def _walk(reader: Reader) -> Iterator[tuple[int, int, int, int, list[int]]]:
@@ -153,13 +136,13 @@ def _walk(reader: Reader) -> Iterator[tuple[int, int, int, int, list[int]]]:
             clock += length
 
 
-def _read(update: bytes, held: Held) -> Problem | None:
+def _read(update: bytes, held: Held) -> Clocks:
     reader = Reader(update)
     firsts: dict[int, int] = {}
     for client, clock, ref, length, pointed in _walk(reader):
         firsts[client] = min(clock, firsts.get(client, clock))
         if ref == _SKIP_REF:
-            return Problem(f"it skips clocks {clock}-{clock + length - 1} of client {client}")
+            return _refused(f"it skips clocks {clock}-{clock + length - 1} of client {client}")
         if clock + length - 1 > MAX_CLOCK:
             return _too_large(clock + length - 1)
         if pointed and max(pointed) > MAX_CLOCK:
@@ -174,8 +157,8 @@ def _read(update: bytes, held: Held) -> Problem | None:
     for client, first in firsts.items():  # only an update pycrdt may take can wait
         problem = _gap(client, first, held)
         if problem is not None:
-            return problem
-    return None
+            return Clocks(problem)
+    return Clocks(resends=any(first < held(client) for client, first in firsts.items()))
 
 
 def _gap(client: int, first: int, held: Held) -> Problem | None:
@@ -188,5 +171,9 @@ def _gap(client: int, first: int, held: Held) -> Problem | None:
     )
 
 
-def _too_large(clock: int) -> Problem:
-    return Problem(f"it names clock {clock}, above {MAX_CLOCK} (pycrdt's 32-bit clocks wrap)")
+def _refused(reason: str) -> Clocks:
+    return Clocks(Problem(reason))
+
+
+def _too_large(clock: int) -> Clocks:
+    return _refused(f"it names clock {clock}, above {MAX_CLOCK} (pycrdt's 32-bit clocks wrap)")

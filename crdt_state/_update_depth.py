@@ -27,10 +27,6 @@ from .values import MAX_DEPTH, MISSING
 __all__ = ["check_update_depth", "update_depth"]
 
 
-def _refused(exc: BaseException, data: bytes) -> InvalidUpdate:
-    return InvalidUpdate(f"update refused: {exc}", details={"size": len(data)})
-
-
 def check_update_depth(core: StateCore, data: bytes, joined: bytes | None) -> None:
     """Refuse (:class:`UnsupportedValue`) an update storing values deeper than the limit.
 
@@ -80,7 +76,7 @@ def update_depth(doc: Doc[Any], data: bytes, *, pending: bytes | None = None) ->
             else:
                 touched.append(where)
 
-    with translate_failures(lambda exc: _refused(exc, data)):
+    with translate_failures(lambda exc: InvalidUpdate.from_failure(exc, data)):
         twin = ydoc.observed_copy(doc, [pending, data], on_events)
     root = twin.get(ydoc.ROOT, type=Map)
     deepest = 0

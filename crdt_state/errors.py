@@ -139,6 +139,11 @@ class InvalidUpdate(CrdtStateError, ValueError):
 
     code = "invalid_update"
 
+    @classmethod
+    def from_failure(cls, exc: BaseException, update: bytes) -> InvalidUpdate:
+        """The refusal of ``update``, which pycrdt failed on with ``exc``."""
+        return cls(f"update refused: {exc}", details={"size": len(update)})
+
 
 class SchemaError(CrdtStateError, ValueError):
     """A write or merge would make the state invalid for its pydantic schema.

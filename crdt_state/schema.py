@@ -312,11 +312,11 @@ class StateSchema:
         try:
             twin = ydoc.observed_copy(doc, [pending, data], on_events)
         except Exception as exc:
-            raise InvalidUpdate(f"update refused: {exc}", details={"size": len(data)}) from exc
+            raise InvalidUpdate.from_failure(exc, data) from exc
         except BaseException as exc:  # PanicException from the Rust core
             if isinstance(exc, INTERRUPTS):
                 raise
-            raise InvalidUpdate(f"update refused: {exc}", details={"size": len(data)}) from exc
+            raise InvalidUpdate.from_failure(exc, data) from exc
         if not touched:
             return
         errors: list[dict[str, Any]] = []
