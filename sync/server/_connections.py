@@ -32,6 +32,7 @@ from sync.server._rooms import RoomRegistry
 from sync.server._sending import close_later, close_reading, pump
 from sync.server.limits import Limits
 from sync.server.peer import (
+    EMPTY_UPDATE,
     READ_ONLY,
     AwarenessQueried,
     AwarenessReceived,
@@ -214,7 +215,8 @@ class HubConnections:
                     close_code=CloseCode.POLICY_VIOLATION,
                 )
             if self._cluster is not None:
-                await self._cluster.writes.forward_update(room, session, event.update)
+                if event.update != EMPTY_UPDATE:  # a peer's "nothing more" (sync step 2)
+                    await self._cluster.writes.forward_update(room, session, event.update)
                 return None
             try:
                 await room.state.aapply_update(event.update, origin=session.label)

@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from owned import owned_judge
+from owned import owned_judge, published_after_claim
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
@@ -87,7 +87,7 @@ async def test_local_writes_follow_the_in_entries_taken_and_wait_for_the_commit(
             await asyncio.sleep(0.5)  # the batch under way waits for the row lock
             assert judge.get("k1") == 2 and judge.get("k2") is None  # the next batch's
             assert not write.done.done()  # not answered before PostgreSQL committed it
-            assert await read_all(redis, room_key(room, "out")) == []
+            assert await published_after_claim(redis, room) == []
         await asyncio.wait_for(write.done, 10)
         published = await read_all(redis, room_key(room, "out"))
         answers = [a for _, fields in published for a in decode_out(fields).answers]
@@ -138,7 +138,7 @@ async def test_local_writes_fail_when_the_owner_stops_before_publishing(
         assert not owner.accepts(None)  # a stopped owner takes nothing more
         late = LocalWrite(_entry(8, _request(3, "c")))
         assert not owner.submit(late) and not late.done.done()
-        assert await read_all(redis, room_key(room, "out")) == []  # nothing published
+        assert await published_after_claim(redis, room) == []  # nothing published
     finally:
         await _stop(task)
         await blocker.close()

@@ -14,7 +14,7 @@ import secrets
 from typing import Any
 
 import psycopg
-from owned import owned_judge
+from owned import owned_judge, published_after_claim
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
@@ -23,7 +23,6 @@ from crdt_state.postgres import load_stored
 from sync import ChangeKind, WireChange
 from sync.server.cluster import room_key
 from sync.server.cluster.owner import RoomOwner
-from sync.server.cluster.streamio import read_all
 from sync.server.cluster.streams import MERGE, AnswerKind, InEntry, decode_out, encode_in
 from sync.wire import protocol as p
 
@@ -50,11 +49,11 @@ async def test_a_batch_is_answered_only_once_postgres_committed_it(
             task = asyncio.create_task(owner.run())
             await asyncio.sleep(1.0)  # judged in memory by now; the commit waits for the row
             assert judge.get("k2") == 3
-            assert await read_all(redis, room_key(room, "out")) == []  # nothing answered
+            assert await published_after_claim(redis, room) == []  # nothing answered
             assert owner.judged == 0
         # the lock is gone: the batch commits, then is published as one entry
         for _ in range(100):
-            published = await read_all(redis, room_key(room, "out"))
+            published = await published_after_claim(redis, room)
             if published:
                 break
             await asyncio.sleep(0.05)

@@ -16,6 +16,9 @@
 //                                              {"op":"wait","ok":false,"error":"timeout","value":cur}
 //   {"op":"settype","key":k,"type":"text"|"xml","value":s}
 //                                           -> {"op":"settype","ok":true}  (a Y.Text / Y.XmlFragment)
+//   {"op":"sideload","update":b64}          -> {"op":"sideload","ok":true}  (a Yjs update applied
+//                                              as if the server had sent it: not sent back; a
+//                                              doc that also syncs through another provider)
 //   {"op":"closes"}                         -> {"op":"closes","ok":true,"closes":[{code,reason}]}
 //                                              (the close events the connection saw so far)
 //   {"op":"quit"}                           -> {"op":"quit","ok":true}, then exits 0
@@ -100,6 +103,9 @@ const handle = async (cmd) => {
     case 'settype':
       state.set(cmd.key, cmd.type === 'xml' ? new Y.XmlFragment() : new Y.Text(cmd.value ?? ''))
       return { op: 'settype', ok: true }
+    case 'sideload':
+      Y.applyUpdate(doc, Buffer.from(cmd.update, 'base64'), provider)
+      return { op: 'sideload', ok: true }
     case 'closes':
       return { op: 'closes', ok: true, closes }
     case 'quit':

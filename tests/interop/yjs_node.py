@@ -11,6 +11,7 @@ tells a test to skip when it is absent (or to fail, when ``CRDT_STATE_REQUIRE_IN
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -219,6 +220,14 @@ class NodeYjsClient:
 
     def delete(self, key: str) -> None:
         self.command(op="delete", key=key)
+
+    def sideload(self, update: bytes) -> None:
+        """Apply a Yjs ``update`` as if the server had sent it (the provider does not send it).
+
+        What a document that also syncs through another provider (WebRTC, IndexedDB) holds:
+        the hub never saw ``update``, and the client's next write depends on it.
+        """
+        self.command(op="sideload", update=base64.b64encode(update).decode())
 
     def get(self) -> dict[str, Any]:
         state: dict[str, Any] = self.command(op="get")["state"]

@@ -46,6 +46,7 @@ from sync.server.cluster.ownership import Ownership, try_acquire
 from sync.server.cluster.preload import Preload
 from sync.server.cluster.streamio import Entry, later, newest
 from sync.server.cluster.streams import OutEntry, StreamEntryError, decode_out
+from sync.wire import protocol as p
 
 __all__ = ["ClusterRoom", "newest_out_id"]
 
@@ -84,6 +85,8 @@ class ClusterRoom:
         (the newest when the ownership began, then each entry its owner published); no
         other hub can publish after it while the lease holds. ``None`` otherwise."""
         self._ownership: Ownership | None = None
+        self.fence_seen: int | None = None
+        """The highest fence of the ``out`` entries applied (``None``: none yet)."""
         self._resyncing = False
         self.preload = Preload(
             self.name, lambda: node.storage.preload(self.name, node.policies_for(self.name))
@@ -157,6 +160,8 @@ class ClusterRoom:
                 self.backlog.add(entry.update)
         for entry in batch:
             self._answer(entry)
+        if batch:
+            self._saw_fence(max(entry.fence for entry in batch))
 
     def current(self) -> bool:
         """True when the follower need not read the room's ``out`` stream.
@@ -193,7 +198,39 @@ class ClusterRoom:
             if entry.update:
                 self.backlog.add(entry.update)
             self._answer(entry)
+            self._saw_fence(entry.fence)
         self.own_tail = entry_id
+
+    def _saw_fence(self, fence: int) -> None:
+        """The replica holds an entry published under ``fence``: a new owner asks again.
+
+        A room's first owner needs nothing of the sessions (they sent their writes to it);
+        a later one may lack what an earlier owner held and never committed (see
+        :meth:`ask_sessions`).
+        """
+        if self.fence_seen is not None and fence > self.fence_seen:
+            self.ask_sessions()
+        if self.fence_seen is None or fence > self.fence_seen:
+            self.fence_seen = fence
+
+    def ask_sessions(self) -> None:
+        """Ask this hub's writing sessions for what they hold that the room lacks.
+
+        Sync step 1 with the replica's state vector; a Yjs client answers with the
+        difference (sync step 2), which goes to the owner as any write of theirs. Sent
+        when the room's judge may have lost writes it had not committed: the owner changed
+        (its judge held a write whose base it had not seen yet; a stock client never sends
+        a write twice) or Redis lost its streams (writes not judged yet). What the room has
+        already applies as nothing; read-only sessions cannot hold writes and are not asked.
+        """
+        frame = p.encode_sync_step1(self.room.state.token.to_state())
+        asked = 0
+        for session in list(self.room.sessions.values()):
+            if session.can_write:
+                session.enqueue(frame)
+                asked += 1
+        if asked:
+            log.info("room %r: asked %d session(s) for writes the room lacks", self.name, asked)
 
     def _failed(self) -> None:
         """Applying followed updates failed: load the replica again (the owner goes on)."""
@@ -230,6 +267,7 @@ class ClusterRoom:
             self.room.state.apply_update(update, agent="cluster")
             self.position = position if self.node.storage.durable else "0-0"
             log.info("room %r: replica reloaded, following from %s", self.name, position)
+            self.ask_sessions()  # writes not judged before Redis lost them
             return
 
     # -- ownership ---------------------------------------------------------------------------

@@ -167,10 +167,11 @@ class RoomOwner:
         block: longest wait for new entries per ``XREAD`` (seconds); bounds how late a
             lost lease is noticed when the room is idle.
         on_committed: told the last ``in`` id of each batch once it is durable.
-        catch_up: a Yjs update published before the first batch: what the judge holds
-            beyond this hub's replica (changes an earlier owner committed but did not
-            live to publish; a merge judged again then writes nothing, so without it the
-            replicas would never get them).
+        catch_up: a Yjs update published before the first batch (in an entry published
+            even when it is empty, which tells every hub the room has a new owner): what
+            the judge holds beyond this hub's replica (changes an earlier owner committed
+            but did not live to publish; a merge judged again then writes nothing, so
+            without it the replicas would never get them).
         inbox: the room's slot in the hub's ``in`` reader, registered at ``start``
             (``None``: read ``in`` with an ``XREAD`` of its own).
         publish: how to run the ``out`` script (default: a call of its own on ``redis``).
@@ -256,8 +257,9 @@ class RoomOwner:
         """
         unsubscribe = self._judging.subscribe()
         try:
-            if self.catch_up:
-                await self._publish(OutEntry(self.catch_up, self.position, self.fence))
+            # published even when empty: the hubs learn of the new owner (its fence) and
+            # ask their sessions for writes an earlier owner held uncommitted
+            await self._publish(OutEntry(self.catch_up, self.position, self.fence))
             while not stop():
                 self.ownership.check()
                 entries = await self._read()
