@@ -27,7 +27,8 @@ class HubConfigError(SyncError, ValueError):
             ``secret_file`` (the secret file cannot be read); for a cluster hub
             ``cluster_options`` (``redis`` without ``postgres`` or the reverse),
             ``redis_url`` (not a Redis URL), ``postgres_dsn`` (not a PostgreSQL DSN);
-            ``event_loop`` (``--loop uvloop`` where uvloop is not installed).
+            ``event_loop`` (``--loop uvloop`` where uvloop is not installed);
+            ``db`` (``db=""``, which names no directory).
     """
 
     def __init__(self, code: str, message: str) -> None:

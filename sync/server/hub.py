@@ -51,8 +51,11 @@ class Hub(HubConnections):
 
     Args:
         host, port: where to listen (port 0 picks a free port; see :attr:`port`).
-        db: a SQLite file for the rooms' state (``None``: in memory only). With it,
-            no change is sent to any client before it is stored (see :mod:`sync.server._room`).
+        db: a directory for the rooms' state, one SQLite file per room, created when
+            missing (``None``: in memory only). With it, no change is sent to any client
+            before it is stored (see :mod:`sync.server._room`). ``""`` is refused
+            (:class:`~sync.server.HubConfigError` ``db``): as a path it would be the
+            current directory, where the command line's ``--db ''`` means memory.
         secret: HMAC secret for access tokens. ``None`` accepts everyone (the hub then
             says so in its log): allowed on a loopback host only, unless ``insecure``.
             An empty secret is refused (:class:`~sync.server.HubConfigError`).
@@ -92,6 +95,12 @@ class Hub(HubConnections):
         insecure: bool = False,
     ) -> None:
         check_secret(secret, host, insecure=insecure)
+        if isinstance(db, str) and not db.strip():
+            raise HubConfigError(
+                "db",
+                f"db={db!r} names no directory: pass db=None to keep rooms in memory only, "
+                "or a directory such as db='hub.db'",
+            )
         self.host = host
         self._port = port
         self.db = Path(db) if db is not None else None
