@@ -36,6 +36,7 @@ from typing import Any
 from crdt_state import CrdtStateError
 from sync.server._room import Room
 from sync.server.cluster.answers import Answers
+from sync.server.cluster.asking import ask_for_missing
 from sync.server.cluster.backlog import Backlog
 from sync.server.cluster.context import NodeContext
 from sync.server.cluster.errors import ClusterError, ClusterUnavailable
@@ -46,9 +47,8 @@ from sync.server.cluster.ownership import Ownership, try_acquire
 from sync.server.cluster.preload import Preload
 from sync.server.cluster.streamio import Entry, later, newest
 from sync.server.cluster.streams import OutEntry, StreamEntryError, decode_out
-from sync.wire import protocol as p
 
-__all__ = ["ClusterRoom", "newest_out_id"]
+__all__ = ["ClusterRoom", "newest_out"]
 
 log = logging.getLogger("crdt_state.cluster")
 
@@ -57,16 +57,26 @@ EXPIRY_SLACK = 0.005
 """Seconds a contender waits past the moment Redis said the holder's lease runs out."""
 
 
-async def newest_out_id(node: NodeContext, room: str) -> str:
-    """The id of ``room``'s newest ``out`` entry (``"0-0"`` when there is none)."""
+async def newest_out(node: NodeContext, room: str) -> tuple[str, int | None]:
+    """The id of ``room``'s newest ``out`` entry (``"0-0"`` when none) and its fence.
+
+    The fence is ``None`` when there is no entry, or it cannot be read.
+    """
     entry = await newest(node.redis, room_key(room, "out"))
-    return "0-0" if entry is None else entry[0]
+    if entry is None:
+        return "0-0", None
+    try:
+        return entry[0], decode_out(entry[1]).fence
+    except StreamEntryError:
+        return entry[0], None
 
 
 class ClusterRoom:
     """The cluster side of one open room on one hub (see the module doc)."""
 
-    def __init__(self, node: NodeContext, room: Room, position: str) -> None:
+    def __init__(
+        self, node: NodeContext, room: Room, position: str, fence: int | None = None
+    ) -> None:
         self.node = node
         self.room = room
         self.name = room.name
@@ -85,8 +95,9 @@ class ClusterRoom:
         (the newest when the ownership began, then each entry its owner published); no
         other hub can publish after it while the lease holds. ``None`` otherwise."""
         self._ownership: Ownership | None = None
-        self.fence_seen: int | None = None
-        """The highest fence of the ``out`` entries applied (``None``: none yet)."""
+        self.fence_seen = fence
+        """The highest fence of the ``out`` entries the replica holds (``None``: none yet;
+        at first, that of the newest entry when the replica was loaded)."""
         self._resyncing = False
         self.preload = Preload(
             self.name, lambda: node.storage.preload(self.name, node.policies_for(self.name))
@@ -214,21 +225,12 @@ class ClusterRoom:
             self.fence_seen = fence
 
     def ask_sessions(self) -> None:
-        """Ask this hub's writing sessions for what they hold that the room lacks.
+        """Ask this hub's writing sessions for what they hold beyond the room.
 
-        Sync step 1 with the replica's state vector; a Yjs client answers with the
-        difference (sync step 2), which goes to the owner as any write of theirs. Sent
-        when the room's judge may have lost writes it had not committed: the owner changed
-        (its judge held a write whose base it had not seen yet; a stock client never sends
-        a write twice) or Redis lost its streams (writes not judged yet). What the room has
-        already applies as nothing; read-only sessions cannot hold writes and are not asked.
+        When the room's judge may have lost writes it had not committed: the owner
+        changed, or Redis lost its streams (see :mod:`~sync.server.cluster.asking`).
         """
-        frame = p.encode_sync_step1(self.room.state.token.to_state())
-        asked = 0
-        for session in list(self.room.sessions.values()):
-            if session.can_write:
-                session.enqueue(frame)
-                asked += 1
+        asked = ask_for_missing(self.room)
         if asked:
             log.info("room %r: asked %d session(s) for writes the room lacks", self.name, asked)
 
@@ -254,7 +256,7 @@ class ClusterRoom:
         while not self._stopping:
             await asyncio.sleep(min(0.2, self.node.lease_ttl / 10))
             try:
-                position = await newest_out_id(self.node, self.name)
+                position, fence = await newest_out(self.node, self.name)
             except ClusterUnavailable:
                 continue
             try:
@@ -266,6 +268,8 @@ class ClusterRoom:
             fresh.close()
             self.room.state.apply_update(update, agent="cluster")
             self.position = position if self.node.storage.durable else "0-0"
+            if fence is not None:  # asked below in any case
+                self.fence_seen = max(fence, self.fence_seen or 0)
             log.info("room %r: replica reloaded, following from %s", self.name, position)
             self.ask_sessions()  # writes not judged before Redis lost them
             return

@@ -42,7 +42,7 @@ from sync.server.cluster.clients import (
     safe_redis_url,
     stream_client,
 )
-from sync.server.cluster.cluster_room import TRY_AGAIN_LATER, ClusterRoom, newest_out_id
+from sync.server.cluster.cluster_room import TRY_AGAIN_LATER, ClusterRoom, newest_out
 from sync.server.cluster.context import MergeAnswered
 from sync.server.cluster.follower import Follower
 from sync.server.cluster.inbox import Inbox
@@ -247,10 +247,10 @@ class ClusterNode:
         Raises:
             ClusterUnavailable: Redis or PostgreSQL did not answer.
         """
-        position = await newest_out_id(self, name) if self.storage.durable else "0-0"
+        position, fence = await newest_out(self, name) if self.storage.durable else ("0-0", None)
         state = await self.storage.open_replica(name)
         room = make_room(state)
-        cluster_room = ClusterRoom(self, room, position)
+        cluster_room = ClusterRoom(self, room, position, fence)
         self.rooms[name] = cluster_room
         cluster_room.start()
         await self._subscribe(name)
