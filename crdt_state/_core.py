@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Listener", "StateCore"]
 
-Listener = Callable[[StateUpdate], None]
+Listener = Callable[[StateUpdate], object]
+"""A listener of a state's changes; what it returns is ignored."""
 
 
 class StateCore:

@@ -34,6 +34,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from pycrdt import Doc, Map
 
 from crdt_state import Branch, CrdtStateError, Retry, SharedState, resolvers
+from sync.client import RemoteBranch
 from sync.client.remote import RemoteState
 
 ROOM = "proof/room"
@@ -46,7 +47,7 @@ COUNTING = {"n": resolvers.counter}
 RETRYING = {"n": resolvers.retry}
 
 
-def bump(branch: Branch) -> None:
+def bump(branch: Branch | RemoteBranch) -> None:
     branch.set("n", branch.get("n") + 1)
 
 

@@ -109,8 +109,8 @@ def test_every_error_has_a_stable_unique_code() -> None:
     for cls in classes:
         assert issubclass(cls, crdt_state.CrdtStateError)
         if cls.__name__ in STABLE_CODES:
-            assert cls.code == STABLE_CODES[cls.__name__]  # type: ignore[attr-defined]
-        code = cls.code  # type: ignore[attr-defined]
+            assert cls.code == STABLE_CODES[cls.__name__]
+        code = cls.code
         assert isinstance(code, str) and code.isidentifier() and code.islower()
         assert cls.__name__ in crdt_state.__all__
         assert cls.__doc__

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import psycopg
@@ -61,7 +61,7 @@ def held_writer(writer: SharedWriter, dsn: str, lock: int) -> Iterator[threading
 
 
 def in_one_round(
-    writer: SharedWriter, dsn: str, lock: int, sends: list[Callable[[], None]]
+    writer: SharedWriter, dsn: str, lock: int, sends: Sequence[Callable[[], object]]
 ) -> None:
     """Run ``sends`` (each hands one batch in, perhaps on a thread) in one round.
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from fnmatch import fnmatchcase
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 
@@ -176,7 +176,7 @@ class Hub(HubConnections):
             await self._cluster.stop()
         await self._registry.close()
 
-    async def __aenter__(self) -> Hub:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 

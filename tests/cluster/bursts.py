@@ -46,6 +46,7 @@ def owner_of(redis_url: str, room: str, hubs: HubCluster) -> HubProcess | None:
         client.close()
     if token is None:
         return None
+    assert isinstance(token, bytes)  # a client without decode_responses
     pid = int(token.decode().split("#")[0].split(":")[1])
     return next((h for h in hubs.hubs if h.proc is not None and h.proc.pid == pid), None)
 

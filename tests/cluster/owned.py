@@ -24,7 +24,7 @@ async def owned_judge(
     """Take ``room`` (owner ``test``, a 10 s lease) and open its judge fenced by the claim."""
     ownership = await try_acquire(redis, pool, room, owner="test", ttl=10.0)
     assert ownership is not None
-    judge = await asyncio.to_thread(
+    judge: SharedState = await asyncio.to_thread(
         open_postgres,
         dsn,
         room,

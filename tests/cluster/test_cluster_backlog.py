@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -133,7 +133,7 @@ async def test_a_refused_update_is_dropped_and_other_failures_reload() -> None:
     assert state.get("k0") == 0 and state.get("k2") == 2 and state.get("k1") is None
     assert failed == []  # refused (logged): the owner accepted it, nothing to reload
 
-    def broken(*_: object, **__: object) -> None:
+    def broken(*_: object, **__: object) -> NoReturn:
         raise RuntimeError("cannot apply")
 
     replica.apply_update = broken  # type: ignore[method-assign]

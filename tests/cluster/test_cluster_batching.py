@@ -168,10 +168,12 @@ async def test_follower_leaves_out_current_rooms_and_skips_what_their_owner_appl
     owned.current = lambda: True  # type: ignore[method-assign]
     await redis.xadd(room_key(owned.name, "out"), {"u": b"never read"})
     first = await redis.xadd(room_key(followed.name, "out"), {"u": b"applied by its owner"})
+    assert isinstance(first, bytes)  # a client without decode_responses
     await redis.xadd(room_key(followed.name, "out"), {"u": b"second"})
     import sync.server.cluster.follower as follower_module
+    from sync.server.cluster import streamio
 
-    read = follower_module.read_rooms
+    read = streamio.read_rooms  # the follower's (follower_module does not re-export it)
     seen: list[object] = []
 
     async def read_rooms(link: Link, positions: dict[str, str], part: str, **options: Any) -> Any:

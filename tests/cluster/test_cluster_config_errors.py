@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from hubs import free_port
@@ -115,7 +116,7 @@ def test_the_hub_command_prints_the_mistake_not_a_traceback(
     "options",
     [{"redis": "redis://127.0.0.1:6379/0"}, {"postgres": "host=127.0.0.1 user=postgres"}],
 )
-def test_redis_and_postgres_go_together(options: dict[str, str]) -> None:
+def test_redis_and_postgres_go_together(options: dict[str, Any]) -> None:
     with pytest.raises(HubConfigError) as info:
         Hub(port=0, **options)
     assert info.value.code == "cluster_options" and isinstance(info.value, ValueError)

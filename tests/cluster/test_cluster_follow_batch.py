@@ -11,13 +11,13 @@ answers are delivered after the update that carries them, in stream order.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 from crdt_state import SharedState, StateUpdate
 from crdt_state.errors import InvalidUpdate
 from sync.server._room import Room
 from sync.server.cluster.cluster_room import ClusterRoom
-from sync.server.cluster.streams import Answer, AnswerKind, OutEntry, encode_out
+from sync.server.cluster.streams import Answer, AnswerKind, Fields, OutEntry, encode_out
 
 
 class _Node:
@@ -43,9 +43,10 @@ def _owner_updates(count: int) -> tuple[SharedState, list[bytes]]:
     return owner, updates
 
 
-def _fields(update: bytes, n: int) -> dict[str, bytes | str]:
+def _fields(update: bytes, n: int) -> Fields:
     answer = Answer("other-hub", 1, AnswerKind.REPLY, b"answer-%d" % n)
-    return encode_out(OutEntry(update, f"{n}-0", 1, (answer,)))
+    # str keys; Fields is a Mapping, invariant in its key: no dict[str, ...] without a cast
+    return cast(Fields, encode_out(OutEntry(update, f"{n}-0", 1, (answer,))))
 
 
 def _follower_room(node: _Node) -> tuple[ClusterRoom, SharedState, list[StateUpdate]]:

@@ -17,7 +17,13 @@ from sync.server.cluster import room_key
 from sync.server.cluster.forwarding import InCommands
 from sync.server.cluster.link import Link, pack
 from sync.server.cluster.streamio import stream_key
-from sync.server.cluster.streams import MERGE, UPDATE, InEntry, decode_in, encode_in
+from sync.server.cluster.streams import MERGE, UPDATE, Fields, InEntry, decode_in, encode_in
+
+
+def _present(fields: Fields | None) -> Fields:
+    """An entry's fields (redis types them optional: a deleted entry's)."""
+    assert fields is not None
+    return fields
 
 
 @given(
@@ -33,7 +39,9 @@ def test_the_command_is_the_packed_encoded_entry(
     session = Session(None, "test", 1024, id=session_id)
     for one in data:  # the second write of the session reuses its parts
         entry = InEntry(kind, one, "host:1:abc", session_id, session.label, session.writer)
-        expected = pack(b"XADD", stream_key(room, "in"), b"*", b"e", encode_in(entry)["e"])
+        packed = encode_in(entry)["e"]
+        assert isinstance(packed, bytes)  # encode_in types every field bytes | str
+        expected = pack(b"XADD", stream_key(room, "in"), b"*", b"e", packed)
         assert commands.command(room, session, kind, one) == expected
 
 
@@ -50,16 +58,19 @@ async def test_redis_stores_the_entry_the_owner_decodes(redis: Redis) -> None:
             ]
         )
         entries = await redis.xrange(room_key(room, "in"))
+        assert entries is not None
         assert [i for i, _ in entries] == replies
-        assert [decode_in(fields) for _, fields in entries] == [
+        assert [decode_in(_present(fields)) for _, fields in entries] == [
             InEntry(UPDATE, b"\x00\x01update", "hub-a", 7, session.label, session.writer),
             InEntry(MERGE, b"merge request", "hub-a", 7, session.label, session.writer),
         ]
         commands.forget(room, 7)
         other = Session(None, "test", 1024, id=7)  # same id, its own writer scope
         await link.call([commands.command(room, other, UPDATE, b"x")])
-        last = (await redis.xrange(room_key(room, "in")))[-1][1]
-        assert decode_in(last).scope == other.writer != session.writer
+        entries = await redis.xrange(room_key(room, "in"))
+        assert entries is not None
+        last = entries[-1][1]
+        assert decode_in(_present(last)).scope == other.writer != session.writer
     finally:
         await link.aclose()
         await redis.delete(room_key(room, "in"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -148,7 +148,7 @@ async def test_published_entries_apply_only_to_a_current_replica() -> None:
     assert room.room.state.get("c") is None and room.position == "6-5" and room.own_tail == "8-0"
     room.position = "8-0"
 
-    def broken(*_: object, **__: object) -> None:
+    def broken(*_: object, **__: object) -> NoReturn:
         raise RuntimeError("cannot apply")
 
     replica.apply_update = broken  # type: ignore[method-assign]

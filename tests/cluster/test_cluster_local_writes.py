@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -21,6 +21,7 @@ from owned import owned_judge, published_after_claim
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
+from redis.typing import EncodableT, FieldT
 
 from crdt_state.postgres import load_stored
 from sync import ChangeKind, Hub, WireChange, connect
@@ -63,8 +64,12 @@ async def test_local_writes_follow_the_in_entries_taken_and_wait_for_the_commit(
 ) -> None:
     room = f"local-{secrets.token_hex(4)}"
     ownership, judge = await owned_judge(redis, pool, postgres_dsn, room)
+    # redis types the fields as a dict, invariant: a dict[str, ...] is one only by a cast
     ids = [
-        await redis.xadd(room_key(room, "in"), encode_in(_entry(7, _request(n + 1, f"k{n}"))))
+        await redis.xadd(
+            room_key(room, "in"),
+            cast(dict[FieldT, EncodableT], encode_in(_entry(7, _request(n + 1, f"k{n}")))),
+        )
         for n in range(2)
     ]
     last = ids[-1].decode() if isinstance(ids[-1], bytes) else str(ids[-1])

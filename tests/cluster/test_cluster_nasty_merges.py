@@ -21,6 +21,7 @@ from crdt_state import CrdtStateError
 from sync import Hub, connect
 from sync.wire import protocol as p
 from sync.wire.changes import ChangeKind, WireChange
+from sync.wire.errors import ProtocolError
 
 ROOM = "nasty/merges"
 REQUESTS = 150
@@ -100,7 +101,7 @@ async def _send_all(url: str, rng: random.Random) -> Counter[str]:
             base = rng.choice([first.state_vector, first.state_vector, b"\x00"])
             try:
                 frame = p.encode_merge_request(request_id, "nasty", base, changes)
-            except (CrdtStateError, p.ProtocolError):
+            except (CrdtStateError, ProtocolError):
                 continue  # not encodable (no change left, too large): nothing to send
             await ws.send(frame)
             reply = await _answer(ws, request_id)

@@ -89,6 +89,7 @@ async def test_each_merge_is_counted_once_where_it_was_answered_and_fed_everywhe
     assert node is not None
     redis = node.redis
     holder = await redis.get(owner_key)
+    assert not isinstance(holder, str)  # bytes or None: a client without decode_responses
     assert holder is not None and holder.decode().startswith(node.hub_id)  # it owns the room
     before_a, before_b = await counts(a), await counts(b)
     async with (

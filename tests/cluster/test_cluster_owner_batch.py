@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from owned import owned_judge, published_after_claim
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
+from redis.typing import EncodableT, FieldT
 
 from crdt_state.postgres import load_stored
 from sync import ChangeKind, WireChange
@@ -39,7 +40,8 @@ async def test_a_batch_is_answered_only_once_postgres_committed_it(
     ownership, judge = await owned_judge(redis, pool, postgres_dsn, room)
     for n in range(3):
         entry = InEntry(MERGE, _merge(n + 1, f"k{n}"), "hub-a", 7, "agent", "scope")
-        await redis.xadd(room_key(room, "in"), encode_in(entry))
+        # redis types the fields as a dict, invariant: a dict[str, ...] is one only by a cast
+        await redis.xadd(room_key(room, "in"), cast(dict[FieldT, EncodableT], encode_in(entry)))
     blocker = await psycopg.AsyncConnection.connect(postgres_dsn)
     owner = RoomOwner(redis, ownership, judge, start="0-0", max_document=1 << 20)
     task: asyncio.Task[None] | None = None

@@ -28,7 +28,7 @@ from outages import assert_try_again_later
 from postgres_server import PostgresServer
 
 import sync
-from crdt_state import Retry
+from crdt_state import Retry, SharedState
 from crdt_state.postgres import open_postgres
 from sync import Hub
 
@@ -100,7 +100,9 @@ async def test_merges_go_on_through_a_postgres_crash_and_restart(
     assert served_again < 10, served_again
     async with sync.connect(b.url(ROOM), agent="reader", timeout=10) as reader:
         assert reader.snapshot() == expected
-    stored = await asyncio.to_thread(open_postgres, private_postgres.dsn, ROOM, read_only=True)
+    stored: SharedState = await asyncio.to_thread(
+        open_postgres, private_postgres.dsn, ROOM, read_only=True
+    )
     try:
         assert stored.snapshot() == expected  # durable, not only in the hubs' memory
     finally:

@@ -17,6 +17,7 @@ import asyncio
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from bursts import wait_for_owner
@@ -42,8 +43,9 @@ def two_hubs(private_redis: RedisServer, postgres_dsn: str, tmp_path: Path) -> I
 
 def side_update(key: str, value: str) -> bytes:
     """A write to the room's ``state`` map by a peer the hub never hears from."""
-    doc = Doc()
-    doc["state"] = state = Map()
+    doc: Doc[Any] = Doc()
+    state: Map[str] = Map()
+    doc["state"] = state
     state[key] = value
     return doc.get_update()
 

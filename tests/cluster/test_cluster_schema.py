@@ -9,6 +9,7 @@ import psycopg
 import pytest
 from cluster_servers import create_database, drop_database, postgres_admin_dsn
 from psycopg import AsyncConnection
+from psycopg.rows import TupleRow
 
 from sync.server.cluster import MIGRATIONS, ClusterSchemaError, Migration, migrate, schema_version
 from sync.server.cluster.schema import check_migrations
@@ -32,7 +33,7 @@ NEXT = len(MIGRATIONS) + 1
 """The version of a migration this code does not know yet."""
 
 
-async def tables(conn: AsyncConnection[object]) -> set[str]:
+async def tables(conn: AsyncConnection[TupleRow]) -> set[str]:
     cur = await conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
     return {str(row[0]) for row in await cur.fetchall()}
 

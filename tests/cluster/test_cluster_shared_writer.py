@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import AsyncConnection
+from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 from writer_rounds import durability_told, held_writer, until
 
@@ -94,7 +95,9 @@ async def test_a_new_owner_ends_a_writer_left_idle_in_a_transaction(
     room = f"shared-depose-{secrets.token_hex(4)}"
     async with pool.connection() as conn:
         fence = await claim_fence(conn, room, "hub-a#1")
-    paused = await asyncio.to_thread(psycopg.connect, postgres_dsn, autocommit=True)
+    paused: psycopg.Connection[TupleRow] = await asyncio.to_thread(
+        psycopg.connect, postgres_dsn, autocommit=True
+    )
     try:
         paused.execute(
             "UPDATE crdt_rooms SET judge_pid = pg_backend_pid() WHERE room = %s", (room,)
@@ -125,7 +128,7 @@ async def test_the_writer_connects_again_after_its_session_was_ended(
     writer = await asyncio.to_thread(SharedWriter, postgres_dsn, check=fenced_positions)
     judges: list[SharedState] = []
     try:
-        first = await asyncio.to_thread(
+        first: SharedState = await asyncio.to_thread(
             open_postgres,
             postgres_dsn,
             fences[0].room,
@@ -139,7 +142,7 @@ async def test_the_writer_connects_again_after_its_session_was_ended(
             await conn.execute("SELECT pg_terminate_backend(%s)", (ended,))
         with pytest.raises(StorageError):  # the round on the ended session fails
             first.commit({"a": 2}, first.token, "agent")
-        second = await asyncio.to_thread(
+        second: SharedState = await asyncio.to_thread(
             open_postgres,
             postgres_dsn,
             fences[1].room,
@@ -277,7 +280,7 @@ async def _open_judges(
 ) -> list[SharedState]:
     """A judge of each room on ``writer``, fenced by its claim; ``committed``: the position
     each records with its next write (as ``<fence>-<committed>``)."""
-    judges = []
+    judges: list[SharedState] = []
     for room, fence in zip(rooms, fences, strict=True):
         hook = PositionHook(room, fence.value)
         judges.append(

@@ -194,7 +194,8 @@ class FencingMachine(RuleBasedStateMachine):
 
 
 def test_fencing_rule_holds_for_any_sequence_of_claims_and_writes(postgres_dsn: str) -> None:
-    run_state_machine_as_test(
+    # hypothesis leaves run_state_machine_as_test unannotated
+    run_state_machine_as_test(  # type: ignore[no-untyped-call]
         lambda: FencingMachine(postgres_dsn),
         settings=settings(max_examples=25, stateful_step_count=20, deadline=None),
     )

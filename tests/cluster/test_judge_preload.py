@@ -96,7 +96,9 @@ async def test_rows_committed_after_the_preload_are_in_the_new_judge_exactly_onc
     try:
         assert judge is preloaded
         assert judge.position == at_preload + 7  # each late row replayed once
-        fresh = await asyncio.to_thread(open_postgres, postgres_dsn, room, read_only=True)
+        fresh: SharedState = await asyncio.to_thread(
+            open_postgres, postgres_dsn, room, read_only=True
+        )
         try:
             assert judge.token == fresh.token
             assert judge.position == fresh.position
@@ -133,7 +135,7 @@ async def test_a_preload_whose_rows_were_folded_is_replaced_by_a_fresh_load(
     redis: Redis, pool: Pool, postgres_dsn: str
 ) -> None:
     room = room_name()
-    writer = await asyncio.to_thread(
+    writer: SharedState = await asyncio.to_thread(
         open_postgres, postgres_dsn, room, before_commit=lambda conn, ticket: None, keep_history=1
     )
     await asyncio.to_thread(put, writer, "first", 1)
@@ -150,7 +152,7 @@ async def test_a_preload_whose_rows_were_folded_is_replaced_by_a_fresh_load(
 
     storage = PostgresRoomStorage(Node(postgres_dsn, pool))  # type: ignore[arg-type]
     again = await storage.preload(room, {})
-    folding = await asyncio.to_thread(
+    folding: SharedState = await asyncio.to_thread(
         open_postgres, postgres_dsn, room, before_commit=lambda conn, ticket: None, keep_history=1
     )
     for i in range(80, 160):  # folded again behind this preload's back

@@ -9,13 +9,14 @@ requests; the slice is made short so that a small batch crosses it.
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
 import pytest
 
 from crdt_state import SharedState
 from sync.server.cluster import judging
 from sync.server.cluster.judging import BatchJudge
-from sync.server.cluster.streams import MERGE, AnswerKind, InEntry, encode_in
+from sync.server.cluster.streams import MERGE, AnswerKind, Fields, InEntry, encode_in
 from sync.wire import protocol as p
 from sync.wire.changes import ChangeKind, WireChange
 
@@ -29,7 +30,7 @@ def _judged(judge: SharedState) -> int:
     return value
 
 
-def _queued_merges(base: bytes) -> list[tuple[str, dict[str, bytes | str]]]:
+def _queued_merges(base: bytes) -> list[tuple[str, Fields]]:
     """``in`` entries of one agent's queued merges: merge n sets ``n`` on ``base``,
     building on merges 1..n-1 (as an agent that merged offline sends them)."""
     entries = []
@@ -39,7 +40,7 @@ def _queued_merges(base: bytes) -> list[tuple[str, dict[str, bytes | str]]]:
             request_id=n, agent="w", base=base, changes=(change,), chain=tuple(range(1, n))
         )
         entry = InEntry(MERGE, p.encode_message(request), "hub-a", 1, "w", "w")
-        entries.append((f"1-{n}", encode_in(entry)))
+        entries.append((f"1-{n}", cast(Fields, encode_in(entry))))  # a Mapping: invariant key
     return entries
 
 

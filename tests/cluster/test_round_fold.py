@@ -10,6 +10,7 @@ sends a clean round as that one statement.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -99,7 +100,7 @@ def test_a_folded_round_writes_everything_iff_every_fence_holds(
     log = [(key, seq, b"t", b"u", "a", "o", 0.0, "[]") for seq in range(1, rows + 1)]
     blame = [(key, f'["p{seq}"]', seq, "a", 0.0, b"t") for seq in range(1, rows + 1)]
     requests = [(key, "w", seq, seq, b"t", "[]", True) for seq in range(1, rows + 1)]
-    statements = [
+    statements: list[tuple[str, Sequence[Sequence[Any]]]] = [
         (pglog.INSERT_LOG, log),
         (pglog.UPSERT_BLAME, blame),
         (pglog.UPSERT_REQUEST, requests),

@@ -10,6 +10,7 @@ agreeing, and a durable file reopens with every acknowledged merge.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path as FilePath
 from typing import Any
 
@@ -19,6 +20,7 @@ from pydantic import BaseModel
 from crdt_state import (
     MAX_DEPTH,
     MISSING,
+    Branch,
     Change,
     ConflictError,
     SharedState,
@@ -57,7 +59,7 @@ def test_every_local_write_path_enforces_the_depth_limit(depth: int) -> None:
     value = nested(depth - 1)  # stored at a 1-key path: depth `depth`
     assert depth_of(("x",), value) == depth
     before = state.read()
-    writes = {
+    writes: dict[str, Callable[[Branch], None]] = {
         "set": lambda b: b.set("x", value),
         "update": lambda b: b.update({"x": value}),
         "extend": lambda b: b.extend("x", [nested(depth - 2)]),  # items sit one level down

@@ -170,7 +170,7 @@ def test_a_closed_durable_state_is_freed_without_the_cyclic_collector(
         unsubscribe()
         store = state._core.store
         assert store is not None
-        refs = [weakref.ref(state), weakref.ref(store)]
+        refs: list[weakref.ref[object]] = [weakref.ref(state), weakref.ref(store)]
         state.close()
         del state, store, unsubscribe
         assert [ref() for ref in refs] == [None, None]

@@ -87,7 +87,8 @@ class Agent:
 def run(data: st.DataObject) -> None:
     state = SharedState(default=resolvers.last_writer_wins)
     model: dict[str, Any] = {}
-    initial = data.draw(st.sampled_from([{}, {"a": {"x": 1}}, {"a": 1, "b": {"x": 1}}]))
+    starts: list[dict[str, Any]] = [{}, {"a": {"x": 1}}, {"a": 1, "b": {"x": 1}}]
+    initial = data.draw(st.sampled_from(starts))
     if initial:
         state.commit(dict(initial), state.token, "init")
         model = json.loads(json.dumps(initial))

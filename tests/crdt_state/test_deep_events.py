@@ -25,6 +25,7 @@ from crdt_state import MISSING, Change, SharedState, StateUpdate
 from crdt_state._deep import DeepEvents
 from crdt_state._document import ROOT
 from crdt_state._events import collect_writes, mirror_writes, root_most
+from crdt_state.conflicts import WriteKind
 
 KEYS = ("a", "b", "c")
 SCALARS = st.one_of(st.integers(-5, 5), st.text(max_size=3), st.booleans(), st.none())
@@ -63,7 +64,7 @@ class _Reference:
         self.root = self.doc.get(ROOT, type=Map)
         self.mirror: dict[str, Any] = {}
 
-    def apply(self, update: bytes) -> dict[Any, str]:
+    def apply(self, update: bytes) -> dict[tuple[str, ...], WriteKind]:
         changed: dict[Any, Any] = {}
         sub = self.root.observe_deep(collect_writes(changed, self.mirror))
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -112,15 +113,17 @@ def test_the_byte_budget_is_kept_when_a_stored_state_is_reopened(tmp_path: Path)
 @pytest.mark.parametrize("name", ["history", "history_bytes"])
 @pytest.mark.parametrize("bad", [0, -1])
 def test_a_bound_below_one_is_refused(name: str, bad: int) -> None:
+    options: dict[str, Any] = {name: bad}
     with pytest.raises(ValueError, match=f"{name} must be at least 1, not {bad}"):
-        SharedState(**{name: bad})
+        SharedState(**options)
 
 
 @pytest.mark.parametrize("name", ["history", "history_bytes"])
 @pytest.mark.parametrize("bad", ["1MB", 1.5, True, None])
 def test_a_bound_that_is_not_an_int_is_refused_by_name(name: str, bad: object) -> None:
+    options: dict[str, Any] = {name: bad}  # wrong types on purpose
     with pytest.raises(TypeError, match=f"{name} must be an int, not {type(bad).__name__}"):
-        SharedState(**{name: bad})
+        SharedState(**options)
 
 
 def test_value_bytes_counts_strings_by_length_and_walks_deep_values_without_recursion() -> None:

@@ -11,7 +11,7 @@ each merge emits carries everything.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from enum import Enum, IntEnum, StrEnum
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from crdt_state.values import normalize
 def mixed(n: int, salt: int = 0) -> list[Any]:
     """``n`` items of every storable kind: ints (also beyond 2**53), floats, unicode,
     None, bools, dicts holding lists, nested lists, empty containers."""
-    kinds = (
+    kinds: tuple[Callable[[int], Any], ...] = (
         lambda i: i,
         lambda i: 2**53 + 1 + 2 * i,  # not exact as a double: a Yjs bigint
         lambda i: 2**63 - 2 - i,
@@ -132,7 +132,11 @@ def test_appends_to_a_big_list_keep_their_order(tmp_path: Path) -> None:
     file = tmp_path / "state.db"
     state = SharedState.open(file)
     replica = SharedState()  # fed only the update each merge emits
-    state.subscribe(lambda change: replica.apply_update(change.update))
+
+    def forward(change: StateUpdate) -> None:  # a Listener returns None
+        replica.apply_update(change.update)
+
+    state.subscribe(forward)
     expected: list[Any] = []
     steps: list[list[Any]] = [
         mixed(3_000),

@@ -11,6 +11,7 @@ that cover entries out of order, and chains.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,10 +23,11 @@ from crdt_state import MISSING, Change, SharedState, StaleBase, UnknownBase, Ver
 from crdt_state._changelog import ChangeLog, Entry, TruncateTo, WriteKind, read_at, unseen_by_chain
 from crdt_state.paths import Path
 from crdt_state.planner import MergePlan, plan_merge
-from crdt_state.requests import RequestKey
+from crdt_state.requests import ChainKey, RequestKey
 from crdt_state.resolvers import PolicyTable
 
 KEYS = ("a", "b", "c")
+WRITE_KINDS: list[WriteKind] = ["set", "delete", "append"]
 CLIENTS = (1, 2, 3)
 
 paths = st.lists(st.sampled_from(KEYS), min_size=1, max_size=3).map(tuple)
@@ -48,7 +50,7 @@ class RawEntry:
 
 @st.composite
 def raw_entries(draw: st.DrawFn) -> RawEntry:
-    writes = draw(st.dictionaries(paths, st.sampled_from(["set", "delete", "append"]), max_size=3))
+    writes = draw(st.dictionaries(paths, st.sampled_from(WRITE_KINDS), max_size=3))
     undo: list[tuple[Path, Any]] = []
     for path, kind in writes.items():
         cut = draw(st.integers(1, len(path)))  # undo records may name an ancestor
@@ -164,7 +166,7 @@ def same_plan(a: MergePlan | str, b: MergePlan | str) -> bool:
 
 
 ops_lists = st.lists(
-    st.tuples(paths, st.sampled_from(["set", "delete", "append"]), st.integers(0, 3)),
+    st.tuples(paths, st.sampled_from(WRITE_KINDS), st.integers(0, 3)),
     max_size=4,
     unique_by=lambda op: op[0],
 ).map(
@@ -275,9 +277,11 @@ def test_chain_judging_on_related_entries_matches_the_full_scan(
     keys += [RequestKey("w", 99)]  # a request that made no retained entry
     chain = frozenset(data.draw(st.lists(st.sampled_from(keys), unique=True)))
     full = unseen_by_chain(reference_unseen(log, seq, token), chain)
-    made = {e.request: e.token for e in retained(log) if e.request is not None}
+    made: dict[ChainKey, VersionVector] = {
+        e.request: e.token for e in retained(log) if e.request is not None
+    }
 
-    def tokens_of(keys: Any) -> dict[RequestKey, VersionVector]:
+    def tokens_of(keys: Collection[ChainKey]) -> dict[ChainKey, VersionVector]:
         return {key: made[key] for key in keys if key in made}
 
     links = log.made_by(seq, chain, tokens_of)
@@ -366,7 +370,7 @@ def test_state_merges_match_a_full_scan_state() -> None:
         path = tuple(rng.choice(KEYS) for _ in range(rng.randint(1, 3)))
         assert b1.get(path) == b2.get(path)
         kind = rng.choice(["set", "set", "delete", "append", "merge", "merge"])
-        outcomes = []
+        outcomes: list[tuple[Any, Any, Any] | str | None] = []
         for branch in (b1, b2):
             try:
                 if kind == "set":

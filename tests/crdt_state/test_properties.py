@@ -279,6 +279,7 @@ def _absent(value: Any) -> Any:
 def merge(world: World, bm: BranchModel, strict: bool, via_commit: bool = False) -> None:
     expected = expected_merge(world, bm)
     state = world.state
+    snap: object  # a snapshot, then (idempotence) its canon() text
     if via_commit:
         # the OCC form: the same changes and fork token, judged the same way
         if strict and expected.conflicts:

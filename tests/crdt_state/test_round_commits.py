@@ -98,7 +98,11 @@ def test_one_round_takes_a_batch_of_every_queue_in_order() -> None:
     for n in range(4):
         for q in queues:
             ticket = q.enqueue(n)
-            q.on_durable(ticket, lambda e, q=q, t=ticket: told.append((q.file, t)))
+
+            def note(e: BaseException | None, q: RoundCommit[int] = q, t: int = ticket) -> None:
+                told.append((q.file, t))
+
+            q.on_durable(ticket, note)
     assert len(rounds.ready) == 3  # each queue handed in once, however many items
     assert told == []  # nothing durable before a round
     rounds.run_round()
@@ -118,7 +122,11 @@ def test_a_refused_part_fails_its_queue_alone() -> None:
     rounds.refuse.add("bad")
     outcomes: dict[str, BaseException | None] = {}
     for q in (good, bad):
-        q.on_durable(q.enqueue(1), lambda e, q=q: outcomes.__setitem__(q.file, e))
+
+        def note(e: BaseException | None, q: RoundCommit[int] = q) -> None:
+            outcomes.__setitem__(q.file, e)
+
+        q.on_durable(q.enqueue(1), note)
     rounds.run_round()
     assert outcomes["good"] is None
     assert isinstance(outcomes["bad"], StorageError)
@@ -318,7 +326,7 @@ async def test_a_burst_of_outcomes_wakes_the_loop_once() -> None:
         woken += 1
         return wake(*args)
 
-    loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+    loop.call_soon_threadsafe = counted  # type: ignore[assignment]  # a counting wrapper
     try:
         error = StorageError("lost")
         burst = threading.Thread(
@@ -348,7 +356,12 @@ def test_calls_on_a_loop_run_in_order_and_one_failing_stops_none() -> None:
         ran.append(n)
 
     try:
-        thread = threading.Thread(target=lambda: [call_on_loop(loop, record, n) for n in range(5)])
+
+        def call_all() -> None:
+            for n in range(5):
+                call_on_loop(loop, record, n)
+
+        thread = threading.Thread(target=call_all)
         thread.start()
         thread.join(10)
         loop.run_until_complete(asyncio.sleep(0.01))

@@ -72,7 +72,7 @@ def test_a_refused_batch_fails_alone_and_stays_failed(
             _take_next_row(dsn, rooms[bad])
         retries = writer.retries
 
-        def edit(n: int) -> Callable[[], None]:
+        def edit(n: int) -> Callable[[], object]:
             agent = "bad\x00agent" if refusal == "client" and n == bad else "second"
             state = states[n]
             return lambda: state.commit({"m": n}, state.token, agent, wait=False)
@@ -152,8 +152,10 @@ def test_any_subset_of_refused_batches_leaves_exactly_the_others_stored(
         for n, room in enumerate(rooms):
             if n in failing:
                 assert len(told[n]) == 1 and isinstance(told[n][0], StorageError)
-                assert told[n][0].details["reason"] == "rejected"
-                assert told[n][0].details["key"] == room
+                error = told[n][0]
+                assert isinstance(error, StorageError)  # narrows for mypy (checked above)
+                assert error.details["reason"] == "rejected"
+                assert error.details["key"] == room
                 assert _agents(dsn, room) == ["first", "intruder"]
             else:
                 assert told[n] == [None]
@@ -204,7 +206,9 @@ def test_a_lost_connection_fails_every_batch_of_its_round(throwaway_postgres: st
         assert writer.retries == 0
         for n, room in enumerate(rooms):
             assert len(told[n]) == 1 and isinstance(told[n][0], StorageError)
-            assert isinstance(told[n][0].__cause__, psycopg.OperationalError)
+            error = told[n][0]
+            assert isinstance(error, StorageError)  # narrows for mypy (checked above)
+            assert isinstance(error.__cause__, psycopg.OperationalError)
             assert _agents(dsn, room) == ["first"]
         again = open_postgres(dsn, rooms[0] + "-again", writer=writer)
         try:

@@ -158,7 +158,7 @@ MODELS = {case.name: model_for(case) for case in CASES}
 @SETTINGS
 @given(data=st.data())
 def test_valid_values_round_trip_typed_and_equal(case: Case, data: st.DataObject) -> None:
-    model = MODELS[case.name]
+    model: type[Any] = MODELS[case.name]  # made by create_model: its fields are unknown to mypy
     state = SharedState(schema=model)
     value = data.draw(case.valid, label="value")
     with state.fork("agent") as branch:

@@ -444,7 +444,7 @@ def test_path_errors() -> None:
     with pytest.raises(KeyError):
         branch.set("", 1)
     with pytest.raises(KeyError):
-        branch.set(("a", 1), 1)  # type: ignore[arg-type]
+        branch.set(("a", 1), 1)
     assert branch.changes() == ()
     assert state.snapshot() == {"a": 1, "l": [1]}
 
@@ -497,6 +497,6 @@ def test_root_is_a_map_named_state_for_any_yjs_peer() -> None:
     from pycrdt import Doc, Map
 
     state = make({"a": {"b": [1, "x"]}})
-    doc = Doc()
+    doc: Doc[Any] = Doc()
     doc.apply_update(state.get_update())
     assert doc.get("state", type=Map).to_py() == {"a": {"b": [1.0, "x"]}}

@@ -213,7 +213,7 @@ def test_at_refuses_unknown_and_compacted_tokens(stores: Any) -> None:
         state.at(VersionVector({123: 5}))
     assert state.at(tokens[-1]) == state.snapshot()
     with pytest.raises(TypeError):
-        state.at("not a token")  # type: ignore[arg-type]
+        state.at("not a token")
     state.close()
 
 

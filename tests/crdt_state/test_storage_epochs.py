@@ -36,7 +36,7 @@ def test_overwrites_do_not_grow_the_document_or_the_store(stores: Any) -> None:
     state._reader().flush()
     assert state.epoch >= 1
     assert doc_size(state) < 20_000  # 3,000 overwrites leave ~36 KB of tombstones otherwise
-    assert state.store is not None and state.store.epochs >= 1  # type: ignore[attr-defined]
+    assert state.store is not None and state.store.epochs >= 1
     assert state.snapshot() == expected
     token = state.token
     state.close()

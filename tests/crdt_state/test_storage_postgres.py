@@ -332,7 +332,7 @@ def test_postgres_and_sqlite_agree_on_any_program(
                 store = state.store
                 assert store is not None
                 store.flush()
-                store._compact()  # type: ignore[attr-defined]
+                store._compact()
             elif step[0] == "reopen":
                 state.close()
                 state = opener(**{k: v for k, v in options.items() if k != "client_id"})

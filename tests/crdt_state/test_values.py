@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -90,7 +91,7 @@ def test_state_and_branch_refuse_without_panic(value: Any, _: object) -> None:
     snap, token = state.read()
     branch = state.fork("agent")
     branch.set("mine", "ok")
-    calls = [
+    calls: list[Callable[[], object]] = [
         lambda: branch.set("k", value),
         lambda: branch.set("deep.x", value),
         lambda: branch.append("list", value),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -27,7 +28,8 @@ def test_state_round_trip(v: VersionVector) -> None:
 
 
 def test_matches_pycrdt_state_vector() -> None:
-    doc_a, doc_b = Doc(client_id=7), Doc(client_id=300)
+    doc_a: Doc[Any] = Doc(client_id=7)
+    doc_b: Doc[Any] = Doc(client_id=300)
     for doc, n in ((doc_a, 3), (doc_b, 200)):
         root = doc.get("state", type=Map)
         for i in range(n):
@@ -40,12 +42,12 @@ def test_matches_pycrdt_state_vector() -> None:
     assert len(v.to_state()) == len(state)
     assert VersionVector.from_state(v.to_state()) == v
     # pycrdt accepts our encoding: an update since v is empty of new content
-    doc_c = Doc()
+    doc_c: Doc[Any] = Doc()
     doc_c.apply_update(doc_a.get_update())
     doc_c.apply_update(doc_a.get_update(v.to_state()))
     assert VersionVector.from_state(doc_c.get_state()) == v
     since_b = VersionVector({300: 200})
-    doc_d = Doc()
+    doc_d: Doc[Any] = Doc()
     doc_d.apply_update(doc_b.get_update())
     doc_d.apply_update(doc_a.get_update(since_b.to_state()))
     assert VersionVector.from_state(doc_d.get_state()) == v

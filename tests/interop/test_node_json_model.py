@@ -30,7 +30,7 @@ def _node_available() -> None:
 
 def _is_json(value: Any) -> bool:
     try:
-        return json.loads(json.dumps(value)) == value
+        return bool(json.loads(json.dumps(value)) == value)
     except (TypeError, ValueError):
         return False
 
@@ -61,7 +61,7 @@ async def test_a_node_client_writing_a_non_json_type_is_refused(hub: Hub, kind: 
 
 
 async def test_the_refused_writer_gets_a_permission_denied_message(hub: Hub) -> None:
-    doc: Doc = Doc()
+    doc: Doc[Any] = Doc()
     doc.get("state", type=Map)["nested"] = Map({"t": Text("x")})
     async with ws_connect(hub.url("types/raw"), compression=None) as ws:
         await ws.send(p.encode_update(doc.get_update()))

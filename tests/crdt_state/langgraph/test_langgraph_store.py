@@ -140,7 +140,8 @@ def remember_graph(store: BaseStore, think: threading.Barrier | None) -> Any:
         return {}
 
     builder = StateGraph(Graph)
-    builder.add_node("remember", remember)
+    # langgraph types a node by its parameter named "state" (langgraph#8950)
+    builder.add_node("remember", remember)  # type: ignore[call-overload]
     builder.add_edge(START, "remember")
     builder.add_edge("remember", END)
     return builder.compile(store=store)

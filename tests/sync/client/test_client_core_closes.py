@@ -11,6 +11,7 @@ from __future__ import annotations
 from crdt_state import Change, SharedState
 from crdt_state.resolvers import PolicyTable
 from sync.client.core import ClientCore
+from sync.wire import ErrorRecord
 from sync.wire import protocol as p
 
 
@@ -47,7 +48,7 @@ def test_a_read_only_answer_still_denies_writes() -> None:
         merge.request_id,
         p.MergeStatus.ERROR,
         core.replica.token.to_state(),
-        error=p.ErrorRecord("read_only", "this token may only read"),
+        error=ErrorRecord("read_only", "this token may only read"),
     )
 
     core.receive(reply)

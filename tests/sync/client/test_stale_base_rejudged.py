@@ -16,7 +16,7 @@ from pathlib import Path
 
 from hubs import FAST, RestartableHub, eventually
 
-from crdt_state import resolvers
+from crdt_state import Branch, resolvers
 from sync.client.remote import RemoteState
 
 ROOM = "stale/room"
@@ -30,7 +30,11 @@ async def _churn(hub: RestartableHub, key: str) -> None:
     assert hub.hub is not None
     state = (await hub.hub.room(ROOM)).state
     for i in range(CHURN):
-        await state.atransact(lambda b, i=i: b.set(key, i), agent="churn")
+
+        def write(b: Branch, i: int = i) -> None:
+            b.set(key, i)
+
+        await state.atransact(write, agent="churn")
 
 
 async def _remote(hub: RestartableHub, agent: str, **options: object) -> RemoteState:

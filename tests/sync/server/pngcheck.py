@@ -32,14 +32,15 @@ def png_colours(data: bytes) -> tuple[int, int, set[bytes]]:
     assert depth == 8 and colour in (2, 6), f"unsupported PNG (depth {depth}, type {colour})"
     bpp = 3 if colour == 2 else 4
     raw, stride = zlib.decompress(idat), width * bpp
+    colours: set[bytes]
     previous, colours, pos = bytearray(stride), set(), 0
     for _ in range(height):
-        kind, row = raw[pos], bytearray(raw[pos + 1 : pos + 1 + stride])
+        filter_type, row = raw[pos], bytearray(raw[pos + 1 : pos + 1 + stride])
         pos += 1 + stride
         for i in range(stride):
             left = row[i - bpp] if i >= bpp else 0
             up, corner = previous[i], previous[i - bpp] if i >= bpp else 0
-            add = (0, left, up, (left + up) // 2, _paeth(left, up, corner))[kind]
+            add = (0, left, up, (left + up) // 2, _paeth(left, up, corner))[filter_type]
             row[i] = (row[i] + add) & 0xFF
         colours.update(bytes(row[i : i + bpp]) for i in range(0, stride, bpp * 7))
         previous = row

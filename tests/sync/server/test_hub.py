@@ -6,6 +6,7 @@ import asyncio
 import random
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fuzz_frames import seed_frames, send_mutated
@@ -121,7 +122,7 @@ async def test_stock_sync_protocol_client_joins(hub: Hub) -> None:
     url = hub.url("raw")
     async with connect(url, agent="a") as a:
         await a.acommit({"greeting": "hi"}, a.token)
-        doc = Doc()
+        doc: Doc[Any] = Doc()
         async with ws_connect(url, compression=None) as ws:
             await ws.send(p.encode_sync_step1(doc.get_state()))
             async with asyncio.timeout(5):
@@ -179,7 +180,7 @@ async def test_read_only_writer_is_disconnected_with_1008(secured: Hub) -> None:
     async with ws_connect(url + f"?token={reader}", compression=None) as ws:
         from pycrdt import Doc, Map
 
-        doc = Doc()
+        doc: Doc[Any] = Doc()
         doc.get("state", type=Map)["a"] = 99
         await ws.send(p.encode_update(doc.get_update()))
         with pytest.raises(ConnectionClosed) as info:

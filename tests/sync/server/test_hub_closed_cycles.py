@@ -27,7 +27,7 @@ async def _closed_by(hub: Hub, message: bytes | str) -> tuple[int | None, weakre
     async with ws_connect(hub.url("room"), max_size=None) as ws:
         await ws.recv()  # the greeting: the hub's side is set up
         (server,) = hub._live
-        alive = weakref.ref(server.protocol)  # with its reader's buffer
+        alive: weakref.ref[object] = weakref.ref(server.protocol)  # with its reader's buffer
         del server
         with contextlib.suppress(ConnectionClosed):
             if message:

@@ -18,7 +18,7 @@ def test_frame_binary_is_what_websockets_serializes(size: int) -> None:
     assert frame_binary(payload) == Frame(Opcode.BINARY, payload).serialize(mask=False)
 
 
-async def _round_trip(compression: str | None) -> tuple[list[list[bytes]], FrameCache]:
+async def _round_trip(compression: str | None) -> tuple[list[list[str | bytes]], FrameCache]:
     payloads = [b"update" * 30, b"x" * 200, b"y" * 70_000]
     cache: FrameCache = {}
     joined: list[ServerConnection] = []

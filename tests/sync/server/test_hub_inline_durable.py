@@ -16,7 +16,7 @@ import contextlib
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pytest
 from hubs import eventually
@@ -37,6 +37,10 @@ class _CountingHub(Hub):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.taken = 0
+
+    async def __aenter__(self) -> Self:  # Hub.__aenter__ is typed to return a Hub
+        await super().__aenter__()
+        return self
 
     def _take_now(self, *args: Any) -> bool:
         took = super()._take_now(*args)

@@ -32,10 +32,10 @@ from sync.server.auth import mint_token
 from sync.server.hub import Hub
 from sync.server.limits import Limits
 from sync.wire import protocol as p
-from sync.wire.changes import ChangeKind, WireChange
+from sync.wire.changes import ChangeKind, JsonValue, WireChange
 
 
-def merge_frame(request_id: int, path: str, value: object, base: bytes = b"\x00") -> bytes:
+def merge_frame(request_id: int, path: str, value: JsonValue, base: bytes = b"\x00") -> bytes:
     return p.encode_merge_request(
         request_id, "raw", base, [WireChange(ChangeKind.SET, (path,), value)]
     )
@@ -260,7 +260,8 @@ async def test_an_invalid_merge_gets_a_final_error_result(hub: Hub) -> None:
 
 # -- item 5: per-merge limits, other rooms go on -------------------------------------------------
 async def test_a_4_mib_merge_is_refused_while_another_room_is_served(hub: Hub) -> None:
-    items = list(range(100_000, 100_000 + 560_000))  # just under the 4 MiB message limit
+    # just under the 4 MiB message limit
+    items: list[JsonValue] = list(range(100_000, 100_000 + 560_000))
     big = p.encode_merge_request(1, "big", b"\x00", [WireChange(ChangeKind.SET, ("l",), items)])
     assert 3 * 2**20 < len(big) < hub.limits.max_message
     async with (

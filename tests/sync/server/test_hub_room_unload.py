@@ -54,7 +54,11 @@ async def test_an_unloaded_room_is_freed_without_the_cyclic_collector(tmp_path: 
                 room = hub.rooms["team/freed"]
                 store = room.state._core.store
                 assert store is not None
-                refs = [weakref.ref(room), weakref.ref(room.state), weakref.ref(store)]
+                refs: list[weakref.ref[object]] = [
+                    weakref.ref(room),
+                    weakref.ref(room.state),
+                    weakref.ref(store),
+                ]
                 del room, store
             await eventually(lambda: not hub.rooms and not hub._registry.unloading)
             try:  # a callback already queued on the loop may hold the room a moment longer

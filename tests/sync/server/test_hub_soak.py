@@ -37,7 +37,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from sync.client.remote import connect
 from sync.server.auth import mint_token
 from sync.wire import protocol as p
-from sync.wire.changes import ChangeKind, WireChange
+from sync.wire.changes import ChangeKind, JsonValue, WireChange
 
 pytestmark = pytest.mark.slow
 
@@ -88,7 +88,7 @@ def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def merge(request_id: int, path: str, value: object) -> bytes:
+def merge(request_id: int, path: str, value: JsonValue) -> bytes:
     return p.encode_merge_request(
         request_id, "soak", b"\x00", [WireChange(ChangeKind.SET, (path,), value)]
     )
@@ -98,7 +98,9 @@ async def replies(ws: ClientConnection, count: int) -> list[p.MergeReply]:
     got: list[p.MergeReply] = []
     async with asyncio.timeout(10):
         while len(got) < count:
-            message = p.decode_message(bytes(await ws.recv()))
+            frame = await ws.recv()
+            assert isinstance(frame, bytes)  # the hub sends binary frames only
+            message = p.decode_message(bytes(frame))
             if isinstance(message, p.MergeReply):
                 got.append(message)
     return got

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 from hubs import SECRET
@@ -17,7 +18,7 @@ from sync.wire import protocol as p
 
 
 def _update(key: str, value: int) -> bytes:
-    doc: Doc = Doc()
+    doc: Doc[Any] = Doc()
     doc.get("state", type=Map)[key] = value
     return p.encode_update(doc.get_update())
 

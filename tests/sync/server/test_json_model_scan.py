@@ -13,7 +13,7 @@ from sync.server._json_model import non_json_content
 
 
 def _update(make: Callable[[], Any]) -> bytes:
-    doc: Doc = Doc()
+    doc: Doc[Any] = Doc()
     state = doc.get("state", type=Map)
     state["k"] = make()
     state["other"] = -5
@@ -50,7 +50,7 @@ def test_json_content_passes(make: Callable[[], Any]) -> None:
 
 
 def test_text_under_another_root_is_found() -> None:
-    doc: Doc = Doc()
+    doc: Doc[Any] = Doc()
     text = doc.get("notes", type=Text)
     text += "abc"
     assert non_json_content(doc.get_update()) == "text content (Y.Text characters)"

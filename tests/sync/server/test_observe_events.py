@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from crdt_state import MISSING, UNRESOLVED, Conflict, SharedState, resolvers
+from crdt_state import MISSING, UNRESOLVED, Conflict, SharedState, StateUpdate, resolvers
 from sync.server.observe.events import awareness_states, change_event, jsonable, merge_event
 from sync.wire import protocol as p
 from sync.wire.changes import ErrorRecord
@@ -23,7 +23,7 @@ def test_values_json_cannot_carry_are_tagged() -> None:
 
 def test_a_change_carries_its_conflicts_with_both_agents() -> None:
     state = SharedState(resolvers={"owner": resolvers.last_writer_wins})
-    seen = []
+    seen: list[StateUpdate] = []
     state.subscribe(seen.append)
     state.commit({"owner": "nobody"}, state.token, "alice")
     base = state.token
