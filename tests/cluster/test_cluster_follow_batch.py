@@ -11,7 +11,7 @@ answers are delivered after the update that carries them, in stream order.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, cast
+from typing import Any
 
 from crdt_state import SharedState, StateUpdate
 from crdt_state.errors import InvalidUpdate
@@ -45,8 +45,7 @@ def _owner_updates(count: int) -> tuple[SharedState, list[bytes]]:
 
 def _fields(update: bytes, n: int) -> Fields:
     answer = Answer("other-hub", 1, AnswerKind.REPLY, b"answer-%d" % n)
-    # str keys; Fields is a Mapping, invariant in its key: no dict[str, ...] without a cast
-    return cast(Fields, encode_out(OutEntry(update, f"{n}-0", 1, (answer,))))
+    return encode_out(OutEntry(update, f"{n}-0", 1, (answer,)))
 
 
 def _follower_room(node: _Node) -> tuple[ClusterRoom, SharedState, list[StateUpdate]]:

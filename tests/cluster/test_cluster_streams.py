@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import cast
 
 import psycopg
 import pytest
@@ -22,7 +21,6 @@ from sync.server.cluster.streamio import append_if_holder, read_after, read_room
 from sync.server.cluster.streams import (
     Answer,
     AnswerKind,
-    Fields,
     InEntry,
     OutEntry,
     StreamEntryError,
@@ -44,8 +42,7 @@ def test_in_entries_round_trip() -> None:
     assert decode_in(as_redis_returns(encode_in(entry))) == entry
     assert decode_in(legacy_in(entry)) == entry
     update = InEntry("u", b"", "h", 0, "conn-0", "w")
-    # str keys, as decode_responses gives (Fields is a Mapping: invariant in its key)
-    assert decode_in(cast(Fields, encode_in(update))) == update
+    assert decode_in(encode_in(update)) == update  # str keys, as decode_responses gives
 
 
 def test_out_entries_round_trip_with_answers() -> None:
@@ -70,7 +67,7 @@ def test_out_entries_round_trip_with_answers() -> None:
 )
 def test_bad_in_entries_are_refused_with_a_code(fields: dict[bytes, bytes]) -> None:
     with pytest.raises(StreamEntryError) as info:
-        decode_in(fields)  # type: ignore[arg-type]
+        decode_in(fields)
     assert info.value.code == "bad_stream_entry"
 
 
@@ -147,7 +144,7 @@ def test_packed_in_entries_read_as_the_earlier_layout(entry: InEntry) -> None:
 def test_packed_out_entries_read_as_the_earlier_layout(entry: OutEntry) -> None:
     """The packed field decodes to what the earlier one-field-per-part layout gives."""
     assert decode_out(as_redis_returns(encode_out(entry))) == decode_out(legacy_out(entry))
-    assert decode_out(cast(Fields, encode_out(entry))) == entry  # str keys, as above
+    assert decode_out(encode_out(entry)) == entry  # str keys, as above
 
 
 @settings(max_examples=300, deadline=None)

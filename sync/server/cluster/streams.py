@@ -52,7 +52,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Final
+from typing import Any, Final
 
 from sync.wire.errors import ProtocolError
 from sync.wire.lib0 import Reader, encode_var_bytes, encode_var_string, encode_var_uint
@@ -73,7 +73,10 @@ __all__ = [
 UPDATE: Final = "u"
 MERGE: Final = "m"
 
-Fields = Mapping[bytes | str, bytes | str]
+Fields = Mapping[Any, bytes | str]
+"""A stream entry's fields as redis-py gives them: keys are ``bytes``, or ``str`` with
+``decode_responses`` (``Any``: a ``Mapping`` is invariant in its key, and a dict typed
+with either key type is a valid entry)."""
 
 
 class StreamEntryError(ValueError):
