@@ -9,7 +9,9 @@
   ``CRDT_STATE_TEST_POSTGRES`` (default ``host=127.0.0.1 user=postgres dbname=postgres``)
   and dropped ``WITH (FORCE)`` at the end, with the cluster schema migrated;
 - ``pool``, ``redis``: clients (``sync.server.cluster.postgres_pool``, ``redis_client``);
-- ``hubs``: two hubs in process (ports of their own) on ``private_redis`` and ``postgres_dsn``.
+- ``hubs``: two hubs in process (ports of their own) on ``private_redis`` and ``postgres_dsn``;
+- ``two_hubs``, ``three_hubs``: hub processes (``python -m sync.cli hub``) on
+  ``private_redis`` and ``postgres_dsn``, stopped at teardown (their logs printed).
 
 A server that does not answer fails the test with the reason: ``scripts/test.sh``
 installs and starts the servers.
@@ -26,6 +28,7 @@ import pytest
 import redis as redis_sync
 from cluster_servers import RedisServer
 from cluster_servers import redis_url as machine_redis_url
+from hub_procs import HubCluster
 from postgres_server import PostgresServer
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
@@ -44,6 +47,24 @@ def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def two_hubs(private_redis: RedisServer, postgres_dsn: str, tmp_path: Path) -> Iterator[HubCluster]:
+    """Two hub processes of one cluster."""
+    with HubCluster(private_redis.url, postgres_dsn, tmp_path, 2) as cluster:
+        yield cluster
+        print(cluster.logs())
+
+
+@pytest.fixture
+def three_hubs(
+    private_redis: RedisServer, postgres_dsn: str, tmp_path: Path
+) -> Iterator[HubCluster]:
+    """Three hub processes of one cluster."""
+    with HubCluster(private_redis.url, postgres_dsn, tmp_path, 3) as cluster:
+        yield cluster
+        print(cluster.logs())
 
 
 @pytest.fixture

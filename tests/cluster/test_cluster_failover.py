@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -30,15 +28,6 @@ from hub_procs import HubCluster, HubProcess
 from sync import connect
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def three_hubs(
-    private_redis: RedisServer, postgres_dsn: str, tmp_path: Path
-) -> Iterator[HubCluster]:
-    with HubCluster(private_redis.url, postgres_dsn, tmp_path, 3) as cluster:
-        yield cluster
-        print(cluster.logs())
 
 
 async def test_owner_killed_during_a_burst(

@@ -10,11 +10,9 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster_servers import RedisServer
 from hub_procs import HubCluster
 
 from crdt_state import ConflictError
@@ -24,13 +22,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "interop"))
 from yjs_node import NodeYjsClient
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def two_hubs(private_redis: RedisServer, postgres_dsn: str, tmp_path: Path) -> Iterator[HubCluster]:
-    with HubCluster(private_redis.url, postgres_dsn, tmp_path, 2) as cluster:
-        yield cluster
-        print(cluster.logs())
 
 
 async def until(check: object, timeout: float = 10.0) -> float:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +31,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "interop"))
 from yjs_node import NodeYjsClient
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def two_hubs(private_redis: RedisServer, postgres_dsn: str, tmp_path: Path) -> Iterator[HubCluster]:
-    with HubCluster(private_redis.url, postgres_dsn, tmp_path, 2) as cluster:
-        yield cluster
-        print(cluster.logs())
 
 
 def side_update(key: str, value: str) -> bytes:

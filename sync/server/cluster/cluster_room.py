@@ -41,34 +41,19 @@ from sync.server.cluster.backlog import Backlog
 from sync.server.cluster.context import NodeContext
 from sync.server.cluster.errors import ClusterError, ClusterUnavailable
 from sync.server.cluster.inbox import InSlot
-from sync.server.cluster.keys import room_key
-from sync.server.cluster.owner import RoomOwner, StepDown, newest_published
+from sync.server.cluster.owner import RoomOwner, StepDown, newest_out
 from sync.server.cluster.ownership import Ownership, try_acquire
 from sync.server.cluster.preload import Preload
-from sync.server.cluster.streamio import Entry, later, newest
+from sync.server.cluster.streamio import Entry, later
 from sync.server.cluster.streams import OutEntry, StreamEntryError, decode_out
 
-__all__ = ["ClusterRoom", "newest_out"]
+__all__ = ["ClusterRoom"]
 
 log = logging.getLogger("crdt_state.cluster")
 
 TRY_AGAIN_LATER = 1013
 EXPIRY_SLACK = 0.005
 """Seconds a contender waits past the moment Redis said the holder's lease runs out."""
-
-
-async def newest_out(node: NodeContext, room: str) -> tuple[str, int | None]:
-    """The id of ``room``'s newest ``out`` entry (``"0-0"`` when none) and its fence.
-
-    The fence is ``None`` when there is no entry, or it cannot be read.
-    """
-    entry = await newest(node.redis, room_key(room, "out"))
-    if entry is None:
-        return "0-0", None
-    try:
-        return entry[0], decode_out(entry[1]).fence
-    except StreamEntryError:
-        return entry[0], None
 
 
 class ClusterRoom:
@@ -256,7 +241,7 @@ class ClusterRoom:
         while not self._stopping:
             await asyncio.sleep(min(0.2, self.node.lease_ttl / 10))
             try:
-                position, fence = await newest_out(self.node, self.name)
+                position, entry = await newest_out(self.node.redis, self.name)
             except ClusterUnavailable:
                 continue
             try:
@@ -268,8 +253,8 @@ class ClusterRoom:
             fresh.close()
             self.room.state.apply_update(update, agent="cluster")
             self.position = position if self.node.storage.durable else "0-0"
-            if fence is not None:  # asked below in any case
-                self.fence_seen = max(fence, self.fence_seen or 0)
+            if entry is not None:  # asked below in any case
+                self.fence_seen = max(entry.fence, self.fence_seen or 0)
             log.info("room %r: replica reloaded, following from %s", self.name, position)
             self.ask_sessions()  # writes not judged before Redis lost them
             return
@@ -333,7 +318,7 @@ class ClusterRoom:
         storage = node.storage
         # resume after the last published entry (final: the old owner's publish script
         # needs the lease we hold); read while the judge loads
-        published = asyncio.ensure_future(newest_published(node.redis, self.name))
+        published = asyncio.ensure_future(newest_out(node.redis, self.name))
         try:
             preloaded = await self.preload.take()
             judge = await storage.open_judge(
@@ -351,8 +336,8 @@ class ClusterRoom:
         try:
             # when out is gone (Redis lost it), from the start of in: judging an entry
             # twice changes nothing
-            tail, last_in = await published
-            start = last_in or "0-0"
+            tail, newest_entry = await published
+            start = (newest_entry.last_in if newest_entry is not None else None) or "0-0"
             slot = node.inbox.register(self.name, start)
             owner = RoomOwner(
                 redis,

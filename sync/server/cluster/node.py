@@ -42,7 +42,7 @@ from sync.server.cluster.clients import (
     safe_redis_url,
     stream_client,
 )
-from sync.server.cluster.cluster_room import TRY_AGAIN_LATER, ClusterRoom, newest_out
+from sync.server.cluster.cluster_room import TRY_AGAIN_LATER, ClusterRoom
 from sync.server.cluster.context import MergeAnswered
 from sync.server.cluster.follower import Follower
 from sync.server.cluster.inbox import Inbox
@@ -50,6 +50,7 @@ from sync.server.cluster.keeper import GATHER_WINDOW
 from sync.server.cluster.keys import parse_room_key, room_key
 from sync.server.cluster.lease import UNAVAILABLE
 from sync.server.cluster.outbox import Outbox
+from sync.server.cluster.owner import newest_out
 from sync.server.cluster.renewals import Renewals
 from sync.server.cluster.schema import migrate
 from sync.server.cluster.storage import RoomStorage
@@ -247,9 +248,12 @@ class ClusterNode:
         Raises:
             ClusterUnavailable: Redis or PostgreSQL did not answer.
         """
-        position, fence = await newest_out(self, name) if self.storage.durable else ("0-0", None)
+        position, newest_entry = (
+            await newest_out(self.redis, name) if self.storage.durable else ("0-0", None)
+        )
         state = await self.storage.open_replica(name)
         room = make_room(state)
+        fence = newest_entry.fence if newest_entry is not None else None
         cluster_room = ClusterRoom(self, room, position, fence)
         self.rooms[name] = cluster_room
         cluster_room.start()

@@ -80,7 +80,7 @@ __all__ = [
     "Publish",
     "RoomOwner",
     "StepDown",
-    "newest_published",
+    "newest_out",
 ]
 
 log = logging.getLogger("crdt_state.cluster")
@@ -141,18 +141,18 @@ class LocalWrite:
             self.done.exception()  # retrieved: a dropped session's write need not be awaited
 
 
-async def newest_published(redis: Redis, room: str) -> tuple[str, str | None]:
-    """The id of ``room``'s newest ``out`` entry (``"0-0"``: none) and its ``in`` id.
+async def newest_out(redis: Redis, room: str) -> tuple[str, OutEntry | None]:
+    """The id of ``room``'s newest ``out`` entry (``"0-0"``: none) and the entry.
 
-    The ``in`` id is ``None`` when ``out`` is empty or its newest entry is unreadable.
+    The entry is ``None`` when ``out`` is empty or its newest entry is unreadable.
     """
-    entry = await newest(redis, room_key(room, "out"))
-    if entry is None:
+    found = await newest(redis, room_key(room, "out"))
+    if found is None:
         return "0-0", None
     try:
-        return entry[0], decode_out(entry[1]).last_in
+        return found[0], decode_out(found[1])
     except StreamEntryError:
-        return entry[0], None
+        return found[0], None
 
 
 class RoomOwner:
