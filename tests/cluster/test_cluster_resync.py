@@ -52,9 +52,7 @@ async def seen(agent: RemoteState, key: str, value: object, timeout: float) -> b
     return True
 
 
-async def held_write(
-    cluster: HubCluster, room: str, agent: RemoteState, node_hub: HubProcess
-) -> NodeYjsClient:
+async def held_write(room: str, agent: RemoteState, node_hub: HubProcess) -> NodeYjsClient:
     """A Node client on ``node_hub`` whose last write the owner holds (its base unseen)."""
     node = await asyncio.to_thread(NodeYjsClient, node_hub.base, room)
     assert await asyncio.to_thread(node.wait, "task", "summarise", 10)
@@ -66,18 +64,23 @@ async def held_write(
     return node
 
 
-async def test_the_owners_held_write_comes_back_from_the_client_after_the_owner_died(
-    two_hubs: HubCluster, private_redis: RedisServer
+@pytest.mark.parametrize("fate", ["killed", "paused"])
+async def test_the_owners_held_write_comes_back_from_the_client_after_the_owner_is_gone(
+    two_hubs: HubCluster, private_redis: RedisServer, fate: str
 ) -> None:
-    room = "resync/owner-killed"
+    room = f"resync/owner-{fate}"
     a, b = two_hubs[0], two_hubs[1]
-    async with connect([a.url(room), b.url(room)], agent="python") as agent:
-        await agent.acommit({"task": "summarise"}, agent.token)
-        owner = await wait_for_owner(private_redis.url, room, two_hubs)
-        other = b if owner is a else a
-        node = await held_write(two_hubs, room, agent, other)
+    async with connect(a.url(room), agent="python") as first:
+        await first.acommit({"task": "summarise"}, first.token)
+    owner = await wait_for_owner(private_redis.url, room, two_hubs)
+    other = b if owner is a else a
+    async with connect(other.url(room), agent="watcher") as agent:
+        node = await held_write(room, agent, other)
         try:
-            owner.kill()
+            if fate == "killed":
+                owner.kill()
+            else:  # past its lease: deposed, then back
+                owner.pause()
             # the client on the surviving hub is asked again and sends what the room lacks
             assert await seen(agent, "note", "edited on top", 15), two_hubs.logs()
             await asyncio.to_thread(node.set, "after", "the failover")
@@ -85,6 +88,11 @@ async def test_the_owners_held_write_comes_back_from_the_client_after_the_owner_
             assert (await asyncio.to_thread(node.get))["note"] == "edited on top"
         finally:
             await asyncio.to_thread(node.close)
+    if fate == "paused":
+        owner.resume()  # the deposed hub follows the new owner: it has the write too
+        async with connect(owner.url(room), agent="back", timeout=20) as back:
+            assert await seen(back, "after", "the failover", 15), two_hubs.logs()
+            assert back.get("note") == "edited on top"
     async with connect(other.url(room), agent="late") as late:
         assert late.get("note") == "edited on top"
 
@@ -96,7 +104,7 @@ async def test_a_held_write_comes_back_after_redis_restarted(
     a, b = two_hubs[0], two_hubs[1]
     async with connect(a.url(room), agent="python") as agent:
         await agent.acommit({"task": "summarise"}, agent.token)
-        node = await held_write(two_hubs, room, agent, b)
+        node = await held_write(room, agent, b)
         try:
             private_redis.restart()
             assert await seen(agent, "note", "edited on top", 15), two_hubs.logs()
