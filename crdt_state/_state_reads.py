@@ -73,6 +73,20 @@ class StateReads(Generic[ModelT]):
         return int(self._core.doc.client_id)
 
     @property
+    def held_bytes(self) -> int:
+        """Bytes of peers' updates held until what they build on arrives (0 normally).
+
+        As Yjs does: an update whose structs of a client start past what the document
+        holds of that client waits whole (:meth:`apply_update` returns ``pending=True``),
+        and structs whose origins the document lacks stay pending; both are applied as
+        soon as what is missing comes. A figure that stays above 0 names a peer whose
+        earlier updates (or those of a peer it synced with elsewhere) never reached this
+        state.
+        """
+        core = self._core
+        return core.waiting.size + (len(core.held) if core.held is not None else 0)
+
+    @property
     def policies(self) -> PolicyTable:
         """The conflict policies of this state."""
         return self._policies

@@ -28,6 +28,11 @@ class WaitingUpdates:
     def __len__(self) -> int:
         return len(self._items)
 
+    @property
+    def size(self) -> int:
+        """Bytes of the updates kept."""
+        return self._bytes
+
     def hold(self, update: bytes, agent: str | None) -> bool:
         """Keep ``update``; False (nothing kept) when that would pass a bound."""
         if len(self._items) >= MAX_UPDATES or self._bytes + len(update) > MAX_BYTES:

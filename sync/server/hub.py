@@ -135,6 +135,20 @@ class Hub(HubConnections):
             serving=self._serving,
         )
 
+    def held_bytes(self, room: str) -> int:
+        """Bytes of peers' updates ``room``'s judge holds until what they build on arrives.
+
+        The judge is the room's state on a single hub, the owner's in a cluster: 0 for a
+        room this hub does not own (its replica takes only what the owner accepted), or
+        does not hold.
+        """
+        if self._cluster is not None:
+            cluster_room = self._cluster.rooms.get(room)
+            owner = cluster_room.owner if cluster_room is not None else None
+            return owner.judge.held_bytes if owner is not None else 0
+        loaded = self.rooms.get(room)
+        return loaded.state.held_bytes if loaded is not None else 0
+
     # -- lifecycle -----------------------------------------------------------------
     async def start(self) -> None:
         """Start listening (after joining the cluster, when given one)."""

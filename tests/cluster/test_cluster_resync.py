@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,14 @@ async def seen(agent: RemoteState, key: str, value: object, timeout: float) -> b
     return True
 
 
+def held_bytes(hub: HubProcess) -> float:
+    """The hub's ``crdt_state_held_update_bytes`` gauge, read from its ``/metrics``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{hub.port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    line = next(x for x in text.splitlines() if x.startswith("crdt_state_held_update_bytes "))
+    return float(line.split()[1])
+
+
 async def held_write(room: str, agent: RemoteState, node_hub: HubProcess) -> NodeYjsClient:
     """A Node client on ``node_hub`` whose last write the owner holds (its base unseen)."""
     node = await asyncio.to_thread(NodeYjsClient, node_hub.base, room)
@@ -77,6 +86,9 @@ async def test_the_owners_held_write_comes_back_from_the_client_after_the_owner_
     async with connect(other.url(room), agent="watcher") as agent:
         node = await held_write(room, agent, other)
         try:
+            # the owner's judge holds it (the other hub's replica never sees it)
+            assert await asyncio.to_thread(held_bytes, owner) > 0
+            assert await asyncio.to_thread(held_bytes, other) == 0
             if fate == "killed":
                 owner.kill()
             else:  # past its lease: deposed, then back

@@ -41,17 +41,41 @@ def test_out_of_order_updates_wait_and_land_in_order() -> None:
     changes: list[Any] = []
     state.subscribe(changes.append)
     start = state.token
+    assert state.held_bytes == 0
+    held = 0
     for update in (u2, u3):
         result = state.apply_update(update, agent="peer")
         assert result.pending and result.token == start and not result.applied
+        held += len(update)
+        assert state.held_bytes == held
     assert state.snapshot() == {}
     result = state.apply_update(u1, agent="peer")
     assert state.snapshot() == FINAL
     assert result.applied and not result.pending
+    assert state.held_bytes == 0
     assert [change.agent for change in changes] == ["peer", "peer", "peer"]
     # the same update again, and one already held: nothing waits, nothing changes
     assert not state.apply_update(u2).pending
     assert state.snapshot() == {"a": 3, "b": 2}
+
+
+def test_a_write_built_on_an_unseen_update_is_held_and_counted_until_it_comes() -> None:
+    # peer 2 edits a key that peer 1 wrote; this state never got peer 1's write
+    one: Doc[Any] = Doc(client_id=1)
+    one["state"] = Map()
+    one.get("state", type=Map)["note"] = "first"
+    base = one.get_update()
+    two: Doc[Any] = Doc(client_id=2)
+    two.apply_update(base)
+    before = two.get_state()
+    two.get("state", type=Map)["note"] = "edited"
+    edit = two.get_update(before)
+    state = SharedState()
+    state.apply_update(edit, agent="two")
+    assert state.snapshot() == {} and state.held_bytes > 0  # kept pending, as Yjs does
+    state.apply_update(base, agent="one")
+    assert state.snapshot() == {"note": "edited"}
+    assert state.held_bytes == 0
 
 
 def test_waiting_is_bounded() -> None:
@@ -70,6 +94,7 @@ def test_waiting_is_bounded() -> None:
         state.apply_update(updates[MAX_UPDATES])
     assert info.value.code == "invalid_update"
     assert info.value.details["waiting"] == MAX_UPDATES
+    assert state.held_bytes == sum(map(len, updates[:MAX_UPDATES]))  # not the refused one
     assert state.snapshot() == {}
 
 

@@ -67,7 +67,9 @@ class Inspector:
 
     def __init__(self, hub: HubView) -> None:
         self.hub = hub
-        self.metrics = HubMetrics(lambda: len(hub.rooms))
+        self.metrics = HubMetrics(
+            lambda: len(hub.rooms), lambda: sum(map(hub.held_bytes, list(hub.rooms)))
+        )
         self.readiness_checks: list[ReadinessCheck] = []
         self.connection_class = self.metrics.connection_class()
         self._feeds: dict[str, set[Feed]] = {}

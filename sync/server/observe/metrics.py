@@ -13,6 +13,8 @@ The metrics (all prefixed ``crdt_state_``):
 - ``durable_commit_seconds``: time from a judged merge until its change is durable;
 - ``connections``: open websocket connections (rooms and inspector feeds, by ``kind``);
 - ``rooms_loaded``: rooms held in memory;
+- ``held_update_bytes``: bytes of peers' updates the rooms this hub judges hold until what
+  they build on arrives (see :attr:`crdt_state.SharedState.held_bytes`);
 - ``received_bytes_total`` / ``sent_bytes_total``: bytes in/out on every connection;
 - ``refused_connections_total{reason}``: handshakes refused, by reason.
 """
@@ -191,9 +193,14 @@ class HubMetrics:
 
     Args:
         rooms_loaded: tells how many rooms the hub holds (read at each scrape).
+        held_bytes: tells how many bytes of peers' updates the rooms it judges hold (the same).
     """
 
-    def __init__(self, rooms_loaded: Callable[[], int] = lambda: 0) -> None:
+    def __init__(
+        self,
+        rooms_loaded: Callable[[], int] = lambda: 0,
+        held_bytes: Callable[[], int] = lambda: 0,
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.merges = LoopCounter(
@@ -222,6 +229,12 @@ class HubMetrics:
         )
         self.rooms = Gauge("crdt_state_rooms_loaded", "Rooms held in memory.", registry=r)
         self.rooms.set_function(lambda: float(rooms_loaded()))
+        self.held = Gauge(
+            "crdt_state_held_update_bytes",
+            "Bytes of peers' updates held until what they build on arrives (rooms judged here).",
+            registry=r,
+        )
+        self.held.set_function(lambda: float(held_bytes()))
         self.received = LoopCounter(
             "crdt_state_received_bytes", "Bytes received on all connections.", registry=r
         )

@@ -41,6 +41,10 @@ class HubView(Protocol):
         """The room called ``name``, loaded (or created) on first use."""
         ...
 
+    def held_bytes(self, room: str) -> int:
+        """Bytes of peers' updates ``room``'s judge holds (0: none, or not judged here)."""
+        ...
+
 
 async def readiness(hub: HubView, extra: Sequence[ReadinessCheck]) -> Response:
     """``/readyz``: 200 when all is well, else 503 with what is wrong (JSON).
@@ -113,7 +117,12 @@ def room_list(hub: HubView) -> list[dict[str, Any]]:
                 }
     for name, room in list(hub.rooms.items()):
         entry = found.setdefault(name, {"name": name, "last_activity": None})
-        entry.update(loaded=True, connections=len(room.sessions), size=room.size)
+        entry.update(
+            loaded=True,
+            connections=len(room.sessions),
+            size=room.size,
+            held_bytes=hub.held_bytes(name),
+        )
         seen = room.last_merge
         if seen is not None:
             entry["last_activity"] = max(seen, entry["last_activity"] or 0.0)

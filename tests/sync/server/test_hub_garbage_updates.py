@@ -26,6 +26,7 @@ from yjs_writes import one_update_per_write
 from crdt_state._document import doc_snapshot
 from sync.client.remote import RemoteState, connect
 from sync.server.hub import Hub
+from sync.server.observe.pages import room_list
 from sync.wire import protocol as p
 
 INTERNAL_ERROR = 1011
@@ -79,5 +80,12 @@ async def test_a_stock_peers_updates_out_of_order_wait_and_land(hub: Hub) -> Non
         while not isinstance(p.decode_message(await ws.recv(decode=False)), p.SyncStep2):
             pass
         assert agent.snapshot() == {}
+        # an operator sees them held: the hub, its metrics, its room list
+        held = len(updates[1]) + len(updates[2])
+        assert hub.held_bytes("order") == held
+        assert f"crdt_state_held_update_bytes {held:.1f}" in hub.inspector.metrics.render().decode()
+        assert [r["held_bytes"] for r in room_list(hub) if r["name"] == "order"] == [held]
         await ws.send(p.encode_update(updates[0]))
         await eventually(lambda: agent.snapshot() == {"a": 3, "b": 2})
+        assert hub.held_bytes("order") == 0
+        assert "crdt_state_held_update_bytes 0.0" in hub.inspector.metrics.render().decode()
