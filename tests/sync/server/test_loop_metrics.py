@@ -49,6 +49,12 @@ class _Reference:
                                  ["kind"], registry=r)  # fmt: skip
         rooms = Gauge("crdt_state_rooms_loaded", "Rooms held in memory.", registry=r)
         rooms.set_function(lambda: 0.0)
+        held = Gauge(
+            "crdt_state_held_update_bytes",
+            "Bytes of peers' updates held until what they build on arrives (rooms judged here).",
+            registry=r,
+        )
+        held.set_function(lambda: 0.0)
         self.received = Counter("crdt_state_received_bytes", "Bytes received on all connections.",
                                 registry=r)  # fmt: skip
         self.sent = Counter("crdt_state_sent_bytes", "Bytes sent on all connections.", registry=r)
