@@ -81,6 +81,7 @@ async def rooms(hub: HubView, request: Request) -> Response:
         rows = "".join(
             f'<tr><td><a href="/inspect/{escape(quote(r["name"]))}">{escape(r["name"])}</a>'
             f"</td><td>{r['connections']}</td><td>{r['size']}</td>"
+            f"<td>{r.get('held_bytes', '-')}</td>"
             f"<td>{escape(_local(r['last_activity']))}</td></tr>"
             for r in listing
         )
@@ -88,7 +89,8 @@ async def rooms(hub: HubView, request: Request) -> Response:
             "<!doctype html><meta charset=utf-8><title>crdt-state rooms</title>"
             "<style>body{font:14px system-ui;margin:2em}td,th{padding:4px 12px;"
             "text-align:left}</style><h1>Rooms</h1><table><tr><th>room</th>"
-            f"<th>connections</th><th>bytes</th><th>last activity</th></tr>{rows}</table>"
+            "<th>connections</th><th>bytes</th><th>held bytes</th><th>last activity</th>"
+            f"</tr>{rows}</table>"
         )
         response = respond(HTTPStatus.OK, html.encode(), "text/html; charset=utf-8")
         response.headers["Content-Security-Policy"] = (

@@ -182,10 +182,12 @@ async def test_the_room_list_needs_an_admin_token(tmp_path: Path) -> None:
             (room,) = json.loads(body)["rooms"]
             assert room["name"] == "team/a" and room["connections"] == 1 and room["size"] > 0
             assert room["last_activity"] is not None
+            assert room["held_bytes"] == 0  # nothing waits for what it builds on
             status, _, page = await get(
                 hub, "/inspect", Authorization=f"Bearer {admin}", Accept="text/html"
             )
             assert status == 200 and b'href="/inspect/team/a"' in page
+            assert b"<th>held bytes</th>" in page and b"<td>0</td>" in page
 
 
 async def test_rooms_named_like_routes_still_work_over_websockets() -> None:
