@@ -32,6 +32,7 @@ from ._events import (
 )
 from ._update_checks import MAX_CLOCK, Clocks, read_clocks
 from ._update_depth import check_update_depth
+from ._waiting import MAX_HELD_BYTES
 from .conflicts import MergeResult, WriteKind
 from .errors import (
     INTERRUPTS,
@@ -115,6 +116,7 @@ def _integrate(
         check_update_depth(core, data, joined)
     if core.trial is not None:  # the update whole on a copy first: pycrdt cannot
         core.trial.attempt(core.doc, core.held, data)  # take back half an update
+        _refuse_holding_too_much(core, parts, data)
     core.updates.clear()
     unreported: list[BaseException] = []
     with (
@@ -251,6 +253,34 @@ def _release_waiting(core: StateCore, ticket: int | None) -> int | None:
             landed = True
             ticket = late if late is not None else ticket
     return ticket
+
+
+def _refuse_holding_too_much(core: StateCore, parts: list[bytes], data: bytes) -> None:
+    """Refuse ``data`` when it would leave more than :data:`MAX_HELD_BYTES` pending.
+
+    Read on the trial, which has taken the update: the document has not, so a refusal
+    changes nothing. Cheap unless what is held and the update could pass the bound.
+    """
+    held = len(core.held) if core.held is not None else 0
+    trial = core.trial
+    if held + len(data) <= MAX_HELD_BYTES or trial is None:
+        return
+    state = trial.state()
+    if state is None:
+        return
+    pending = 0
+    for part in parts:
+        try:
+            rest = bytes(get_update(part, state))
+        except Exception:  # read back when the document has it (_hold_pending), or not
+            return
+        pending += len(rest) if rest[:1] != b"\x00" else 0
+    if pending > MAX_HELD_BYTES:
+        trial.drop()  # it holds the update now
+        raise InvalidUpdate(
+            "update refused: too many bytes of updates already wait for what they build on",
+            details={"size": len(data), "held": held, "limit": MAX_HELD_BYTES},
+        )
 
 
 def _hold_pending(core: StateCore, parts: list[bytes], state: bytes) -> None:

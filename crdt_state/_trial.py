@@ -75,6 +75,10 @@ class TrialDocument:
             raise InvalidUpdate.from_failure(exc, update) from exc
         self._doc = trial
 
+    def state(self) -> bytes | None:
+        """The trial's state vector (after the update it last took), ``None`` when none."""
+        return None if self._doc is None else bytes(self._doc.get_state())
+
     def drop(self) -> None:
         """Forget the trial (the state's document was replaced, or the state closed)."""
         self._doc = None

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from pycrdt import Doc, Map, Text
 from pydantic import BaseModel
-from yjs_writes import one_update_per_write
+from yjs_writes import built_on, one_update_per_write
 
 from crdt_state import InvalidUpdate, SchemaError, SharedState
 from crdt_state._update_checks import MAX_CLOCK
-from crdt_state._waiting import MAX_UPDATES
+from crdt_state._waiting import MAX_HELD_BYTES, MAX_UPDATES
 
 WRITES = [("a", 1), ("b", 2), ("a", 3)]
 FINAL = {"a": 3, "b": 2}
@@ -65,11 +65,7 @@ def test_a_write_built_on_an_unseen_update_is_held_and_counted_until_it_comes() 
     one["state"] = Map()
     one.get("state", type=Map)["note"] = "first"
     base = one.get_update()
-    two: Doc[Any] = Doc(client_id=2)
-    two.apply_update(base)
-    before = two.get_state()
-    two.get("state", type=Map)["note"] = "edited"
-    edit = two.get_update(before)
+    edit = built_on(base, 2, "note", "edited")
     state = SharedState()
     state.apply_update(edit, agent="two")
     assert state.snapshot() == {} and state.held_bytes > 0  # kept pending, as Yjs does
@@ -260,3 +256,30 @@ def test_a_peers_y_text_reads_as_its_text() -> None:
     text.insert(2, "!")
     state.apply_update(peer.get_update(before), agent="peer")
     assert state.snapshot() == {"t": "hi!"}
+
+
+def test_structs_held_for_unseen_origins_are_bounded() -> None:
+    # one struct built on an update this state never got, under a new client id each
+    # time: each is held, and every later update was tried with all of them
+    one: Doc[Any] = Doc(client_id=1)
+    one["state"] = Map()
+    one.get("state", type=Map)["note"] = "first"
+    base = one.get_update()
+    state = SharedState()
+    client = 100
+    with pytest.raises(InvalidUpdate) as info:
+        while True:
+            client += 1
+            update = built_on(base, client, "note", "x" * 2000)
+            document = state.get_update()
+            state.apply_update(update, agent="flood")
+            assert state.held_bytes <= MAX_HELD_BYTES
+    assert info.value.code == "invalid_update"
+    assert info.value.details["limit"] == MAX_HELD_BYTES
+    assert state.get_update() == document  # the refused update changed nothing
+    assert MAX_HELD_BYTES - 2100 < state.held_bytes <= MAX_HELD_BYTES
+    assert state.held_bytes >= (client - 101) * 2000  # every one before it is held
+    # what they build on still lands, and everything held with it
+    state.apply_update(base, agent="one")
+    assert state.held_bytes == 0
+    assert state.get("note") == "x" * 2000

@@ -12,6 +12,7 @@ the room sending a document peers read otherwise, or refusing their updates).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 from typing import Any
@@ -21,9 +22,11 @@ from fuzz_frames import seed_frames, send_mutated
 from hubs import eventually
 from pycrdt import Doc, Map
 from websockets.asyncio.client import connect as ws_connect
-from yjs_writes import one_update_per_write
+from websockets.exceptions import ConnectionClosed
+from yjs_writes import built_on, one_update_per_write
 
 from crdt_state._document import doc_snapshot
+from crdt_state._waiting import MAX_HELD_BYTES
 from sync.client.remote import RemoteState, connect
 from sync.server.hub import Hub
 from sync.server.observe.pages import room_list
@@ -89,3 +92,25 @@ async def test_a_stock_peers_updates_out_of_order_wait_and_land(hub: Hub) -> Non
         await eventually(lambda: agent.snapshot() == {"a": 3, "b": 2})
         assert hub.held_bytes("order") == 0
         assert "crdt_state_held_update_bytes 0.0" in hub.inspector.metrics.render().decode()
+
+
+async def test_a_peer_flooding_writes_built_on_nothing_seen_is_refused_the_room_goes_on(
+    hub: Hub,
+) -> None:
+    # each under a new client id, so none waits for its own earlier clocks: the room held
+    # them all and tried every later update with them, dearer each time
+    source: Doc[Any] = Doc(client_id=1)
+    source.get("state", type=Map)["note"] = "never sent"
+    base = source.get_update()
+    url = hub.url("flood")
+    async with connect(url, agent="good") as good, ws_connect(url, compression=None) as ws:
+        with pytest.raises(ConnectionClosed) as info:
+            for client in range(100, 1_000):  # ~2 KB each: the bound is passed long before
+                await ws.send(p.encode_update(built_on(base, client, "note", "x" * 2000)))
+            async with asyncio.timeout(10):
+                while True:  # the greeting, then the close
+                    await ws.recv()
+        assert info.value.rcvd is not None and "update refused" in info.value.rcvd.reason
+        assert 0 < hub.held_bytes("flood") <= MAX_HELD_BYTES
+        result = await good.acommit({"after": True}, good.token)
+        assert result.applied == (("after",),)
