@@ -268,19 +268,25 @@ def _refuse_holding_too_much(core: StateCore, parts: list[bytes], data: bytes) -
     state = trial.state()
     if state is None:
         return
-    pending = 0
-    for part in parts:
-        try:
-            rest = bytes(get_update(part, state))
-        except Exception:  # read back when the document has it (_hold_pending), or not
-            return
-        pending += len(rest) if rest[:1] != b"\x00" else 0
+    try:
+        pending = sum(len(_left_pending(part, state) or b"") for part in parts)
+    except Exception:  # read back when the document has it (_hold_pending), or not
+        return
     if pending > MAX_HELD_BYTES:
         trial.drop()  # it holds the update now
         raise InvalidUpdate(
             "update refused: too many bytes of updates already wait for what they build on",
             details={"size": len(data), "held": held, "limit": MAX_HELD_BYTES},
         )
+
+
+def _left_pending(part: bytes, state: bytes) -> bytes | None:
+    """The structs of ``part`` a document at ``state`` keeps pending (``None``: none).
+
+    Raises what pycrdt raises when it cannot read them back.
+    """
+    rest = bytes(get_update(part, state))
+    return rest if rest[:1] != b"\x00" else None
 
 
 def _hold_pending(core: StateCore, parts: list[bytes], state: bytes) -> None:
@@ -295,13 +301,13 @@ def _hold_pending(core: StateCore, parts: list[bytes], state: bytes) -> None:
     rests: list[bytes] = []
     for part in parts:
         try:
-            rest = bytes(get_update(part, state))
+            rest = _left_pending(part, state)
         except BaseException as exc:
             if isinstance(exc, INTERRUPTS):
                 raise
             log.warning("pending structs dropped: pycrdt could not read them back (%s)", exc)
             continue
-        if rest[:1] != b"\x00":
+        if rest is not None:
             rests.append(rest)
     held = rests[-1] if rests else None
     try:

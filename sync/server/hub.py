@@ -144,8 +144,7 @@ class Hub(HubConnections):
         """
         if self._cluster is not None:
             cluster_room = self._cluster.rooms.get(room)
-            owner = cluster_room.owner if cluster_room is not None else None
-            return owner.judge.held_bytes if owner is not None else 0
+            return cluster_room.held_bytes if cluster_room is not None else 0
         loaded = self.rooms.get(room)
         return loaded.state.held_bytes if loaded is not None else 0
 

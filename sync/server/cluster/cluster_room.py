@@ -197,6 +197,11 @@ class ClusterRoom:
             self._saw_fence(entry.fence)
         self.own_tail = entry_id
 
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of peers' updates this hub's owner judge holds (0 when it does not own)."""
+        return self.owner.judge.held_bytes if self.owner is not None else 0
+
     def _saw_fence(self, fence: int) -> None:
         """The replica holds an entry published under ``fence``: a new owner asks again.
 
