@@ -38,6 +38,7 @@ from .errors import (
     UnknownBase,
     UnsupportedValue,
     WriteFailed,
+    WriteInListener,
     WrongType,
 )
 from .journal import BlameEntry, ConflictRecord, HistoryEntry, StateStore
@@ -85,6 +86,7 @@ __all__ = [
     "UnsupportedValue",
     "VersionVector",
     "WriteFailed",
+    "WriteInListener",
     "WrongType",
     "format_path",
     "parse_path",

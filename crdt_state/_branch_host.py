@@ -130,26 +130,24 @@ class BranchHost(Protocol[ModelT]):
         """``data`` as an instance of the host's schema (``TypeError`` without one)."""
         ...
 
-    def merge_at(
+    def apply_merge(
         self,
         changes: list[Change],
         position: int,
         agent: str,
-        *,
         resolvers: Mapping[Any, object] | None = None,
         default: object | None = None,
-    ) -> MergeResult:
-        """Merge ``changes`` computed at ``position``; returns once durable."""
+    ) -> tuple[MergeResult, int | None]:
+        """Merge ``changes`` computed at ``position``: the result and the store's ticket.
+
+        Returns without waiting for the disk (the ticket is ``None`` in memory).
+        """
         ...
 
-    async def amerge_at(
-        self,
-        changes: list[Change],
-        position: int,
-        agent: str,
-        *,
-        resolvers: Mapping[Any, object] | None = None,
-        default: object | None = None,
-    ) -> MergeResult:
-        """:meth:`merge_at` for asyncio code."""
+    def wait_durable(self, ticket: int | None) -> None:
+        """Block until the change of ``ticket`` is durable."""
+        ...
+
+    async def await_durable(self, ticket: int | None) -> None:
+        """Wait, without blocking the event loop, until the change of ``ticket`` is durable."""
         ...

@@ -11,6 +11,7 @@ change to its store (:class:`~crdt_state.journal.StateStore`), if it has one.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -26,12 +27,14 @@ from ._sizes import HISTORY_BYTES
 from ._trial import TrialDocument
 from ._waiting import WaitingUpdates
 from .conflicts import Change, Conflict, StateUpdate, WriteKind
-from .errors import ReadOnlyStore, StateClosed
+from .errors import ReadOnlyStore, StateClosed, WriteInListener
 from .journal import StateStore, settle_on_loop
 from .paths import Path
 from .requests import RequestKey, RequestMemory
 from .values import copy_value, normalize, tree_get
 from .version import VersionVector
+
+log = logging.getLogger("crdt_state.listeners")
 
 if TYPE_CHECKING:
     from .schema import StateSchema
@@ -83,6 +86,7 @@ class StateCore:
         self.requests = RequestMemory()
         self.closed = False
         self.read_only = False  # opened on a read-only store: every write is refused
+        self.telling = False  # listeners are being told a change: every write is refused
         # at least as deep as any value in the state (see values.MAX_DEPTH): bounds the
         # depth of values received from other replicas without reading the document
         self.depth_mark = 0
@@ -106,7 +110,15 @@ class StateCore:
         """Raise :class:`StateClosed` or :class:`ReadOnlyStore` unless writes may proceed.
 
         Called before anything changes.
+
+        Raises:
+            WriteInListener: a listener (being told a change) tried to write.
         """
+        if self.telling:
+            raise WriteInListener(
+                "a listener may not change the state it listens to (nothing was changed; "
+                "hand the write to another thread or task)"
+            )
         self.check_open()
         if self.read_only:
             store = self.store
@@ -242,9 +254,26 @@ class StateCore:
             request_id=None if request is None else request.request_id,
             writer=None if request is None else request.writer,
         )
-        for listener in list(self.listeners):
-            listener(change)
+        if self.listeners:
+            self._tell(change)
         return entry, change
+
+    def _tell(self, change: StateUpdate) -> None:
+        """Call every listener with ``change``; one that raises is logged, not propagated.
+
+        The change is made whatever a listener does: it still has to be stored and
+        answered, so a listener's error (or its write, refused meanwhile) must not
+        stop either.
+        """
+        self.telling = True
+        try:
+            for listener in list(self.listeners):
+                try:
+                    listener(change)
+                except Exception:
+                    log.exception("a listener raised on change %d (the change stands)", change.seq)
+        finally:
+            self.telling = False
 
     def store_change(self, change: StateUpdate | None) -> int | None:
         """Hand ``change`` to the store (under the lock); its ticket, or None without one."""

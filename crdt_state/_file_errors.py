@@ -83,7 +83,9 @@ def in_this_process(file: str) -> StorageError:
     """The error for a file this process already holds open (another state or store)."""
     return StorageError(
         "the state file is already open in this process (another SharedState or store"
-        " holds it): use that one, or close it first",
+        " holds it): use that one, or close it first (a state dropped without close()"
+        " keeps its file until the process exits: open it with 'with SharedState.open(...)"
+        " as state:')",
         details={"file": file, "reason": "open_in_this_process"},
     )
 

@@ -12,9 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import StaleBase, UnknownBase
+from .errors import StaleBase, UnknownBase, WrongType
 from .journal import HistoryEntry, StoredChange
 from .paths import Path, parse_path, related
+from .times import as_time
 from .version import VersionVector
 
 __all__ = ["HistoryQuery", "missing_version"]
@@ -40,17 +41,32 @@ class HistoryQuery:
         cls,
         agent: str | None,
         path: Any,
-        since: float | None,
-        until: float | None,
-        limit: int | None,
+        since: object,
+        until: object,
+        limit: object,
     ) -> HistoryQuery:
         """The query of ``history(...)``'s arguments.
 
         Raises:
             InvalidPath: ``path`` is not a path.
+            WrongType: ``agent``, ``since``, ``until`` or ``limit`` is not one (``since``
+                and ``until`` as :func:`crdt_state.times.as_time` reads them).
         """
         wanted = parse_path(path) if path is not None else None
-        return cls(agent, since, until, wanted, limit)
+        if agent is not None and not isinstance(agent, str):
+            raise WrongType(
+                f"agent is a name (str), not {type(agent).__name__}",
+                details={"agent": repr(agent)[:80]},
+            )
+        count: int | None = None
+        if limit is not None:
+            if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+                raise WrongType(
+                    f"limit is a count (an int >= 0), not {limit!r:.40}",
+                    details={"limit": repr(limit)[:80]},
+                )
+            count = limit
+        return cls(agent, as_time(since, "since"), as_time(until, "until"), wanted, count)
 
     def pick(self, rows: Iterable[StoredChange]) -> list[HistoryEntry]:
         """The entries of the ``rows`` (already filtered by agent and time) this query wants."""

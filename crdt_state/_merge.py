@@ -49,7 +49,11 @@ def prepare_changes(core: StateCore, changes: Mapping[Any, Any] | Iterable[Chang
     ops: list[Change] = []
     for op in items:
         if not isinstance(op, Change):
-            raise TypeError(f"changes must be Change objects, got {type(op).__name__}")
+            raise WrongType(
+                "changes are {path: value} or Change objects, not a sequence of "
+                f"{type(op).__name__}",
+                details={"item": repr(op)[:80]},
+            )
         path = parse_path(op.path)
         if op.kind == "set":
             value = core.prepare_value(path, op.value)
@@ -131,7 +135,7 @@ def merge(
         StateClosed: the state is closed.
     """
     with core.lock:
-        if core.closed or core.read_only:
+        if core.closed or core.read_only or core.telling:
             core.check_writable()
         plan = _judge(core, ops, base_seq, agent, table, entries, fast_forward)
         conflicts = tuple(plan.conflicts)

@@ -30,7 +30,7 @@ from ._group_rounds import RoundCommit, Rounds, Steps
 from ._history_query import HistoryQuery
 from ._queued_items import Audit, Item, RememberedRequest
 from .conflicts import Conflict, StateUpdate
-from .errors import StorageError
+from .errors import StorageError, WrongType
 from .journal import BlameEntry, ConflictRecord, DurableCallback, EpochStart, HistoryEntry
 from .paths import Path
 from .progress import ProgressLog
@@ -295,7 +295,11 @@ class QueuedStore:
             UnknownBase: a token this state never had.
         """
         if not isinstance(token, VersionVector):
-            raise TypeError("at() takes a VersionVector")
+            raise WrongType(
+                f"at() takes a VersionVector (a token), not {type(token).__name__}"
+                " (VersionVector.from_text(text) reads a printed one)",
+                details={"token": repr(token)[:80]},
+            )
         self.flush()
         return self._reads.at(token)
 

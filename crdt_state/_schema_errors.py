@@ -13,14 +13,22 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ._schema_slots import Slot, error_entry
 from .errors import SchemaError
 from .paths import Path
 from .values import normalize
 
-__all__ = ["BY_NAME", "dump", "pydantic_errors", "schema_error", "show_type", "validate_input"]
+__all__ = [
+    "BY_NAME",
+    "dump",
+    "pydantic_errors",
+    "refused_extras",
+    "schema_error",
+    "show_type",
+    "validate_input",
+]
 
 BY_NAME: dict[str, Any] = (
     {"by_name": True}
@@ -114,3 +122,53 @@ def _short(value: Any) -> str:
     """``repr(value)``, cut to 80 characters."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def refused_extras(slot: Slot, value: Any, path: tuple[Any, ...]) -> list[dict[str, Any]]:
+    """Keys of ``value`` that no field of a model below ``slot`` takes (error entries).
+
+    Pydantic drops such keys silently for a model that does not set ``extra`` (its
+    default, ``"ignore"``): an agent's data would vanish without a word, while a write
+    to the same key by path is refused. So a model that leaves ``extra`` unset refuses
+    them here as ``extra_forbidden`` (a model that sets ``extra="ignore"`` or ``"allow"``
+    gets what it asked for). Model instances are not walked (they hold no extra keys).
+    """
+    out: list[dict[str, Any]] = []
+    _walk_extras(slot, value, path, out)
+    return out
+
+
+def _walk_extras(slot: Slot, value: Any, at: tuple[Any, ...], out: list[dict[str, Any]]) -> None:
+    if isinstance(value, BaseModel) or slot.kind in ("any", "union", "leaf"):
+        return
+    if slot.kind == "list":
+        if isinstance(value, (list, tuple)):
+            item = slot.item_slot()
+            for i, entry in enumerate(value):
+                _walk_extras(item, entry, (*at, i), out)
+        return
+    if not isinstance(value, dict):
+        return
+    if slot.kind == "mapping":
+        inner = slot.value_slot()
+        for key, entry in value.items():
+            _walk_extras(inner, entry, (*at, key), out)
+        return
+    model = slot.model
+    fields = model.model_fields
+    strict = model.model_config.get("extra") is None
+    for key, entry in value.items():
+        name = key if key in fields else _field_of_alias(fields, key)
+        if name is not None:
+            _walk_extras(slot.child(name, (*at, name)), entry, (*at, key), out)
+        elif strict:
+            out.append(
+                error_entry("extra_forbidden", (*at, key), "Extra inputs are not permitted", entry)
+            )
+
+
+def _field_of_alias(fields: dict[str, Any], key: object) -> str | None:
+    for name, info in fields.items():
+        if key in (info.alias, info.validation_alias):
+            return name
+    return None

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from . import _replication
 from ._core import Listener, StateCore
 from .conflicts import MergeResult
+from .errors import WrongType
 from .version import VersionVector
 
 __all__ = ["StateExchange"]
@@ -26,6 +27,11 @@ class StateExchange:
 
     def get_update(self, since: VersionVector | None = None) -> bytes:
         """A Yjs update with everything this state has beyond ``since`` (all when None)."""
+        if since is not None and not isinstance(since, VersionVector):
+            raise WrongType(
+                f"since is a VersionVector (a token), not {type(since).__name__}",
+                details={"since": repr(since)[:80]},
+            )
         core = self._core
         with core.lock:
             core.shared = True

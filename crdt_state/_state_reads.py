@@ -15,10 +15,12 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, cast
 
 from ._core import StateCore
+from .errors import WrongType
 from .journal import BlameEntry, ConflictRecord, HistoryEntry, StateStore, settle_on_loop
 from .model_type import ModelT
 from .paths import Path, parse_path
 from .resolvers import PolicyTable
+from .times import as_time
 from .values import MISSING, copy_value, tree_get
 from .version import VersionVector
 
@@ -144,10 +146,13 @@ class StateReads(Generic[ModelT]):
         """How many times the document was rebuilt from its content (durable states)."""
         return self._core.epoch
 
-    def _reader(self) -> StateStore:
+    def _reader(self, what: str = "history") -> StateStore:
         store = self._core.store
         if store is None:
-            raise TypeError("history needs a state opened with SharedState.open(path)")
+            raise WrongType(
+                f"{what} needs a durable state (SharedState.open(path)); this one is in memory",
+                details={"reason": "in_memory"},
+            )
         self._core.check_open()
         return store
 
@@ -155,22 +160,27 @@ class StateReads(Generic[ModelT]):
         """The recorded changes, oldest first.
 
         Filters: ``agent``, ``path``, ``since``, ``until``, ``limit``; see
-        :meth:`crdt_state.journal.StateStore.history`.
+        :meth:`crdt_state.journal.StateStore.history`. ``since`` and ``until`` take a unix
+        time, a :class:`~datetime.datetime` (naive: local time), ``"10m"`` / ``"2h"`` /
+        ``"1d"`` ago or an ISO date-time; anything else raises :class:`WrongType`.
         """
         return self._reader().history(**filters)
 
     def at(self, token: VersionVector) -> dict[str, Any]:
         """The snapshot as it was when the state had exactly ``token``."""
-        return self._reader().at(token)
+        return self._reader("at").at(token)
 
     def blame(self, path: Any) -> BlameEntry | None:
         """Who last changed ``path`` (writing it, an ancestor or a descendant), when and where."""
-        return self._reader().blame(parse_path(path))
+        return self._reader("blame").blame(parse_path(path))
 
-    def conflicts(self, path: Any = None, since: float | None = None) -> list[ConflictRecord]:
-        """Recorded conflicts and their resolutions, optionally for one path / since a time."""
+    def conflicts(self, path: Any = None, since: object = None) -> list[ConflictRecord]:
+        """Recorded conflicts and their resolutions, optionally for one path / since a time.
+
+        ``since`` as for :meth:`history` (a unix time, a datetime, ``"10m"``, an ISO time).
+        """
         where = parse_path(path) if path is not None else None
-        return self._reader().conflicts(where, since)
+        return self._reader("conflicts").conflicts(where, as_time(since, "since"))
 
     def when_durable(self, callback: Callable[[BaseException | None], None]) -> None:
         """Call ``callback(None)`` once every change made so far is durable.
@@ -204,6 +214,17 @@ class StateReads(Generic[ModelT]):
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.when_durable(settle_on_loop(done))
         await done
+
+    def wait_durable(self, ticket: int | None) -> None:
+        """Block until the change of ``ticket`` (from :meth:`apply_merge`) is durable.
+
+        At once for ``None`` (in memory). Raises :class:`StorageError` when it never will be.
+        """
+        self._core.wait_durable(ticket)
+
+    async def await_durable(self, ticket: int | None) -> None:
+        """:meth:`wait_durable` for asyncio code (the event loop is not blocked)."""
+        await self._core.await_durable(ticket)
 
     # -- typed states ----------------------------------------------------------------------------
     @property

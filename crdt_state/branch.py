@@ -49,9 +49,13 @@ class Branch(MergeOnExit, Generic[ModelT]):
         self._local: dict[str, Any] = {}
         self._loaded: set[str] = set()
         self._writes: dict[Path, WriteKind] = {}
+        # each proper prefix of a written path -> the written paths below it, so a
+        # write finds the writes it covers without scanning them all
+        self._below: dict[Path, set[Path]] = {}
         self._appends: dict[Path, list[Any]] = {}
         self._status: Status = "open"
         self._result: MergeResult | None = None
+        self._ticket: int | None = None  # the store's, once merged (None in memory)
 
     # -- identity ----------------------------------------------------------------
     @property
@@ -139,9 +143,16 @@ class Branch(MergeOnExit, Generic[ModelT]):
                 self._writes[path[:i]] = "set"
                 self._appends.pop(path[:i], None)
                 return
-        for other in [p for p in self._writes if len(p) > len(path) and p[: len(path)] == path]:
+        for other in self._below.pop(path, ()):  # this change covers theirs now
             del self._writes[other]
             self._appends.pop(other, None)
+            for i in range(1, len(other)):
+                below = self._below.get(other[:i])
+                if below is not None and other[:i] != path:
+                    below.discard(other)
+        if path not in self._writes:
+            for i in range(1, len(path)):
+                self._below.setdefault(path[:i], set()).add(path)
         self._writes[path] = kind
 
     def set(self, path: Any, value: Any) -> None:
@@ -281,27 +292,31 @@ class Branch(MergeOnExit, Generic[ModelT]):
         :meth:`rebase`. Merging a merged branch again returns the same result
         and changes nothing.
         """
-        if self._status == "merged" and self._result is not None:
-            return self._result
-        self._writable()
-        result = self._state.merge_at(
-            self.as_changes(), self._base_seq, self._agent, resolvers=resolvers, default=default
-        )
-        return self._merged(result)
+        result = self._apply(resolvers, default)
+        self._state.wait_durable(self._ticket)
+        return result
 
     async def amerge(
         self, *, resolvers: Mapping[Any, object] | None = None, default: object | None = None
     ) -> MergeResult:
         """The asyncio form of :meth:`merge` (durable states wait off the event loop)."""
+        result = self._apply(resolvers, default)
+        await self._state.await_durable(self._ticket)
+        return result
+
+    def _apply(self, resolvers: Mapping[Any, object] | None, default: object | None) -> MergeResult:
+        """Merge once: the branch is ``merged`` as soon as its changes are in the state.
+
+        So a merge whose wait for the disk was interrupted (a cancelled ``amerge``, a
+        timeout) is not applied again when called once more: that call waits for the
+        same change and returns the same result.
+        """
         if self._status == "merged" and self._result is not None:
             return self._result
         self._writable()
-        result = await self._state.amerge_at(
-            self.as_changes(), self._base_seq, self._agent, resolvers=resolvers, default=default
+        result, self._ticket = self._state.apply_merge(
+            self.as_changes(), self._base_seq, self._agent, resolvers, default
         )
-        return self._merged(result)
-
-    def _merged(self, result: MergeResult) -> MergeResult:
         self._status = "merged"
         self._result = result
         return result
@@ -330,6 +345,7 @@ class Branch(MergeOnExit, Generic[ModelT]):
         self._base_seq, self._base = seq, token
         self._local, self._loaded = replay._local, replay._loaded
         self._writes, self._appends = replay._writes, replay._appends
+        self._below = replay._below
 
     def discard(self) -> None:
         """Drop the branch's changes; later writes raise :class:`BranchClosed`."""
@@ -337,6 +353,7 @@ class Branch(MergeOnExit, Generic[ModelT]):
             self._status = "discarded"
             self._local.clear()
             self._writes.clear()
+            self._below.clear()
             self._appends.clear()
 
     def __repr__(self) -> str:

@@ -15,6 +15,7 @@ so ``except KeyError`` or ``except TypeError`` keeps working::
     ├── SchemaError(ValueError)          code "schema"
     ├── BranchClosed(RuntimeError)       code "branch_closed"
     ├── WriteFailed(RuntimeError)        code "write_failed"
+    ├── WriteInListener(RuntimeError)    code "write_in_listener"
     ├── StorageError(OSError)            code "storage"
     │   ├── StateClosed                  code "state_closed"
     │   └── ReadOnlyStore                code "read_only_store"
@@ -52,6 +53,7 @@ __all__ = [
     "UnknownBase",
     "UnsupportedValue",
     "WriteFailed",
+    "WriteInListener",
     "WrongType",
     "translate_failures",
 ]
@@ -222,6 +224,17 @@ class WriteFailed(CrdtStateError, RuntimeError):
     """
 
     code = "write_failed"
+
+
+class WriteInListener(CrdtStateError, RuntimeError):
+    """A listener of :meth:`SharedState.subscribe` tried to change the state it listens to.
+
+    Listeners are told under the state's lock, before the change is stored: a write
+    from one would be stored out of order. Raised before anything changes (the change
+    being told stands); hand the write to another thread or task instead.
+    """
+
+    code = "write_in_listener"
 
 
 class UnknownBase(CrdtStateError, LookupError):

@@ -49,6 +49,11 @@ def parse_path(path: object) -> Path:
             )
         if not key:
             raise InvalidPath("a path key must not be empty", details={"value": repr(path)})
+        if not key.isascii() and any("\ud800" <= c <= "\udfff" for c in key):
+            raise InvalidPath(
+                "a path key holds a lone surrogate: not Unicode text",
+                details={"value": ascii(path)[:80]},
+            )
     return keys  # type: ignore[return-value]
 
 

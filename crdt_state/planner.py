@@ -25,7 +25,7 @@ from ._entry import Entry
 from ._entry_reads import overlaps, read_at
 from .conflicts import Change, Conflict, ConflictError
 from .errors import DuplicatePath, WrongType
-from .paths import Path
+from .paths import Path, format_path
 from .resolvers import Escalation, PolicyTable
 from .values import MAX_DEPTH, MISSING, check_depth, copy_value, same, tree_get
 from .version import VersionVector
@@ -59,8 +59,15 @@ class MergePlan:
         """The :class:`ConflictError` of a refused plan (``retry`` when every policy asked)."""
         retry = bool(self.escalations) and all(e.retry for e in self.escalations)
         unresolved = [c for c in self.conflicts if not c.resolved]
+        paths = list(dict.fromkeys(format_path(c.path) for c in unresolved))
+        where = ", ".join(repr(p) for p in paths[:5]) + (", ..." if len(paths) > 5 else "")
+        declined = sorted(
+            {c.policy for c in unresolved if c.policy not in (None, "raise_conflict")}
+        )
         return ConflictError(
             f"{len(unresolved)} conflicting write(s) not resolved by policy"
+            + (f" (paths {where})" if len(paths) > 1 else "")
+            + (f" (declined by {', '.join(declined)})" if declined else "")
             + (" (retry requested)" if retry else ""),
             conflicts=self.conflicts,
             retry=retry,
@@ -194,7 +201,11 @@ def _check_shapes(writes: list[Change], forced: set[Path], content: Mapping[str,
 
 
 def check_disjoint(ops: Sequence[Change]) -> None:
-    """Refuse a change set that names one path twice (:class:`DuplicatePath`)."""
+    """Refuse a change set that names one place twice (:class:`DuplicatePath`).
+
+    Twice means the same path, or a path and one inside it (``"d"`` and ``"d.e"``):
+    one of the two writes would silently undo the other, whichever came last.
+    """
     seen: set[Path] = set()
     for op in ops:
         if op.path in seen:
@@ -203,6 +214,17 @@ def check_disjoint(ops: Sequence[Change]) -> None:
                 path=op.path,
             )
         seen.add(op.path)
+    for op in ops:
+        path = op.path
+        for i in range(1, len(path)):
+            if path[:i] in seen:
+                raise DuplicatePath(
+                    f"a change set writes {format_path(path[:i])!r} and {format_path(path)!r} "
+                    "inside it: one would undo the other; write the outer value whole, "
+                    "or only the inner paths",
+                    path=path,
+                    details={"paths": [format_path(path[:i]), format_path(path)]},
+                )
 
 
 def writes_depth(writes: Sequence[Change]) -> int:

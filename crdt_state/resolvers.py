@@ -275,7 +275,8 @@ class PolicyTable:
         for pattern, policy in (resolvers or {}).items():
             parsed = Pattern.parse(pattern)
             self._rules[parsed] = as_policy(policy, parsed.keys)
-        self.default: Policy = as_policy(default)
+        # None is no default policy, as for merge(default=None): conflicts are raised
+        self.default: Policy = as_policy(raise_conflict if default is None else default)
         self._parent = parent
         self._cache: dict[Path, Policy] = {}
         self._last_overlay: tuple[object, PolicyTable] | None = None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from .errors import WrongType
+
 __all__ = ["Retry"]
 
 
@@ -24,6 +26,15 @@ class Retry:
     rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        for name in ("attempts", "base_delay", "max_delay"):
+            value = getattr(self, name)
+            wanted = int if name == "attempts" else (int, float)
+            if not isinstance(value, wanted) or isinstance(value, bool):
+                raise WrongType(
+                    f"Retry.{name} must be a number{' (int)' if name == 'attempts' else ''},"
+                    f" not {type(value).__name__}",
+                    details={name: repr(value)[:40]},
+                )
         if self.attempts < 1:
             raise ValueError("Retry.attempts must be at least 1")
         if self.base_delay < 0 or self.max_delay < 0:

@@ -48,6 +48,7 @@ from ._schema_errors import (
     BY_NAME,
     dump,
     pydantic_errors,
+    refused_extras,
     schema_error,
     show_type,
     validate_input,
@@ -122,7 +123,11 @@ class StateSchema:
         slot = self.slot(path)
         if slot.kind == "any":
             return normalize(value, path)
-        return dump(slot, validate_input(slot, value, path), path)
+        validated = validate_input(slot, value, path)
+        extras = refused_extras(slot, value, path)
+        if extras:
+            raise schema_error(extras, path)
+        return dump(slot, validated, path)
 
     def prepare_items(self, path: Path, items: list[Any]) -> list[Any]:
         """Validate items about to be appended to the list at ``path``, one by one.
@@ -147,9 +152,15 @@ class StateSchema:
                 out.append(normalize(value, path, level=level))
                 continue
             try:
-                out.append(dump(item, validate_input(item, value, path, (i,)), path, level))
+                validated = validate_input(item, value, path, (i,))
             except SchemaError as exc:
                 errors.extend(exc.errors)
+                continue
+            extras = refused_extras(item, value, (*path, i))
+            if extras:
+                errors.extend(extras)
+            else:
+                out.append(dump(item, validated, path, level))
         if errors:
             raise schema_error(errors, path)
         return out

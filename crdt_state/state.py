@@ -20,7 +20,7 @@ updates from other replicas), :mod:`crdt_state._durable` (reopening from a
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Self, TypeVar
 
 from . import _durable, _merge
@@ -37,8 +37,7 @@ from .model_type import ModelT
 from .paths import Path
 from .requests import RequestKey
 from .resolvers import PolicyTable, raise_conflict
-from .retry import Retry
-from .transact import arun_transaction, run_transaction
+from .transact import Transacting
 from .version import VersionVector
 
 __all__ = ["SharedState", "StateUpdate"]
@@ -46,12 +45,13 @@ __all__ = ["SharedState", "StateUpdate"]
 T = TypeVar("T")
 
 
-class SharedState(StateReads[ModelT], StateExchange):
+class SharedState(StateReads[ModelT], StateExchange, Transacting[ModelT]):
     """The authoritative, thread-safe state that branches fork from and merge into.
 
     Args:
         resolvers: conflict policies by path pattern (``{"calls": counter}``).
-        default: policy for conflicts no pattern matches (``raise_conflict``).
+        default: policy for conflicts no pattern matches (``raise_conflict``; ``None``
+            too, as for ``merge(default=None)``; a constant resolves every such conflict).
         history: how many change-log entries are kept for judging old fork bases.
         history_bytes: about how many bytes the kept entries may hold (the values
             they overwrote, kept for reading and judging old versions); past it the
@@ -215,16 +215,11 @@ class SharedState(StateReads[ModelT], StateExchange):
     ) -> MergeResult:
         """Merge prepared ``changes`` computed on the state at log ``position``.
 
-        What :meth:`Branch.merge` calls (see it for the conflict rules); waits
-        until the change is durable.
-
-        Raises:
-            ConflictError: unresolved conflicts; nothing applied.
-            StaleBase: ``position`` is older than the retained history.
+        What :meth:`Branch.merge` calls (see it for the conflict rules): :meth:`apply_merge`,
+        then a wait until the change is durable.
         """
-        table = self._policies.overlay(resolvers, default)
-        result, ticket = _merge.merge(self._core, changes, position, agent, table)
-        self._core.wait_durable(ticket)
+        result, ticket = self.apply_merge(changes, position, agent, resolvers, default)
+        self.wait_durable(ticket)
         return result
 
     async def amerge_at(
@@ -237,10 +232,28 @@ class SharedState(StateReads[ModelT], StateExchange):
         default: object | None = None,
     ) -> MergeResult:
         """:meth:`merge_at` for asyncio code (the disk wait does not block the loop)."""
-        table = self._policies.overlay(resolvers, default)
-        result, ticket = _merge.merge(self._core, changes, position, agent, table)
-        await self._core.await_durable(ticket)
+        result, ticket = self.apply_merge(changes, position, agent, resolvers, default)
+        await self.await_durable(ticket)
         return result
+
+    def apply_merge(
+        self,
+        changes: list[Change],
+        position: int,
+        agent: str,
+        resolvers: Mapping[Any, object] | None = None,
+        default: object | None = None,
+    ) -> tuple[MergeResult, int | None]:
+        """Judge and apply a merge without waiting for the disk: the result and its ticket.
+
+        The ticket (``None`` in memory) is for :meth:`wait_durable` / :meth:`await_durable`.
+
+        Raises:
+            ConflictError: unresolved conflicts; nothing applied.
+            StaleBase: ``position`` is older than the retained history.
+        """
+        table = self._policies.overlay(resolvers, default)
+        return _merge.merge(self._core, changes, position, agent, table)
 
     def commit(
         self,
@@ -332,42 +345,6 @@ class SharedState(StateReads[ModelT], StateExchange):
         key = None if request_id is None else RequestKey(scope, request_id)
         table = self._policies.overlay(resolvers, default)
         return _merge.commit(self._core, ops, base, agent, table, key, scope, tuple(builds_on))
-
-    # -- transactions with retry ----------------------------------------------------------
-    def transact(
-        self,
-        fn: Callable[[Branch[ModelT]], T],
-        *,
-        agent: str,
-        retry: Retry | None = None,
-        resolvers: Mapping[Any, object] | None = None,
-        default: object | None = None,
-    ) -> MergeResult:
-        """Run ``fn(branch)`` on a fresh branch and merge it; re-run on a retry.
-
-        A conflict whose policy is ``resolvers.retry`` (or a base too old to
-        judge) re-runs ``fn`` on fresh state after a jittered backoff, up to
-        ``retry.attempts`` runs, then raises :class:`RetryExhausted`. Any
-        exception from ``fn`` discards the branch and propagates. The result's
-        ``value`` is what ``fn`` returned.
-        """
-        return run_transaction(
-            self.fork, fn, agent=agent, retry=retry, resolvers=resolvers, default=default
-        )
-
-    async def atransact(
-        self,
-        fn: Callable[[Branch[ModelT]], object],
-        *,
-        agent: str,
-        retry: Retry | None = None,
-        resolvers: Mapping[Any, object] | None = None,
-        default: object | None = None,
-    ) -> MergeResult:
-        """The asyncio form of :meth:`transact`; ``fn`` may be async or plain."""
-        return await arun_transaction(
-            self.fork, fn, agent=agent, retry=retry, resolvers=resolvers, default=default
-        )
 
     # -- closing -----------------------------------------------------------------------------
     def close(self) -> None:

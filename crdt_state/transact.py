@@ -12,16 +12,17 @@ import inspect
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .conflicts import ConflictError, MergeResult, RetryExhausted
-from .errors import StaleBase
+from .errors import StaleBase, WrongType
+from .model_type import ModelT
 from .retry import Retry
 
 if TYPE_CHECKING:
     from .branch import Branch
 
-__all__ = ["arun_transaction", "run_transaction"]
+__all__ = ["Transacting", "arun_transaction", "run_transaction"]
 
 T = TypeVar("T")
 B = TypeVar("B", bound="Branch[Any]")
@@ -77,7 +78,7 @@ def run_transaction(
     conflict raises :class:`ConflictError`. An exception from ``fn`` discards
     the branch and propagates. The result's ``value`` is what ``fn`` returned.
     """
-    attempts = _Attempts(agent, retry)
+    attempts = _Attempts(agent, _checked(fn, retry))
     for attempt in attempts:
         branch = fork(agent)
         try:
@@ -106,7 +107,7 @@ async def arun_transaction(
     default: object | None = None,
 ) -> MergeResult:
     """The asyncio form of :func:`run_transaction`; ``fn`` may be async or plain."""
-    attempts = _Attempts(agent, retry)
+    attempts = _Attempts(agent, _checked(fn, retry))
     for attempt in attempts:
         branch = fork(agent)
         try:
@@ -125,3 +126,65 @@ async def arun_transaction(
             raise
         return replace(result, value=value, attempts=attempt)
     raise attempts.exhausted()
+
+
+def _checked(fn: object, retry: object) -> Retry | None:
+    """``retry`` once ``fn`` is a callable and ``retry`` a :class:`Retry` or ``None``.
+
+    Raises:
+        WrongType: either is not (nothing forked, nothing run).
+    """
+    if not callable(fn):
+        raise WrongType(
+            f"a transaction runs a callable fn(branch), not {type(fn).__name__}",
+            details={"fn": repr(fn)[:80]},
+        )
+    if retry is not None and not isinstance(retry, Retry):
+        raise WrongType(
+            f"retry must be a Retry(...) or None, not {type(retry).__name__}",
+            details={"retry": repr(retry)[:80]},
+        )
+    return retry
+
+
+class Transacting(Generic[ModelT]):
+    """:meth:`transact` and :meth:`atransact` for a host that forks branches."""
+
+    def fork(self, agent: str) -> Branch[ModelT]:
+        """A new branch for ``agent`` (the host's)."""
+        raise NotImplementedError
+
+    def transact(
+        self,
+        fn: Callable[[Branch[ModelT]], T],
+        *,
+        agent: str,
+        retry: Retry | None = None,
+        resolvers: Mapping[Any, object] | None = None,
+        default: object | None = None,
+    ) -> MergeResult:
+        """Run ``fn(branch)`` on a fresh branch and merge it; re-run on a retry.
+
+        A conflict whose policy is ``resolvers.retry`` (or a base too old to
+        judge) re-runs ``fn`` on fresh state after a jittered backoff, up to
+        ``retry.attempts`` runs, then raises :class:`RetryExhausted`. Any
+        exception from ``fn`` discards the branch and propagates. The result's
+        ``value`` is what ``fn`` returned.
+        """
+        return run_transaction(
+            self.fork, fn, agent=agent, retry=retry, resolvers=resolvers, default=default
+        )
+
+    async def atransact(
+        self,
+        fn: Callable[[Branch[ModelT]], object],
+        *,
+        agent: str,
+        retry: Retry | None = None,
+        resolvers: Mapping[Any, object] | None = None,
+        default: object | None = None,
+    ) -> MergeResult:
+        """The asyncio form of :meth:`transact`; ``fn`` may be async or plain."""
+        return await arun_transaction(
+            self.fork, fn, agent=agent, retry=retry, resolvers=resolvers, default=default
+        )

@@ -26,6 +26,7 @@ views.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Final
 
 from .errors import PathNotFound, UnsupportedValue, WrongType
@@ -104,6 +105,8 @@ def _normalize(value: object, path: Path, level: int) -> Any:
     if value is None or isinstance(value, (bool, str)):
         if level > MAX_DEPTH:
             raise _TooDeep
+        if type(value) is str and not value.isascii() and _SURROGATE.search(value):
+            raise _lone_surrogate(path, "a string", value)
         return value
     if isinstance(value, int):
         if not INT_MIN <= value <= INT_MAX:
@@ -136,6 +139,8 @@ def _normalize(value: object, path: Path, level: int) -> Any:
                     path=path or None,
                     details={"key": repr(key)},
                 )
+            if not key.isascii() and _SURROGATE.search(key):
+                raise _lone_surrogate(path, "a map key", key)
             out[key] = _normalize(item, (*path, key), level + 1)
         return out
     if isinstance(value, (list, tuple)):
@@ -144,6 +149,20 @@ def _normalize(value: object, path: Path, level: int) -> Any:
         f"{type(value).__name__} is not JSON data (use dict, list, str, int, float, bool, None)",
         path=path or None,
         details={"type": type(value).__name__, "value": _short_repr(value)},
+    )
+
+
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+"""A UTF-16 surrogate on its own: not Unicode text, so neither UTF-8 nor Yjs can hold it."""
+
+
+def _lone_surrogate(path: Path, what: str, text: str) -> UnsupportedValue:
+    at = _SURROGATE.search(text)
+    return UnsupportedValue(
+        f"{what} holds a lone surrogate ({ascii(at.group()) if at else '?'}): not Unicode text, "
+        "so it cannot be stored (decode the bytes it came from with errors='replace')",
+        path=path or None,
+        details={"value": ascii(text[:60])},
     )
 
 

@@ -28,12 +28,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -42,14 +40,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from crdt_state import MISSING, UNRESOLVED, CrdtStateError, SharedState, VersionVector, format_path
+from crdt_state.errors import WrongType
+from crdt_state.times import as_time
 from sync.cli_views import TableView, plain_table, rich_table
 from sync.server._store import room_file
 from sync.server.observe.events import blame_event, conflict_event, history_event, jsonable
 
 __all__ = ["add_parser", "format_table", "parse_since", "run"]
-
-_AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def add_parser(sub: Any) -> None:
@@ -88,20 +85,14 @@ def add_parser(sub: Any) -> None:
 
 def parse_since(text: str, *, now: float | None = None) -> float:
     """A ``--since`` value as a unix time: ``10m`` (ago), ``1733220000``, ``2026-12-03T08:00``."""
-    now = time.time() if now is None else now
-    ago = _AGO.match(text.strip())
-    if ago:
-        return now - float(ago.group(1)) * _UNITS[ago.group(2)]
     try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        return datetime.fromisoformat(text).timestamp()  # naive: local time
-    except ValueError:
+        stamp = as_time(text, "--since", now=now)
+    except WrongType:
         raise argparse.ArgumentTypeError(
             f"not a time: {text!r} (use 10m, 2h, a unix time or an ISO date-time)"
         ) from None
+    assert stamp is not None  # text is never None
+    return stamp
 
 
 def local_time(stamp: float | None) -> str:

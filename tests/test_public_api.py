@@ -22,6 +22,7 @@ STABLE_CODES = {
     "InvalidUpdate": "invalid_update",
     "SchemaError": "schema",
     "BranchClosed": "branch_closed",
+    "WriteInListener": "write_in_listener",
     "ReadOnlyStore": "read_only_store",
     "UnknownBase": "unknown_base",
     "StaleBase": "stale_base",

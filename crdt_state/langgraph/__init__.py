@@ -13,14 +13,24 @@ Install with ``pip install 'crdt-state[langgraph]'``.
   get -> put from two runs is a conflict, not a silent overwrite.
 
 Everything binds to a :class:`~crdt_state.SharedState` or to a remote state
-of a hub room (``sync.connect_blocking`` / ``sync.connect``).
+of a hub room (``sync.connect_blocking`` / ``sync.connect``). Over a hub, a write
+the hub has not confirmed (it cannot be reached, or the connection dropped before
+its answer) raises :class:`MergeNotConfirmed`: a step never looks landed when it
+may not be.
 """
 
 from __future__ import annotations
 
-from .binding import SupportsBranches
+from .binding import MergeNotConfirmed, SupportsBranches
 from .channel import GraphConflictError, SharedChannel
 from .nodes import branch_node
 from .store import CrdtStore
 
-__all__ = ["CrdtStore", "GraphConflictError", "SharedChannel", "SupportsBranches", "branch_node"]
+__all__ = [
+    "CrdtStore",
+    "GraphConflictError",
+    "MergeNotConfirmed",
+    "SharedChannel",
+    "SupportsBranches",
+    "branch_node",
+]

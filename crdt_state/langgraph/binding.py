@@ -19,12 +19,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..conflicts import Change, MergeResult
+from ..errors import CrdtStateError
 from ..retry import Retry
 from ..state import SharedState
 from ..transact import arun_transaction, run_transaction
 from ..version import VersionVector
 
-__all__ = ["Binding", "SupportsBranches", "request_id_for"]
+__all__ = ["Binding", "MergeNotConfirmed", "SupportsBranches", "request_id_for"]
 
 T = TypeVar("T")
 
@@ -50,6 +51,19 @@ class SupportsBranches(Protocol):
     def fork(self, agent: str) -> Any:
         """A new branch for ``agent`` at the current version."""
         ...
+
+
+class MergeNotConfirmed(CrdtStateError, RuntimeError):
+    """A graph's write to a hub room that the hub has not confirmed: the step did not land.
+
+    ``details["queued"]`` is False when the hub could not be reached and nothing was
+    sent (run the step again later), True when the merge was sent and the connection
+    dropped before the answer: the remote state sends it again once connected (the hub
+    applies it at most once) and reports its end in its ``failed`` / ``conflicted``
+    lists; read the state before running the step again.
+    """
+
+    code = "merge_not_confirmed"
 
 
 class Binding:
@@ -101,8 +115,9 @@ class Binding:
         options: dict[str, Any] = {"resolvers": resolvers, "default": default}
         if self.local:  # a remote state makes its own idempotency keys
             options["request_id"] = request_id
+        self._reachable(agent)
         result: MergeResult = self.state.commit(list(changes), base, agent, **options)
-        return result
+        return self._confirmed(result)
 
     async def acommit(
         self,
@@ -115,13 +130,38 @@ class Binding:
     ) -> MergeResult:
         """An awaited merge; a blocking-only state merges in a worker thread."""
         if self.awaitable:
+            self._reachable(agent)
             result: MergeResult = await self.state.acommit(
                 list(changes), base, agent, resolvers=resolvers, default=default
             )
-            return result
+            return self._confirmed(result)
         return await asyncio.to_thread(
             self.commit, changes, base, agent, resolvers=resolvers, default=default
         )
+
+    def _reachable(self, agent: str) -> None:
+        """Refuse a merge a remote state would only queue (its hub is not reachable now).
+
+        A graph's step must land or fail: a queued write could be refused after the
+        graph went on as if it had landed.
+        """
+        if not self.local and getattr(self.state, "connected", True) is False:
+            raise MergeNotConfirmed(
+                "the hub is not reachable: this write was not sent (run the step again "
+                "once the hub is back)",
+                details={"node": agent, "queued": False, "hub": getattr(self.state, "url", None)},
+            )
+
+    @staticmethod
+    def _confirmed(result: MergeResult) -> MergeResult:
+        if result.pending:
+            raise MergeNotConfirmed(
+                "the connection to the hub dropped before it answered: the write stays "
+                "queued and is sent again (applied at most once), but may yet be refused; "
+                "read the state before running the step again",
+                details={"node": result.agent, "queued": True},
+            )
+        return result
 
     # -- agent steps -------------------------------------------------------------------
     def transact(
@@ -139,8 +179,11 @@ class Binding:
                 "a sync node cannot merge into sync.connect(...) (asyncio only): make the "
                 "node async, or bind sync.connect_blocking(...)"
             )
-        return run_transaction(
-            self.state.fork, fn, agent=agent, retry=retry, resolvers=resolvers, default=default
+        self._reachable(agent)
+        return self._confirmed(
+            run_transaction(
+                self.state.fork, fn, agent=agent, retry=retry, resolvers=resolvers, default=default
+            )
         )
 
     async def atransact(
@@ -156,8 +199,11 @@ class Binding:
         fork: Callable[[str], Any] = self.state.fork
         if not self.awaitable:  # a blocking remote: its merge runs in a worker thread
             fork = _ThreadMergedFork(self.state.fork)
-        return await arun_transaction(
-            fork, fn, agent=agent, retry=retry, resolvers=resolvers, default=default
+        self._reachable(agent)
+        return self._confirmed(
+            await arun_transaction(
+                fork, fn, agent=agent, retry=retry, resolvers=resolvers, default=default
+            )
         )
 
 

@@ -213,9 +213,10 @@ class SharedChannel(BaseChannel[dict[str, Any], dict[str, Any], dict[str, Any]])
         Returns True when the snapshot changed since LangGraph last saw it
         (merges of this step or others'; a channel read fresh from the state
         reports once, so every checkpoint holds its value).
-        Raises :class:`GraphConflictError` for unresolved conflicts, after
-        every writer was tried; other errors of a write (bad path, unsupported
-        value, schema) propagate at once, as raised by the state.
+        Every writer is tried. Then the first other error of a write (bad path,
+        unsupported value, schema, :class:`MergeNotConfirmed`) is raised, its
+        ``details`` naming the failed, refused and merged writers; else
+        :class:`GraphConflictError` for unresolved conflicts.
         """
         if self._detached:
             return self._preview(values)
@@ -229,16 +230,18 @@ class SharedChannel(BaseChannel[dict[str, Any], dict[str, Any], dict[str, Any]])
         self._previous = base
         writers = _writers(self.key, values)
         refused: list[tuple[str, ConflictError]] = []
+        failed: list[tuple[str, CrdtStateError]] = []
+        merged: list[str] = []
         for position, value in enumerate(values):
-            changes = update_changes(value)
-            if not changes:
-                continue
             writer = writers.get(id(value))
             agent = writer.agent if writer is not None else f"{self.key or 'channel'}#{position}"
-            request_id = None
-            if writer is not None and writer.task_id is not None:
-                request_id = request_id_for(writer.task_id, self.key, writer.index, changes)
             try:
+                changes = update_changes(value)
+                if not changes:
+                    continue
+                request_id = None
+                if writer is not None and writer.task_id is not None:
+                    request_id = request_id_for(writer.task_id, self.key, writer.index, changes)
                 self._binding.commit(
                     changes,
                     sent_base if writer is not None and writer.sent else base,
@@ -247,15 +250,17 @@ class SharedChannel(BaseChannel[dict[str, Any], dict[str, Any], dict[str, Any]])
                     default=self._default,
                     request_id=request_id,
                 )
+                merged.append(agent)
             except ConflictError as exc:
                 refused.append((agent, exc))
-            except CrdtStateError as exc:
-                exc.details.setdefault("node", agent)
-                raise
+            except CrdtStateError as exc:  # every writer is still tried: disjoint ones land
+                failed.append((agent, exc))
         self._load()
         self._report()
+        if failed:
+            raise _failure(failed, refused, merged)
         if refused:
-            raise _refusal(refused)
+            raise _refusal(refused, merged)
         return True
 
     def _report(self) -> bool:
@@ -274,13 +279,33 @@ class SharedChannel(BaseChannel[dict[str, Any], dict[str, Any], dict[str, Any]])
         return bool(values)
 
 
-def _refusal(refused: list[tuple[str, ConflictError]]) -> GraphConflictError:
+def _failure(
+    failed: list[tuple[str, CrdtStateError]],
+    refused: list[tuple[str, ConflictError]],
+    merged: list[str],
+) -> CrdtStateError:
+    """The first failed writer's error (bad path, value, schema...), told the whole step.
+
+    ``details``: ``node`` (its writer), ``failed`` (every writer that failed, with its
+    error's code), ``refused`` (writers refused by a conflict) and ``merged`` (the writers
+    whose writes landed: every writer was tried).
+    """
+    agent, first = failed[0]
+    first.details.setdefault("node", agent)
+    first.details["failed"] = [{"node": a, "code": e.code} for a, e in failed]
+    first.details["refused"] = [a for a, _ in refused]
+    first.details["merged"] = merged
+    return first
+
+
+def _refusal(refused: list[tuple[str, ConflictError]], merged: list[str]) -> GraphConflictError:
     conflicts = [c for _, exc in refused for c in exc.conflicts]
     nodes = [agent for agent, _ in refused]
     paths = sorted({".".join(c.path) for c in conflicts if not c.resolved})
+    landed = f"the other {len(merged)} merged" if merged else "no other write of this step"
     return GraphConflictError(
         f"{len(nodes)} writer(s) of this step conflict at {', '.join(paths) or 'a stale base'}"
-        f" (refused: {', '.join(nodes)}); the other writes are merged",
+        f" (refused: {', '.join(nodes)}); {landed}",
         conflicts=conflicts,
         nodes=nodes,
         retry=any(exc.retry for _, exc in refused),

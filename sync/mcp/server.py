@@ -24,7 +24,8 @@ import asyncio
 import json
 import logging
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote
 
@@ -34,6 +35,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.session import ServerSession
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
+from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from crdt_state import CrdtStateError, PathNotFound, StateUpdate, parse_path
@@ -64,6 +66,24 @@ def _uri_path(uri: str) -> tuple[str, ...] | None:
     if not uri.startswith(prefix) or len(uri) == len(prefix):
         raise PathNotFound("not a state resource", details={"uri": uri})
     return parse_path(unquote(uri[len(prefix) :]))
+
+
+RESOURCE_NOT_FOUND = -32002
+"""The JSON-RPC error code MCP gives a resource that does not exist."""
+
+
+@contextmanager
+def _resource_errors(uri: str) -> Iterator[None]:
+    """Turn a bad resource URI into an MCP error the client can read (not an internal error).
+
+    The error's ``data`` holds the library error's ``code``, ``path``, ``details`` and the
+    ``uri``.
+    """
+    try:
+        yield
+    except CrdtStateError as exc:
+        data = {**exc.to_dict(), "uri": uri}
+        raise MCPError(RESOURCE_NOT_FOUND, f"[{exc.code}] {exc.message}", data) from exc
 
 
 def touched_uris(uris: Sequence[str], written: Sequence[Sequence[str]]) -> list[str]:
@@ -225,8 +245,9 @@ def build_server(tools: StateTools, notifier: Notifier, *, name: str = "crdt-sta
     async def read_resource(
         ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
-        path = _uri_path(params.uri)
-        value = tools.value_at(".".join(path) if path is not None else None)
+        with _resource_errors(params.uri):
+            path = _uri_path(params.uri)
+            value = tools.value_at(".".join(path) if path is not None else None)
         text = json.dumps(value, ensure_ascii=False)
         return types.ReadResourceResult(
             contents=[
@@ -237,7 +258,8 @@ def build_server(tools: StateTools, notifier: Notifier, *, name: str = "crdt-sta
     async def subscribe(
         ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
     ) -> types.EmptyResult:
-        _uri_path(params.uri)  # refuse what is not a state resource
+        with _resource_errors(params.uri):
+            _uri_path(params.uri)  # refuse what is not a state resource
         notifier.subscribe(ctx.session, params.uri)
         return types.EmptyResult()
 

@@ -16,26 +16,22 @@ Paths are dotted strings (``"customer.tier"``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from crdt_state import (
     MISSING,
-    UNRESOLVED,
-    BlameEntry,
     ConflictError,
-    ConflictRecord,
     CrdtStateError,
-    HistoryEntry,
-    InvalidUpdate,
+    DuplicatePath,
     MergeResult,
     SharedState,
-    VersionVector,
     format_path,
     parse_path,
 )
 from crdt_state.values import tree_get
+from sync.mcp._answers import blame_json, conflict_json, history_json, parse_token, record_json
 
 __all__ = [
     "TOOL_DESCRIPTIONS",
@@ -121,7 +117,9 @@ TOOL_DESCRIPTIONS: dict[str, str] = {
         "are listed). status 'conflict': another agent wrote an overlapping path since your "
         "read; nothing was written; each conflict gives base/current/incoming values and the "
         "other agent: read again and redo. status 'retry': a policy asks you to read again "
-        "and redo."
+        "and redo. status 'pending' (over a hub): the connection dropped before the hub "
+        "answered; the server sends it again (it lands at most once), but it may yet be "
+        "refused: read again later to see whether it landed."
     ),
     "history": "Recent changes, oldest first: token, agent, paths, time.",
     "blame": "Who last changed a path (or a path above or below it), and when.",
@@ -134,71 +132,6 @@ class NotAvailable(CrdtStateError):
     """A tool needs something this server does not have (history over a hub)."""
 
     code = "not_available"
-
-
-def parse_token(text: str) -> VersionVector:
-    """The token ``text`` stands for; :class:`InvalidUpdate` unless it is a canonical token."""
-    try:
-        token = VersionVector.from_text(text)
-    except (CrdtStateError, ValueError) as exc:
-        raise InvalidUpdate(
-            "not a token: pass the 'token' of a read_state or commit_changes result",
-            details={"base": text[:100]},
-        ) from exc
-    if token.to_text() != text:
-        raise InvalidUpdate(
-            "not a token: pass the 'token' of a read_state or commit_changes result",
-            details={"base": text[:100]},
-        )
-    return token
-
-
-def _jsonable(value: Any) -> Any:
-    return {"$missing": True} if value is MISSING else value
-
-
-def _conflict(c: Any) -> dict[str, Any]:
-    """A :class:`Conflict` or :class:`ConflictRecord` as JSON data."""
-    resolution = c.resolution
-    settled = resolution is not UNRESOLVED
-    return {
-        "path": format_path(c.path),
-        "base": _jsonable(c.base),
-        "current": _jsonable(c.current),
-        "incoming": _jsonable(c.incoming),
-        "current_agent": c.current_agent,
-        "incoming_agent": c.incoming_agent,
-        "resolution": _jsonable(resolution) if settled else None,
-        "resolved": settled,
-        "policy": c.policy,
-    }
-
-
-def _history(entry: HistoryEntry) -> dict[str, Any]:
-    return {
-        "seq": entry.seq,
-        "token": entry.token.to_text(),
-        "agent": entry.agent,
-        "paths": [format_path(p) for p in entry.paths],
-        "time": entry.time,
-        "origin": entry.origin,
-    }
-
-
-def _blame(entry: BlameEntry) -> dict[str, Any]:
-    return {
-        "path": format_path(entry.path),
-        "agent": entry.agent,
-        "time": entry.time,
-        "token": entry.token.to_text(),
-        "seq": entry.seq,
-    }
-
-
-def _record(record: ConflictRecord) -> dict[str, Any]:
-    out = _conflict(record)
-    out.update(applied=record.applied, token=record.token.to_text(), time=record.time)
-    return out
 
 
 class StateTools:
@@ -237,7 +170,7 @@ class StateTools:
         Raises:
             InvalidPath: a requested path is malformed.
         """
-        snapshot, token = self.state.read()
+        snapshot, token = self._confirmed().read()
         if args.paths is None:
             return {"values": snapshot, "token": token.to_text(), "missing": []}
         values: dict[str, Any] = {}
@@ -253,8 +186,18 @@ class StateTools:
     def value_at(self, path: str | None) -> Any:
         """The value a ``state://current[/path]`` resource shows (``PathNotFound``-free: null)."""
         if path is None:
-            return self.state.snapshot()
-        return self.state.get(parse_path(path))
+            return self._confirmed().snapshot()
+        return self._confirmed().get(parse_path(path))
+
+    def _confirmed(self) -> SharedState:
+        """What reads show: the state, or over a hub the room as the hub confirmed it.
+
+        Not a remote state's own view, which also shows its merges still queued or in
+        flight: the server's clients share it, and a client's token travels as text (no
+        chain), so values from another client's unconfirmed merge, read with the
+        confirmed token, would let a commit build on a write that may yet be refused.
+        """
+        return cast(SharedState, self.state if self.local else self.state.replica)
 
     # -- writing --------------------------------------------------------------------------
     async def commit_changes(self, args: CommitArgs) -> dict[str, Any]:
@@ -269,37 +212,51 @@ class StateTools:
                 paths to delete.
 
         Returns:
-            ``status`` (``merged``, ``conflict``, or ``retry`` when the commit
-            may succeed unchanged later), ``applied`` and ``conflicts`` (path
+            ``status`` (``merged``, ``conflict``, ``retry`` when the commit may
+            succeed unchanged later, or ``pending`` over a hub whose connection
+            dropped before it answered), ``applied`` and ``conflicts`` (path
             texts and conflict reports), and ``token`` (the version after the
             merge, or the current one when nothing merged).
 
         Raises:
             CrdtStateError: a path is both written and deleted, or a path or
                 the base token is malformed.
+            NotAvailable: over a hub that cannot be reached now (nothing queued).
         """
         base = parse_token(args.base)
         changes: dict[tuple[str, ...], Any] = {parse_path(p): v for p, v in args.changes.items()}
         for text in args.delete:
             path = parse_path(text)
             if path in changes:
-                raise CrdtStateError("a path is both written and deleted", path=path)
+                raise DuplicatePath("a path is both written and deleted", path=path)
             changes[path] = MISSING
+        if not self.local and not self.state.connected:
+            raise NotAvailable(
+                "the hub is not reachable: nothing was written (read again and redo later)",
+                details={"hub": self.state.url},
+            )
         try:
             result: MergeResult = await self.state.acommit(changes, base, args.agent)
         except ConflictError as exc:
             return {
                 "status": "retry" if exc.retry else "conflict",
                 "applied": [],
-                "conflicts": [_conflict(c) for c in exc.conflicts],
+                "conflicts": [conflict_json(c) for c in exc.conflicts],
                 "token": self.state.token.to_text(),
             }
         if self.local and result.applied and self._on_change is not None:
             await _maybe_await(self._on_change(result.applied))
+        if result.pending:  # sent, then the connection dropped before the hub answered
+            return {
+                "status": "pending",
+                "applied": [],
+                "conflicts": [],
+                "token": self._confirmed().token.to_text(),
+            }
         return {
             "status": "merged",
             "applied": [format_path(p) for p in result.applied],
-            "conflicts": [_conflict(c) for c in result.conflicts],
+            "conflicts": [conflict_json(c) for c in result.conflicts],
             "token": result.token.to_text(),
         }
 
@@ -329,7 +286,7 @@ class StateTools:
         """
         path = parse_path(args.path) if args.path is not None else None
         entries = self._durable("history", lambda s: s.history(path=path, limit=args.limit))
-        return {"changes": [_history(e) for e in entries]}
+        return {"changes": [history_json(e) for e in entries]}
 
     def blame(self, args: BlameArgs) -> dict[str, Any]:
         """Tell which change last wrote ``args.path``, an ancestor or a descendant.
@@ -343,7 +300,7 @@ class StateTools:
         """
         path = parse_path(args.path)
         found = self._durable("blame", lambda s: s.blame(path))
-        return {"blame": _blame(found) if found is not None else None}
+        return {"blame": blame_json(found) if found is not None else None}
 
     def conflicts(self, args: ConflictsArgs) -> dict[str, Any]:
         """List the recorded merge conflicts, oldest first, optionally at or below one path.
@@ -356,7 +313,7 @@ class StateTools:
         """
         path = parse_path(args.path) if args.path is not None else None
         records = self._durable("conflicts", lambda s: s.conflicts(path))
-        return {"conflicts": [_record(r) for r in records]}
+        return {"conflicts": [record_json(r) for r in records]}
 
     def state_schema(self, args: SchemaArgs) -> dict[str, Any]:
         """Return the JSON Schema the state validates commits against.

@@ -121,7 +121,7 @@ def test_sends_are_judged_against_the_snapshot_they_were_computed_from() -> None
     assert state.get("status") == "planned"
 
 
-def parallel_graph(state: SharedState, writes: dict[str, dict[str, Any]], **channel: Any) -> Any:
+def parallel_graph(state: Any, writes: dict[str, dict[str, Any]], **channel: Any) -> Any:
     """START -> every node in ``writes`` in parallel (one superstep) -> END."""
 
     class Graph(TypedDict):
@@ -388,3 +388,95 @@ def test_graphs_bound_to_a_hub_room_merge_the_same_way(hub_url: str) -> None:
     assert final["items"] == {f"proc{k}-w{i}": {"score": i} for k in range(2) for i in range(15)}
     assert sorted(final["log"]) == sorted(list(range(15)) * 2)
     assert final["priority"] == 10 and final["status"] == "triage"
+
+
+def test_a_bad_writer_in_a_fanout_stops_no_other_and_the_error_tells_the_whole_step() -> None:
+    state = SharedState()
+
+    class Graph(TypedDict):
+        shared: Annotated[dict[str, Any], SharedChannel(state)]
+
+    def worker(i: int) -> dict[str, Any]:
+        if i == 3:
+            return {"shared": {"bad": {1, 2}}}  # not JSON data
+        if i == 6:
+            return {"shared": None}  # not a dict of updates at all
+        return {"shared": {"items": {f"w{i}": i}}}
+
+    builder = StateGraph(Graph)
+    # langgraph types a node input as the graph state, not a Send payload
+    builder.add_node("worker", worker)  # type: ignore[arg-type]
+    builder.add_conditional_edges(START, lambda g: [Send("worker", i) for i in range(10)])
+    builder.add_edge("worker", END)
+    graph: Any = builder.compile()
+    with pytest.raises(TypeError) as info:
+        graph.invoke({})
+    error = info.value
+    assert getattr(error, "code", None) == "unsupported_value"
+    details = getattr(error, "details", {})
+    assert details["node"] == "worker#3"
+    assert details["failed"] == [
+        {"node": "worker#3", "code": "unsupported_value"},
+        {"node": "worker#6", "code": "wrong_type"},
+    ]
+    assert details["refused"] == [] and len(details["merged"]) == 8
+    # every other writer landed, before and after the bad ones
+    assert state.get("items") == {f"w{i}": i for i in range(10) if i not in (3, 6)}
+
+
+async def test_a_graph_bound_to_an_unreachable_hub_is_told_its_write_did_not_land(
+    tmp_path: Any,
+) -> None:
+    from hubs import FAST, RestartableHub, eventually
+
+    from crdt_state.langgraph import MergeNotConfirmed
+
+    hub = RestartableHub(tmp_path / "hub.db")
+    await hub.start()
+    remote: Any = await asyncio.to_thread(
+        lambda: connect_blocking(
+            hub.url("room"), agent="graph", local=tmp_path / "g.db", reconnect=FAST
+        )
+    )
+    try:
+        await asyncio.to_thread(parallel_graph(remote, {"owner": {"owner": "graph"}}).invoke, {})
+        assert remote.get("owner") == "graph"
+        await hub.stop()
+        await eventually(lambda: not remote.connected)
+        with pytest.raises(MergeNotConfirmed) as info:
+            await asyncio.to_thread(parallel_graph(remote, {"owner": {"owner": "x"}}).invoke, {})
+        assert info.value.code == "merge_not_confirmed"
+        assert info.value.details["queued"] is False and info.value.details["node"] == "owner"
+        assert remote.pending == 0 and remote.get("owner") == "graph"  # nothing was queued
+    finally:
+        await asyncio.to_thread(remote.close)
+
+
+def test_a_write_the_hub_did_not_answer_is_not_taken_as_landed() -> None:
+    from crdt_state import MergeResult, VersionVector
+    from crdt_state.langgraph import MergeNotConfirmed
+
+    class Dropped:
+        """A remote state whose connection dropped after each merge was sent."""
+
+        connected = True
+        token = VersionVector()
+
+        def read(self) -> tuple[dict[str, Any], VersionVector]:
+            return {}, self.token
+
+        def fork(self, agent: str) -> Any:
+            raise AssertionError("a channel does not fork")
+
+        def commit(self, changes: Any, base: VersionVector, agent: str, **_: Any) -> MergeResult:
+            return MergeResult(token=base, agent=agent, fast_forward=False, pending=True)
+
+    with pytest.raises(MergeNotConfirmed) as info:
+        parallel_graph(Dropped(), {"n": {"x": 1}}).invoke({})
+    assert info.value.details == {
+        "node": "n",
+        "queued": True,
+        "failed": [{"node": "n", "code": "merge_not_confirmed"}],
+        "refused": [],
+        "merged": [],
+    }

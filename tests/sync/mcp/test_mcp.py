@@ -14,9 +14,10 @@ import anyio
 import mcp_types as types
 import pytest
 from mcp import Client, MCPDeprecationWarning, StdioServerParameters
+from mcp.shared.exceptions import MCPError
 
 from sync import mint_token
-from sync.mcp.server import touched_uris
+from sync.mcp.server import RESOURCE_NOT_FOUND, touched_uris
 
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
@@ -141,6 +142,15 @@ async def test_stdio_embedded_tools_errors_history_and_legacy_notifications(
         ]
         resource = await client.read_resource("state://current/ticket.status")
         assert resource.contents[0].text == '"open"'  # type: ignore[union-attr]
+        for uri, code in [
+            ("state://other", "path_not_found"),
+            ("state://current/", "path_not_found"),
+            ("state://current/a..b", "invalid_path"),
+        ]:
+            with pytest.raises(MCPError) as refused:
+                await client.read_resource(uri)
+            assert refused.value.code == RESOURCE_NOT_FOUND, (uri, refused.value)
+            assert refused.value.data["code"] == code and refused.value.data["uri"] == uri
 
 
 async def test_stdio_two_agents_through_a_hub_get_exactly_one_conflict(

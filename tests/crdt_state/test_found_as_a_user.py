@@ -1,0 +1,235 @@
+"""What trying the library as a new user found: each test failed on the code before its fix."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel, ConfigDict
+
+from crdt_state import (
+    ConflictError,
+    DuplicatePath,
+    InvalidPath,
+    SchemaError,
+    SharedState,
+    StateUpdate,
+    UnsupportedValue,
+    WriteInListener,
+    WrongType,
+    resolvers,
+)
+
+
+# -- a merge is applied once, whatever happens to the wait for the disk ----------------------
+async def test_a_cancelled_amerge_called_again_does_not_merge_twice(tmp_path: Path) -> None:
+    state = SharedState.open(tmp_path / "n.db", resolvers={"n": resolvers.counter})
+    state.commit({"n": 0}, state.token, "setup")
+    cancelled = 0
+    for _ in range(30):
+        branch = state.fork("agent")
+        branch.set("n", branch.get("n") + 1)
+        task = asyncio.create_task(branch.amerge())
+        await asyncio.sleep(0)  # the merge is applied; its wait for the disk has begun
+        if task.cancel():
+            cancelled += 1
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        assert branch.status == "merged"
+        again = await branch.amerge()  # waits for the same change, applies nothing
+        assert again is branch.result
+    assert cancelled > 0  # the wait was interrupted at least once
+    assert state.get("n") == 30
+    state.close()
+    with SharedState.open(tmp_path / "n.db") as reopened:
+        assert reopened.get("n") == 30 and len(reopened.history(agent="agent")) == 30
+
+
+# -- listeners -----------------------------------------------------------------------------------
+def test_a_listener_that_raises_is_logged_and_the_change_is_stored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    state = SharedState.open(tmp_path / "l.db")
+
+    def broken(update: StateUpdate) -> None:
+        raise ZeroDivisionError("a bug in the listener")
+
+    state.subscribe(broken)
+    with caplog.at_level(logging.ERROR, logger="crdt_state.listeners"), state.fork("agent") as b:
+        b.set("a", 1)
+    branch = b
+    assert branch.status == "merged"
+    assert any("a listener raised" in r.getMessage() for r in caplog.records)
+    state.commit({"b": 2}, state.token, "later")  # the store still takes writes
+    state.close()
+    with SharedState.open(tmp_path / "l.db") as reopened:
+        assert reopened.snapshot() == {"a": 1, "b": 2}
+
+
+def test_a_listener_that_writes_to_its_state_is_refused_and_breaks_nothing(tmp_path: Path) -> None:
+    state = SharedState.open(tmp_path / "w.db")
+    refused: list[BaseException] = []
+
+    def echo(update: StateUpdate) -> None:
+        try:
+            state.commit({"echo": update.seq}, state.token, "listener")
+        except Exception as exc:
+            refused.append(exc)
+
+    state.subscribe(echo)
+    state.commit({"a": 1}, state.token, "agent")
+    [error] = refused
+    assert isinstance(error, WriteInListener) and error.code == "write_in_listener"
+    state.commit({"b": 2}, state.token, "agent")
+    assert state.snapshot() == {"a": 1, "b": 2}
+    state.close()
+    with SharedState.open(tmp_path / "w.db") as reopened:
+        assert reopened.snapshot() == {"a": 1, "b": 2}
+
+
+# -- policies, change sets, history filters --------------------------------------------------
+def test_default_none_means_no_default_policy_as_for_merge() -> None:
+    state = SharedState(default=None)
+    state.commit({"a": 1}, state.token, "setup")
+    x, y = state.fork("x"), state.fork("y")
+    x.set("a", 2)
+    y.set("a", 3)
+    x.merge()
+    with pytest.raises(ConflictError):
+        y.merge()
+    assert state.get("a") == 2
+
+
+@pytest.mark.parametrize(
+    "changes", [{"d": 1, "d.e": 2}, {"d.e": 2, "d": 1}, {"a.b.c": 1, "a": {"x": 1}}]
+)
+def test_a_change_set_writing_a_path_and_one_inside_it_is_refused(changes: dict[str, Any]) -> None:
+    state = SharedState()
+    with pytest.raises(DuplicatePath) as info:
+        state.commit(changes, state.token, "agent")
+    assert len(info.value.details["paths"]) == 2
+    assert state.snapshot() == {}
+
+
+def test_history_and_conflicts_take_datetimes_and_text_and_refuse_the_rest(
+    tmp_path: Path,
+) -> None:
+    with SharedState.open(tmp_path / "h.db") as state:
+        state.commit({"a": 1}, state.token, "agent")
+        before = datetime.now() - timedelta(minutes=10)
+        for since in (before, "10m", "1d", before.isoformat(), time.time() - 600, str(0)):
+            assert len(state.history(since=since)) == 1, since
+        assert state.history(since=datetime.now() + timedelta(minutes=1)) == []
+        assert state.history(until="1d") == []
+        assert state.conflicts(since="10m") == []
+        for bad in ("yesterday", object(), float("nan"), True):
+            with pytest.raises(WrongType):
+                state.history(since=bad)
+        with pytest.raises(WrongType):
+            state.history(limit="x")
+        with pytest.raises(WrongType):
+            state.history(agent=3)
+
+
+# -- values --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("changes", "error"),
+    [
+        ({"z": "\ud800"}, UnsupportedValue),
+        ({"z": ["ok", "bad \udfff"]}, UnsupportedValue),
+        ({"z": {"\udc00": 1}}, UnsupportedValue),
+        ({("\ud800",): 1}, InvalidPath),
+    ],
+)
+def test_lone_surrogates_are_refused_before_pycrdt_sees_them(
+    changes: dict[Any, Any], error: type[Exception], tmp_path: Path
+) -> None:
+    with SharedState.open(tmp_path / "s.db") as state:
+        with pytest.raises(error):
+            state.commit(changes, state.token, "agent")
+        assert state.snapshot() == {} and state.history() == []
+
+
+class Customer(BaseModel):
+    name: str = ""
+    tier: str = "free"
+
+
+class Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    a: int = 0
+
+
+class Ticket(BaseModel):
+    customer: Customer = Customer()
+    findings: list[Customer] = []
+    by_id: dict[str, Customer] = {}
+    lenient: Lenient = Lenient()
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "where"),
+    [
+        ("customer", {"name": "a", "zzz": 1}, ("customer", "zzz")),
+        ("by_id", {"k": {"name": "a", "bad": 1}}, ("by_id", "k", "bad")),
+        ("by_id.k", {"bad": 1}, ("by_id", "k", "bad")),
+    ],
+)
+def test_a_typed_state_refuses_unknown_keys_inside_a_value(
+    path: str, value: Any, where: tuple[str, ...]
+) -> None:
+    state = SharedState(schema=Ticket)
+    branch = state.fork("agent")
+    with pytest.raises(SchemaError) as info:
+        branch.set(path, value)
+    [entry] = info.value.errors
+    assert entry["type"] == "extra_forbidden" and tuple(entry["loc"]) == where
+    with pytest.raises(SchemaError):
+        branch.append("findings", {"name": "x", "bogus": 1})
+    assert not branch.dirty
+
+
+def test_a_model_that_asks_to_ignore_extras_still_does() -> None:
+    state = SharedState(schema=Ticket)
+    with state.fork("agent") as branch:
+        branch.set("lenient", {"a": 1, "q": 2})
+        branch.set("customer", {"name": "ok"})
+    assert state.get("lenient") == {"a": 1}
+    assert state.get("customer") == {"name": "ok", "tier": "free"}
+
+
+# -- branch writes: the covering rule, without the quadratic scan -----------------------------
+_keys = st.sampled_from(["a", "b", "c"])
+_paths = st.lists(_keys, min_size=1, max_size=3).map(tuple)
+
+
+def _root_most(writes: list[tuple[str, ...]]) -> set[tuple[str, ...]]:
+    """The reference: after each write, the written paths no other covers."""
+    kept: list[tuple[str, ...]] = []
+    for path in writes:
+        if any(path[: len(k)] == k for k in kept):
+            continue
+        kept = [k for k in kept if k[: len(path)] != path] + [path]
+    return set(kept)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_paths, max_size=25))
+def test_a_branch_keeps_the_root_most_writes(writes: list[tuple[str, ...]]) -> None:
+    state = SharedState()
+    branch = state.fork("agent")
+    taken: list[tuple[str, ...]] = []
+    for i, path in enumerate(writes):
+        try:
+            branch.set(path, i)
+        except WrongType:  # below a scalar written before: refused, nothing changed
+            continue
+        taken.append(path)
+    assert set(branch.changed_paths()) == _root_most(taken)
