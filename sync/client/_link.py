@@ -155,8 +155,12 @@ class Link:
         """Connect, pump, reconnect: round robin over :attr:`urls`, backoff per round."""
         failed_in_row = 0  # connections that failed or dropped since one last synced
         rounds = 0  # rounds of every URL failing in a row
+        # the URLs whose hub refused the token at its last try: one hub of a cluster set
+        # up with another secret must not end the client while the others take it
+        refused: dict[int, AuthError] = {}
         while not self._closing:
             close: tuple[int | None, str] = (None, "")
+            refusal = False
             try:
                 async with ws_connect(
                     with_token(self.url, self._token),
@@ -179,9 +183,15 @@ class Link:
             except InvalidStatus as exc:
                 status = exc.response.status_code
                 if status in (401, 403):
-                    self.fatal = self._refused(exc)
-                    log.error("hub %s refused access: %s", self.shown(), self.fatal)
-                    return
+                    error = self._refused(exc)
+                    refusal = True
+                    if self.at not in refused:
+                        log.error("hub %s refused access: %s", self.shown(), error)
+                    refused[self.at] = error
+                    self.last_error = str(error)
+                    if len(refused) == len(self.urls):  # every hub of the list refuses it
+                        self.fatal = error
+                        return
                 code = exc.response.headers.get(ERROR_HEADER, "")
                 if code in ROOM_NAME_REFUSALS:  # no other hub would take the name either
                     self.fatal = InvalidHubURL(
@@ -198,6 +208,8 @@ class Link:
             except Exception as exc:  # a bad frame from the hub: drop this connection, reconnect
                 self._lost(f"unexpected data ({type(exc).__name__}: {exc})", logging.WARNING)
             finally:
+                if not refusal:  # tried again in its turn: its secret may have been fixed
+                    refused.pop(self.at, None)
                 self.ws = None
                 for event in self.core.disconnected(*close):
                     self._finished(event)

@@ -69,10 +69,12 @@ def hub_urls(url: str | Sequence[str]) -> tuple[str, ...]:
                 f"the hub URL's room {room!r} has characters a hub refuses (a room name is"
                 f" made of A-Z a-z 0-9 . _ ~ - /): {mask(repr(one))}"
             )
-    rooms = {urlsplit(one).path.rstrip("/") for one in urls}
+    rooms = {urlsplit(one).path for one in urls}  # exactly: a hub tells "a/" from "a"
     if len(rooms) > 1:
         shown = mask(repr(list(urls)))
-        raise InvalidHubURL(f"the hub URLs must name the same room (path), got {shown}")
+        raise InvalidHubURL(
+            f"the hub URLs must name the same room (the same path, to the last '/'), got {shown}"
+        )
     return urls
 
 

@@ -204,8 +204,8 @@ class RemoteState(RemoteReads[ModelT], RemoteMerges[ModelT]):
 
         Raises:
             UnsentMerges: without a ``local`` file, when merges were still pending after
-                the wait: they are lost (raised after disconnecting; ``timeout=0`` does
-                not wait).
+                the wait: they are not sent again, though one already sent may still be
+                applied (raised after disconnecting; ``timeout=0`` does not wait).
         """
         if self.pending and timeout > 0 and not self._local:
             with contextlib.suppress(TimeoutError):

@@ -217,12 +217,15 @@ class UnsentMerges(SyncError):
 
     Code ``unsent_merges``. Raised by closing a client without a ``local`` file (the
     end of ``async with sync.connect(...)``, ``close()``) after it waited for them (see
-    :meth:`~sync.client.remote.RemoteState.close`); they are not applied anywhere. Each
-    merge whose caller was still waiting had already ended as ``pending``.
+    :meth:`~sync.client.remote.RemoteState.close`). Their outcome is unknown: one sent
+    before the connection dropped may still be applied by a hub (at most once), the others
+    never will be, since no one will send them again. Do not re-send them blindly: read
+    the room first. Each merge whose caller was still waiting had already ended as
+    ``pending``.
 
     Attributes:
         agent: the client's agent.
-        count: how many merges were lost.
+        count: how many merges had no acknowledgement.
         urls: the hub URLs (tokens masked).
     """
 
@@ -234,6 +237,8 @@ class UnsentMerges(SyncError):
         self.urls = urls
         super().__init__(
             f"agent {agent!r} closed with {count} merge(s) that no hub of {' or '.join(urls)}"
-            " acknowledged; without a local file they are lost (wait with"
-            " remote.wait_idle(), or give connect() local=FILE to keep them queued)"
+            " acknowledged; without a local file they will not be sent again, but one already"
+            " sent may still be applied (at most once): read the room before redoing them"
+            " (wait with remote.wait_idle(), or give connect() local=FILE to keep them"
+            " queued)"
         )

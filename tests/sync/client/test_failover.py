@@ -60,6 +60,8 @@ async def test_every_url_dead_backs_off_then_gives_up_at_the_timeout() -> None:
         ["ws://127.0.0.1:1/room", "http://127.0.0.1:2/room"],
         ["ws://127.0.0.1:1/room", "ws://127.0.0.1:2/other"],
         ["ws://127.0.0.1:1/room", "ws:///room"],
+        # a hub serves "room/" apart from "room": a failover would write to another room
+        ["ws://127.0.0.1:1/t/room", "ws://127.0.0.1:2/t/room/"],
     ],
 )
 async def test_every_url_is_checked_up_front(urls: list[str]) -> None:
@@ -310,3 +312,23 @@ async def test_an_agent_merging_in_a_tight_loop_reconnects_meanwhile(tmp_path: P
         state = await b.state("room")
         assert {key: state[key] for key in state} == {f"k{i}": i for i in range(1, merges + 1)}
         assert remote.failed == [] and remote.conflicted == []
+
+
+async def test_a_hub_of_the_list_that_refuses_the_token_is_passed_over() -> None:
+    """One hub set up with another secret must not end the client while the others take it."""
+    token = sync.mint_token("secret-one", "room", "write", 600)
+    async with (
+        sync.Hub(port=0, secret="secret-one") as good,
+        sync.Hub(port=0, secret="secret-two") as other,
+    ):
+        urls = [f"ws://127.0.0.1:{other.port}/room", f"ws://127.0.0.1:{good.port}/room"]
+        async with sync.connect(urls, agent="a", token=token, timeout=5) as remote:
+            assert remote.url == urls[1] and remote.connected
+            async with remote.fork() as branch:
+                branch["x"] = 1
+            assert branch.result is not None and not branch.result.pending
+        # when every hub of the list refuses it, the client is told at once
+        with pytest.raises(sync.AuthError) as info:
+            async with sync.connect([urls[0], urls[0]], agent="a", token=token, timeout=5):
+                pass
+        assert info.value.code == "bad_signature"
