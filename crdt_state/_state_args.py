@@ -9,22 +9,32 @@ inside a merge.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Final
 
 from .errors import WrongType
 from .version import VersionVector
 
-__all__ = ["check_agent", "check_commit"]
+__all__ = ["MAX_AGENT_LENGTH", "check_agent", "check_commit"]
+
+
+MAX_AGENT_LENGTH: Final = 256
+"""The longest agent name (characters): it is stored with every change, in the log, the
+history, blame and conflict records, and sent to every inspector."""
 
 
 def check_agent(agent: object) -> None:
-    """Refuse an ``agent`` that is not a non-empty str (what :meth:`SharedState.fork` takes).
+    """Refuse an ``agent`` that is not a non-empty str of at most :data:`MAX_AGENT_LENGTH`.
+
+    (What :meth:`SharedState.fork` takes.)
 
     Raises:
-        WrongType: with ``details["agent"]``, the repr of what was given.
+        WrongType: with ``details["agent"]``, the repr of what was given (cut short).
     """
-    if not isinstance(agent, str) or not agent:
+    if not isinstance(agent, str) or not agent or len(agent) > MAX_AGENT_LENGTH:
         raise WrongType(
-            f"agent must be a non-empty str, not {agent!r:.60}", details={"agent": repr(agent)}
+            f"agent must be a non-empty str of at most {MAX_AGENT_LENGTH} characters, "
+            f"not {agent!r:.60}",
+            details={"agent": repr(agent)[:80]},
         )
 
 
@@ -36,7 +46,12 @@ def check_commit(changes: object, base: object, agent: object) -> None:
             non-empty str, or ``changes`` neither a mapping nor an iterable of
             :class:`Change` (``path``: the first path changed, when known).
     """
-    if type(changes) is list and type(base) is VersionVector and type(agent) is str and agent:
+    if (
+        type(changes) is list
+        and type(base) is VersionVector
+        and type(agent) is str
+        and 0 < len(agent) <= MAX_AGENT_LENGTH
+    ):
         return  # the common call (a hub's), which passes every check: no ABC checks
     _check_commit(changes, base, agent)
 
@@ -53,9 +68,10 @@ def _check_commit(changes: object, base: object, agent: object) -> None:
             path=where,
             details={"argument": "base", "given": repr(base)[:80]},
         )
-    if not isinstance(agent, str) or not agent:
+    if not isinstance(agent, str) or not agent or len(agent) > MAX_AGENT_LENGTH:
         raise WrongType(
-            f"agent must be a non-empty str, not {agent!r:.60}",
+            f"agent must be a non-empty str of at most {MAX_AGENT_LENGTH} characters, "
+            f"not {agent!r:.60}",
             path=where,
             details={"argument": "agent", "given": repr(agent)[:80]},
         )

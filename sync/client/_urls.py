@@ -41,10 +41,10 @@ def hub_urls(url: str | Sequence[str]) -> tuple[str, ...]:
         The URLs, in order.
 
     Raises:
-        InvalidHubURL: no URL, a URL that is not ``ws://host/...`` or ``wss://host/...``,
-            a URL naming no room or a room a hub refuses (:mod:`sync.wire.rooms`), or
-            URLs naming different rooms (different paths). Its message shows the
-            URLs with their tokens masked.
+        InvalidHubURL: no URL, a URL that is not ``ws://host/...`` or ``wss://host/...``
+            (or has a ``#fragment``), a URL naming no room or a room a hub refuses
+            (:mod:`sync.wire.rooms`), or URLs naming different rooms (different paths).
+            Its message shows the URLs with their tokens masked.
     """
     urls = (url,) if isinstance(url, str) else tuple(url) if isinstance(url, Sequence) else ()
     if not urls:
@@ -59,6 +59,8 @@ def hub_urls(url: str | Sequence[str]) -> tuple[str, ...]:
             raise InvalidHubURL(f"bad hub URL {mask(repr(one))}: {exc}") from None
         if not host:
             raise InvalidHubURL(f"the hub URL names no host: {mask(repr(one))}")
+        if "#" in one:  # the token goes into the query: websockets would quote it whole
+            raise InvalidHubURL(f"a hub URL has no '#fragment': {mask(repr(one))}")
         room = urlsplit(one).path[1:]
         if not room:
             raise InvalidHubURL(

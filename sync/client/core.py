@@ -322,6 +322,8 @@ class ClientCore:
                 events += self._apply(held)
             return events
         if isinstance(message, p.PermissionDenied):  # the hub closes with 1008 next
+            if message.reason == p.TOKEN_EXPIRED_REASON:  # not a refusal of writes: they
+                return []  # stay queued, sent again once connected with a fresh token
             return self._deny(message.reason) + self._take_held()
         return []  # awareness, other auth and unknown messages: nothing to do
 

@@ -23,7 +23,7 @@ __all__ = ["EXPIRED_TOKEN", "TOKEN_EXPIRED_REASON", "expire_at", "token_expired"
 
 EXPIRED_TOKEN: Final = "expired_token"
 """The code of the refusal of a connection whose token expired."""
-TOKEN_EXPIRED_REASON: Final = "access token expired"
+TOKEN_EXPIRED_REASON: Final = p.TOKEN_EXPIRED_REASON
 """The close reason (and permission-denied reason) sent when a token expires."""
 
 

@@ -3,8 +3,8 @@
 The websocket library logs each handshake's request line (``GET /room?token=...``) and
 headers (``Authorization: Bearer ...``) at DEBUG level, and the request path can appear in
 tracebacks. :func:`masking_logger` returns a logger whose records have every ``token=``
-query value and every bearer credential replaced by :data:`MASK` before any handler sees
-them; the hub passes it to ``websockets.serve`` and masks its own logger the same way.
+query value, bearer credential and inspector cookie replaced by :data:`MASK` before any
+handler sees them; the hub passes it to ``websockets.serve`` and masks its own logger the same way.
 """
 
 from __future__ import annotations
@@ -20,13 +20,19 @@ MASK: Final = "***"
 
 _TOKEN_PARAM: Final = re.compile(r"((?:^|[?&;\s/])token=)[^&;#\s'\"]*", re.IGNORECASE)
 _BEARER: Final = re.compile(r"(\bbearer\s+)[^\s'\",;]+", re.IGNORECASE)
+_INSPECT_COOKIE: Final = re.compile(r"(\bcrdt_inspect=)[^\s'\",;]*", re.IGNORECASE)
 
 
 def mask_secrets(text: str) -> str:
-    """``text`` with every ``token=`` query value and bearer credential masked."""
-    if "token=" in text.lower() or "bearer" in text.lower():
+    """``text`` with tokens masked: ``token=`` query values, bearer credentials, cookies.
+
+    The inspector's cookie is ``crdt_inspect=`` in ``Cookie`` and ``Set-Cookie`` headers.
+    """
+    lowered = text.lower()
+    if "token=" in lowered or "bearer" in lowered or "crdt_inspect=" in lowered:
         text = _TOKEN_PARAM.sub(rf"\g<1>{MASK}", text)
         text = _BEARER.sub(rf"\g<1>{MASK}", text)
+        text = _INSPECT_COOKIE.sub(rf"\g<1>{MASK}", text)
     return text
 
 

@@ -26,9 +26,14 @@ class HubConfigError(SyncError, ValueError):
             ``insecure_host`` (no secret on a non-loopback address without ``insecure``),
             ``secret_file`` (the secret file cannot be read); for a cluster hub
             ``cluster_options`` (``redis`` without ``postgres`` or the reverse),
-            ``redis_url`` (not a Redis URL), ``postgres_dsn`` (not a PostgreSQL DSN);
+            ``redis_url`` (not a Redis URL, a path that is not a database number, or a
+            database the server does not have), ``redis_auth`` (Redis refused the user or
+            password, or the user lacks a permission), ``postgres_dsn`` (not a PostgreSQL
+            DSN), ``postgres_privileges`` (the PostgreSQL role may not create or use the
+            cluster's tables);
             ``event_loop`` (``--loop uvloop`` where uvloop is not installed);
-            ``db`` (``db=""``, which names no directory).
+            ``db`` (``db=""``, which names no directory, or a directory where room files
+            cannot be created: a file, read-only).
     """
 
     def __init__(self, code: str, message: str) -> None:

@@ -13,6 +13,7 @@ file's size) and ``room_loaded`` (seconds, changes) events on ``crdt_state.hub``
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,8 +21,15 @@ from typing import Any, Final
 from urllib.parse import quote
 
 from crdt_state import SharedState
+from sync.server._security import HubConfigError
 
-__all__ = ["MAX_FILE_NAME", "open_room_state", "room_file", "room_file_fits"]
+__all__ = [
+    "MAX_FILE_NAME",
+    "check_room_directory",
+    "open_room_state",
+    "room_file",
+    "room_file_fits",
+]
 
 MAX_FILE_NAME: Final = 255
 """Bytes in one file name on common file systems (ext4, APFS, NTFS in UTF-16 units)."""
@@ -30,6 +38,30 @@ _LONGEST_SUFFIX: Final = ".sqlite-journal"
 """The longest name SQLite derives from a database file (``-wal``, ``-shm``, ``-journal``)."""
 
 log = logging.getLogger("crdt_state.hub")
+
+
+def check_room_directory(db: Path) -> None:
+    """Create ``db`` when missing and check that room files can be made there.
+
+    A hub started on a directory it cannot write answered every client with "1011
+    internal error" and logged a traceback per attempt; it now refuses to start.
+
+    Raises:
+        HubConfigError: code ``db``; names the directory and the system's reason.
+    """
+    if db.exists() and not db.is_dir():
+        raise HubConfigError("db", f"--db {str(db)!r} is a file, not a directory for room files")
+    probe = db / f".crdt-state-probe-{os.getpid()}"
+    try:
+        db.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise HubConfigError(
+            "db",
+            f"--db {str(db)!r}: room files cannot be created there "
+            f"({exc.strerror or exc}); pass a writable directory",
+        ) from None
 
 
 def room_file(db: Path, name: str) -> Path:

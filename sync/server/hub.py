@@ -153,6 +153,10 @@ class Hub(HubConnections):
         """Start listening (after joining the cluster, when given one)."""
         if self._cluster is not None:
             await self._cluster.start()
+        elif self.db is not None and self._state_factory is None:
+            from sync.server._store import check_room_directory
+
+            check_room_directory(self.db)  # HubConfigError: not a directory it can write
         if self.secret is None:
             log.warning(
                 "INSECURE: hub started without a secret: every client may read and write "

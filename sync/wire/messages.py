@@ -37,6 +37,7 @@ __all__ = [
     "SyncStep2",
     "SyncUpdate",
     "UnknownMessage",
+    "TOKEN_EXPIRED_REASON",
 ]
 
 
@@ -140,9 +141,17 @@ class QueryAwareness:
 
 @dataclass(frozen=True, slots=True)
 class PermissionDenied:
-    """y-protocols auth message: the peer refused access. Stock providers log ``reason``."""
+    """y-protocols auth message: the peer refused access. Stock providers log ``reason``.
+
+    A hub sends :data:`TOKEN_EXPIRED_REASON` when the connection's token expired (then
+    closes with 1008): not a refusal of writes, the client needs a fresh token.
+    """
 
     reason: str
+
+
+TOKEN_EXPIRED_REASON: Final = "access token expired"
+"""The reason of the permission-denied message (and 1008 close) of an expired token."""
 
 
 @dataclass(frozen=True, slots=True)

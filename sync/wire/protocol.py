@@ -71,6 +71,7 @@ from sync.wire.messages import (
     SyncUpdate,
     UnknownMessage,
 )
+from sync.wire.messages import TOKEN_EXPIRED_REASON as TOKEN_EXPIRED_REASON
 from sync.wire.runs import decode_chain, encode_chain
 from sync.wire.state_vector import validate_state_vector
 

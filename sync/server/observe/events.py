@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from crdt_state import (
+    MAX_DEPTH,
     MISSING,
     UNRESOLVED,
     BlameEntry,
@@ -24,6 +25,7 @@ from crdt_state import (
     HistoryEntry,
     StateUpdate,
 )
+from crdt_state.values import nesting
 from sync.wire import protocol as p
 from sync.wire.changes import WireConflict
 from sync.wire.convert import UNRESOLVED_NAME
@@ -157,7 +159,8 @@ def awareness_states(payload: bytes) -> dict[int, Any]:
 
     Returns:
         ``{client_id: state}`` (``None`` for a retired client; a state that is not
-        JSON is kept as text); ``{}`` when the payload does not parse.
+        JSON, or nested deeper than :data:`~crdt_state.MAX_DEPTH`, is kept as its text);
+        ``{}`` when the payload does not parse.
     """
     states: dict[int, Any] = {}
     try:
@@ -167,9 +170,12 @@ def awareness_states(payload: bytes) -> dict[int, Any]:
             reader.read_var_uint()  # clock
             text = reader.read_var_string()
             try:
-                states[client] = json.loads(text)
-            except ValueError:
-                states[client] = text
+                state = json.loads(text)
+            except (ValueError, RecursionError):  # not JSON, or nested past the stack
+                state = text
+            if nesting(state, budget=10_000) > MAX_DEPTH:  # would break a feed's encoding
+                state = text
+            states[client] = state
         reader.expect_end()
     except ProtocolError:
         return {}

@@ -21,3 +21,18 @@ def test_db_none_keeps_rooms_in_memory_and_a_directory_is_a_directory(tmp_path: 
     assert Hub(port=0, db=None).db is None
     assert Hub(port=0, db=tmp_path / "rooms").db == tmp_path / "rooms"
     assert Hub(port=0, db=str(tmp_path)).db == tmp_path
+
+
+async def test_a_db_where_room_files_cannot_be_made_is_refused_at_start(tmp_path: Path) -> None:
+    """It used to start, then answer every client "1011 internal error"."""
+    a_file = tmp_path / "afile"
+    a_file.write_text("")
+    with pytest.raises(HubConfigError) as info:
+        await Hub(port=0, db=a_file).start()
+    assert info.value.code == "db" and "is a file" in str(info.value)
+    # nobody, not even root, makes directories in /proc
+    with pytest.raises(HubConfigError) as info:
+        await Hub(port=0, db=Path("/proc/crdt-state-test/rooms")).start()
+    assert info.value.code == "db" and "cannot be created" in str(info.value)
+    async with Hub(port=0, db=tmp_path / "new" / "rooms") as hub:  # made when missing
+        assert hub.db is not None and hub.db.is_dir()

@@ -68,3 +68,8 @@ def test_awareness_states_are_decoded_and_retirements_kept() -> None:
     payload += entry(3, 1, "not json")
     assert awareness_states(payload) == {1: {"agent": "a"}, 2: None, 3: "not json"}
     assert awareness_states(payload[:-2]) == {}  # truncated
+    # nested past the stack (a read-only client's 60 KB state blinded the inspector), or
+    # past MAX_DEPTH (a feed's encoding would break): kept as text, the rest decoded
+    deep, mid = "[" * 30_000 + "]" * 30_000, "[" * 100 + "]" * 100
+    payload = encode_var_uint(3) + entry(1, 1, deep) + entry(2, 1, mid) + entry(3, 1, "[[1]]")
+    assert awareness_states(payload) == {1: deep, 2: mid, 3: [[1]]}

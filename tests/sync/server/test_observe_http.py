@@ -69,9 +69,10 @@ async def test_healthz_and_readyz_answer(tmp_path: Path) -> None:
 
 
 async def test_readyz_fails_when_storage_is_not_writable(tmp_path: Path) -> None:
-    blocker = tmp_path / "not-a-dir"
-    blocker.write_text("a file where the rooms' directory should be")
-    async with Hub(port=0, db=blocker) as hub:
+    rooms = tmp_path / "rooms"
+    async with Hub(port=0, db=rooms) as hub:  # a hub refuses to start on such a --db
+        rooms.rmdir()
+        rooms.write_text("a file where the rooms' directory should be")
         status, _, body = await get(hub, "/readyz")
         answer = json.loads(body)
         assert status == 503 and answer["ready"] is False
@@ -199,7 +200,7 @@ async def test_rooms_named_like_routes_still_work_over_websockets() -> None:
 
 
 async def test_tokens_never_reach_the_log(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.DEBUG)  # websockets logs headers (Cookie, Set-Cookie) there
     async with Hub(port=0, secret=SECRET) as hub:
         good = mint_token(SECRET, "r", "read", 60)
         wrong = mint_token(SECRET, "other", "read", 60)
@@ -209,7 +210,9 @@ async def test_tokens_never_reach_the_log(caplog: pytest.LogCaptureFixture) -> N
                 async with ws_connect(f"ws://127.0.0.1:{hub.port}/inspect/r/feed?token={token}"):
                     pass
         assert caplog.records  # the hub did log (refusals, connections)
-        text = "\n".join(record.getMessage() for record in caplog.records)
+        hubs = [r for r in caplog.records if not r.name.startswith("websockets.client")]
+        text = "\n".join(record.getMessage() for record in hubs)
+        assert "Set-Cookie: crdt_inspect=***" in text  # the cookie's header, masked
         assert good not in text and wrong not in text
         assert good.split(".")[1] not in text and wrong.split(".")[1] not in text
 
