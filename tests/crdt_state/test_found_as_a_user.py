@@ -233,3 +233,19 @@ def test_a_branch_keeps_the_root_most_writes(writes: list[tuple[str, ...]]) -> N
             continue
         taken.append(path)
     assert set(branch.changed_paths()) == _root_most(taken)
+
+
+def test_an_agent_name_is_at_most_256_characters() -> None:
+    """A 1 MB name per merge (the hub's limit) was stored with every change and fed to
+    every inspector: 400 such merges made an 800 MB room file."""
+    state = SharedState()
+    state.fork("a" * 256).merge()
+    for call in (
+        lambda: state.fork("a" * 257),
+        lambda: state.commit({"x": 1}, state.token, "a" * 257),
+        lambda: state.commit([], state.token, "a" * 1_000_000),  # the hub's form
+    ):
+        with pytest.raises(WrongType) as info:
+            call()
+        assert "at most 256 characters" in str(info.value)
+    assert state.snapshot() == {}
