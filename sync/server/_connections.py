@@ -127,7 +127,7 @@ class HubConnections:
                 limit = self.limits.max_merge_bytes  # room.state only for a refusal (see below)
                 refused = too_large_reply(data, room.state, limit) if len(data) > limit else None
                 if refused is not None:  # answered without decoding it
-                    room.reply(session, refused)
+                    self._desk.refuse(room, session, refused)
                     continue
                 if len(data) < DECODE_ON_LOOP:
                     event = peer.receive(data)
@@ -242,12 +242,13 @@ class HubConnections:
                 session.enqueue(p.encode_awareness(payload))
         elif isinstance(event, MergeDenied):  # the connection stays open for reads
             reason = "read-only token: merges are refused"
-            room.reply(session, refused_reply(event.request, room.state, READ_ONLY, reason))
+            frame = refused_reply(event.request, room.state, READ_ONLY, reason)
+            self._desk.refuse(room, session, frame)
         elif self._cluster is not None:
             session.agent = event.request.agent or session.agent
             refusal = limits_refusal(event.request, self.limits)
             if refusal is not None:
-                room.reply(session, refused_reply(event.request, room.state, *refusal))
+                self._desk.refuse(room, session, refused_reply(event.request, room.state, *refusal))
                 return None
             # the room's owner judges it
             await self._cluster.writes.forward_merge(room, session, event.request, event.frame)

@@ -136,6 +136,15 @@ class MergeDesk:
                 ws.message_sink = None  # the loop handles what may still come
             close_later(ws, CloseCode.INTERNAL_ERROR, "internal error")
 
+    def refuse(self, room: Room, session: Session, frame: bytes) -> None:
+        """Answer a merge refused before it was judged (a limit, a read-only token).
+
+        Counted and shown as a merge ended in error (metrics, inspector feeds), as one the
+        judge refused.
+        """
+        room.reply(session, frame)
+        self.inspector.merge_judged(room, session.label, frame, time.perf_counter())
+
     def merge(
         self, room: Room, session: Session, request: p.MergeRequest
     ) -> asyncio.Future[None] | None:
@@ -148,7 +157,7 @@ class MergeDesk:
         session.agent = request.agent or session.agent
         refusal = limits_refusal(request, self.limits)
         if refusal is not None:
-            room.reply(session, refused_reply(request, state, *refusal))
+            self.refuse(room, session, refused_reply(request, state, *refusal))
             return None
         max_document = self.limits.max_document
         started = time.perf_counter()

@@ -23,6 +23,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from crdt_state import resolvers
 from sync.client.remote import connect
+from sync.wire.errors import RemoteError
 from sync.server.auth import mint_token
 from sync.server.hub import Hub
 from sync.server.limits import Limits
@@ -286,3 +287,17 @@ async def test_refusal_labels_are_stable_codes_whatever_the_room_name() -> None:
         'crdt_state_refused_connections_total{reason="bad_room_name"} 10.0',
         'crdt_state_refused_connections_total{reason="wrong_room"} 10.0',
     ]
+
+
+async def test_merges_refused_by_a_limit_are_counted_as_errors() -> None:
+    """Refused before judging (too large, too many items), they left no trace in the
+    metrics or the inspector feed."""
+    async with Hub(port=0, limits=Limits(max_merge_bytes=300)) as hub:
+        async with connect(hub.url("m"), agent="a") as a:
+            await a.acommit({"n": 1}, a.token)
+            with pytest.raises(RemoteError) as info:
+                await a.acommit({"big": "x" * 1000}, a.token)
+            assert info.value.code == "merge_too_large"
+        text = (await get(hub, "/metrics"))[2].decode()
+        assert metric(text, "crdt_state_merges_total", status="ok") == 1
+        assert metric(text, "crdt_state_merges_total", status="error") == 1
