@@ -5,10 +5,17 @@ the hub, or restarts, keeps what it knew and what it still has to send.
 Merges are written before they are sent, and removed once the hub answered.
 The writer identity (see :meth:`OfflineStore.writer`) is created once per
 file, so a merge re-sent after a restart is still recognised by the hub.
+
+A file serves one client at a time and one room: the store holds the file's lock
+(:mod:`sync.client._local_lock`) from opening to :meth:`OfflineStore.close`, and the
+file records the room of its first client (``meta`` key ``room``; a file written
+before rooms were recorded is given the room of its next client). Opening a file
+another client holds, or one of another room, is refused before anything is written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import sqlite3
@@ -18,8 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from crdt_state import MISSING, Change, VersionVector
+from sync.client._local_lock import take
 from sync.wire.changes import ChangeKind, WireChange, decode_change_set, encode_change_set
 from sync.wire.convert import core_changes, wire_changes
+from sync.wire.errors import LocalFileWrongRoom
 from sync.wire.runs import from_runs, to_runs
 
 __all__ = ["OfflineStore", "PendingMerge"]
@@ -90,12 +99,46 @@ def _load_seen(data: bytes | None) -> dict[tuple[str, ...], Any] | None:
 
 
 class OfflineStore:
-    """The local SQLite file of one remote agent process."""
+    """The local SQLite file of one remote agent, held by it until :meth:`close`.
 
-    def __init__(self, path: str | Path) -> None:
+    Args:
+        path: the file (created when missing).
+        room: the room of the client (its URL path, without the first ``/``).
+
+    Raises:
+        LocalFileInUse: another client, of this process or another, holds the file.
+        LocalFileWrongRoom: the file belongs to another room.
+        OSError: the file cannot be created or opened.
+
+    When it raises, the file is as it was and not held.
+    """
+
+    def __init__(self, path: str | Path, *, room: str) -> None:
         self.path = Path(path)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self.room = room
         self._lock = threading.Lock()
+        with contextlib.ExitStack() as undo:  # a refusal leaves the file closed and free
+            self._file_lock = take(path)
+            undo.callback(self._file_lock.release)
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            undo.callback(self._db.close)
+            self._check_room(str(path))
+            self._open()
+            undo.pop_all()
+
+    def _check_room(self, shown: str) -> None:
+        """Refuse a file that belongs to another room (read only: nothing is written)."""
+        has_meta = self._db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+        ).fetchone()
+        if has_meta is None:
+            return
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'room'").fetchone()
+        if row is not None and row[0] != self.room:
+            raise LocalFileWrongRoom(shown, self.room, str(row[0]))
+
+    def _open(self) -> None:
+        """Set the file up (new tables and columns) and record its room when it has none."""
         self._db.execute("PRAGMA journal_mode=WAL")
         # survives a crash of the process (what an offline agent needs) without an
         # fsync per merge on the event loop; a power loss may drop the last writes
@@ -105,6 +148,7 @@ class OfflineStore:
         for name, statement in _PENDING_COLUMNS.items():
             if name not in columns:
                 self._db.execute(statement)
+        self._db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('room', ?)", (self.room,))
         self._replica_rows = self._db.execute("SELECT count(*) FROM replica").fetchone()[0]
 
     def next_request_id(self) -> int:
@@ -241,5 +285,7 @@ class OfflineStore:
             self._db.execute("DELETE FROM pending WHERE request_id = ?", (request_id,))
 
     def close(self) -> None:
+        """Close the file and release it for the next client (idempotent)."""
         with self._lock:
             self._db.close()
+            self._file_lock.release()

@@ -263,6 +263,9 @@ def connect_blocking(
 
     Raises:
         InvalidHubURL: a bad URL.
+        LocalFileInUse: another client (of this process or another) holds ``local``
+            (at once; nothing is sent, the file is not changed).
+        LocalFileWrongRoom: ``local`` belongs to another room (likewise).
         HubUnreachable: without ``local``, no hub synced within ``timeout``.
         AuthError: the hub refused the token.
     """

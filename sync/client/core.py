@@ -363,7 +363,12 @@ class ClientCore:
 
     # -- closing -------------------------------------------------------------------------
     def save(self) -> None:
-        """Fold the replica into the local file and close it (when there is one)."""
+        """Fold the replica into the local file and close it (when there is one).
+
+        The file is closed, and so free for the next client, even when the fold fails.
+        """
         if self._store is not None:
-            self._store.save_replica(self.replica.get_update())
-            self._store.close()
+            try:
+                self._store.save_replica(self.replica.get_update())
+            finally:
+                self._store.close()

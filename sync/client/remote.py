@@ -22,7 +22,9 @@ and :attr:`RemoteState.failed` (see :mod:`sync.client._outbox`).
 **Identity and exactly-once.** Each :class:`RemoteState` has a writer id (128
 random bits, kept in the ``local`` file when there is one, else new per
 process) sent with every merge; the hub deduplicates on (writer, request id),
-so a merge re-sent after a reconnect or a restart is applied once.
+so a merge re-sent after a reconnect or a restart is applied once. Hence a ``local``
+file serves one client at a time, and one room: another client holding it, or a file of
+another room, is refused at once (:class:`~sync.wire.errors.LocalFileError`).
 
 Offline: merges are queued (in the ``local`` SQLite file when given, so they
 survive a restart) and sent in order when the connection is back. The connection
@@ -46,6 +48,7 @@ import secrets
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self, cast
+from urllib.parse import urlsplit
 
 from crdt_state import (
     Branch,
@@ -119,21 +122,29 @@ class RemoteState(RemoteReads[ModelT], RemoteMerges[ModelT]):
             check_depth=True,
         )
         """The hub's confirmed state (without this agent's unconfirmed merges)."""
-        store = OfflineStore(local) if local is not None else None
-        self.writer = store.writer() if store is not None else secrets.token_hex(16)
-        """This client's identity for the hub's deduplication (see ``docs/protocol.md``)."""
-        self._core = ClientCore(self.replica, self.writer, store)
-        self._outbox = self._core.outbox
-        self._local = store is not None
-        self._link = Link(
-            self._core,
-            urls,
-            token,
-            reconnect or Retry(attempts=1, base_delay=0.05, max_delay=2.0),
-            max_message,
-            self._finished,
-            self._release_waiters,
-        )
+        # held from here until close(): a file of another client, or of another room
+        # (the URLs' path: any host may serve the room), is refused before any I/O
+        room = urlsplit(urls[0]).path[1:]
+        store = OfflineStore(local, room=room) if local is not None else None
+        try:
+            self.writer = store.writer() if store is not None else secrets.token_hex(16)
+            """This client's identity for the hub's deduplication (see ``docs/protocol.md``)."""
+            self._core = ClientCore(self.replica, self.writer, store)
+            self._outbox = self._core.outbox
+            self._local = store is not None
+            self._link = Link(
+                self._core,
+                urls,
+                token,
+                reconnect or Retry(attempts=1, base_delay=0.05, max_delay=2.0),
+                max_message,
+                self._finished,
+                self._release_waiters,
+            )
+        except BaseException:
+            if store is not None:
+                store.close()
+            raise
         self._waiting: dict[int, tuple[asyncio.Future[MergeResult], PendingMerge]] = {}
         self.failed: list[CrdtStateError] = []
         """Merges that failed after their caller stopped waiting (queued offline, or in
@@ -327,6 +338,8 @@ async def connect(
         token: an access token (sent as the ``token`` query parameter; never logged).
         local: a SQLite file keeping the writer id, the replica and queued merges
             across restarts; with it, an unreachable hub means starting offline at once.
+            It serves one client at a time (held until the client is closed or its
+            process ends) and one room (the room of its first client).
         resolvers: the client's own conflict policies (``default`` for other paths).
         default: the policy of paths no resolver names.
         timeout: seconds to wait for the first sync (see :meth:`RemoteState.start`).
@@ -336,6 +349,9 @@ async def connect(
 
     Raises:
         InvalidHubURL: a bad URL (at once, before any connection attempt).
+        LocalFileInUse: another client (of this process or another) holds ``local``
+            (at once; nothing is sent, the file is not changed).
+        LocalFileWrongRoom: ``local`` belongs to another room (likewise).
         HubUnreachable: without ``local``, no hub synced within ``timeout``.
         AuthError: the hub refused the token.
     """

@@ -4,7 +4,9 @@ A token is ``<payload>.<signature>``, both URL-safe base64 without padding;
 the payload is compact JSON ``{"room": pattern, "role": "read"|"write",
 "exp": unix seconds}``. ``room`` is a glob over room names matched with
 :func:`fnmatch.fnmatchcase` (``"triage/*"``, ``"*"``; ``*`` also matches
-``/``). The hub checks a token during the
+``/``, so ``"triage/*"`` covers ``triage/a/b`` too). Only a token for exactly ``"*"``
+is an admin token (the inspector's room list): ``"?"`` or ``"[*]"`` match the text
+``*`` but are not. The hub checks a token during the
 websocket handshake: missing or malformed → HTTP 401, bad signature or
 expired → 401, valid but for another room → 403.
 """
@@ -88,6 +90,8 @@ def verify_token(secret: str, token: str | None, room: str, *, now: float | None
         raise AuthError(401, "malformed_token", "malformed access token claims")
     if (time.time() if now is None else now) >= expires:
         raise AuthError(401, "expired_token", "access token expired")
+    if room == "*" and pattern != "*":  # "*" names no room (see sync.wire.rooms): every room
+        raise AuthError(403, "wrong_room", "an admin token (room '*') is required")
     if not fnmatchcase(room, pattern):
         raise AuthError(403, "wrong_room", f"token is not valid for room {room!r}")
     return Grant(room=room, role=role, expires=expires)

@@ -10,6 +10,11 @@ Hierarchy::
     │   └── WriteDenied(PermissionError)    a merge on a read-only connection (``read_only``)
     ├── HubUnreachable(ConnectionError)     no hub could be synced with in time
     ├── InvalidHubURL(ValueError)           a hub URL that cannot name a room
+    ├── UnsentMerges                        a client closed with merges it cannot keep
+    ├── LocalFileError                      a client's ``local`` file cannot be used
+    │   ├── LocalFileInUse                  another client holds it (``local_file_in_use``)
+    │   └── LocalFileWrongRoom              it belongs to another room
+    │                                       (``local_file_wrong_room``)
     ├── sync.server.auth.AuthError(PermissionError)
     │                                       an access token was refused (``http_status``)
     └── sync.server.peer.PeerRefused        a connection must be closed (``close_code``)
@@ -33,6 +38,9 @@ __all__ = [
     "HubUnreachable",
     "UnsentMerges",
     "InvalidHubURL",
+    "LocalFileError",
+    "LocalFileInUse",
+    "LocalFileWrongRoom",
     "ProtocolError",
     "RemoteError",
     "SyncError",
@@ -241,4 +249,81 @@ class UnsentMerges(SyncError):
             " sent may still be applied (at most once): read the room before redoing them"
             " (wait with remote.wait_idle(), or give connect() local=FILE to keep them"
             " queued)"
+        )
+
+
+class LocalFileError(SyncError):
+    """A client's ``local`` file that it may not use; raised before anything is sent.
+
+    Raised by :func:`sync.connect` and :func:`sync.connect_blocking` (by creating the
+    client) before any connection is made: nothing was sent to a hub, and nothing was
+    written to the file. See :class:`LocalFileInUse` and :class:`LocalFileWrongRoom`.
+
+    Attributes:
+        file: the file, as given to ``local=``.
+    """
+
+    code = "local_file_error"
+
+    def __init__(self, file: str, message: str) -> None:
+        self.file = file
+        super().__init__(message)
+
+
+class LocalFileInUse(LocalFileError):
+    """Another client holds the ``local`` file (code ``local_file_in_use``).
+
+    One file serves one client at a time: two clients on one file would share its writer
+    id and request ids, and the hub would deduplicate one client's merges away. The
+    holder is another client of this process (close it first) or another process (it
+    holds the file until it closes its client or ends, a crash included).
+
+    Attributes:
+        file: the file, as given to ``local=``.
+        pid: the holder's process id when the system tells (Linux), else ``None``.
+    """
+
+    code = "local_file_in_use"
+
+    def __init__(self, file: str, pid: int | None = None, *, this_process: bool = False) -> None:
+        self.pid = pid
+        self.this_process = this_process
+        """True when the holder is another client of this process."""
+        if this_process:
+            holder = f"another client of this process (pid {pid})"
+            fix = "close that client first, or give each client a file of its own"
+        else:
+            holder = "another process" + ("" if pid is None else f" (pid {pid})")
+            fix = "give each agent a file of its own, or stop that process first"
+        super().__init__(
+            file,
+            f"the local file {file!r} is in use by {holder}: a local file serves one client"
+            f" at a time (two would share its writer id and lose merges); {fix}",
+        )
+
+
+class LocalFileWrongRoom(LocalFileError):
+    """The ``local`` file belongs to another room (code ``local_file_wrong_room``).
+
+    A local file keeps the replica and the queued merges of one room: the room named by
+    the URL path of its first client (the host may differ: a cluster serves a room from
+    several hubs). Opened for another room it would copy them into that room, so it is
+    refused and left as it is.
+
+    Attributes:
+        file: the file, as given to ``local=``.
+        room: the room the client was asked to join.
+        file_room: the room the file belongs to.
+    """
+
+    code = "local_file_wrong_room"
+
+    def __init__(self, file: str, room: str, file_room: str) -> None:
+        self.room = room
+        self.file_room = file_room
+        super().__init__(
+            file,
+            f"the local file {file!r} belongs to room {file_room!r}, not to room {room!r}:"
+            " it keeps that room's replica and queued merges; give this client another"
+            " file (this one was not changed)",
         )

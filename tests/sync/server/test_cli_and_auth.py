@@ -89,6 +89,17 @@ def test_expiry_and_room_globs() -> None:
     with pytest.raises(AuthError) as wrong:
         verify_token("secret", token, "other/x", now=1_005)
     assert (wrong.value.http_status, wrong.value.code) == (403, "wrong_room")
+    assert verify_token("secret", token, "team/a/b", now=1_005).can_write  # * crosses /
+
+
+@pytest.mark.parametrize("pattern", ["?", "[*]", "[!a]", "team/*"])
+def test_only_a_token_for_exactly_star_is_an_admin_token(pattern: str) -> None:
+    """The inspector's room list asks for room "*": "?" and "[*]" matched that text."""
+    with pytest.raises(AuthError) as refused:
+        verify_token("secret", mint_token("secret", pattern, "read", 10, now=1_000), "*", now=1_005)
+    assert (refused.value.http_status, refused.value.code) == (403, "wrong_room")
+    admin = mint_token("secret", "*", "read", 10, now=1_000)
+    assert verify_token("secret", admin, "*", now=1_005).room == "*"
 
 
 def test_minting_refuses_bad_arguments() -> None:
