@@ -42,6 +42,15 @@ ERROR_HEADER: Final = "X-Crdt-State-Error"
 """A refused handshake's stable error code, when the hub names it (else ``token_refused``)."""
 
 
+OPEN_TIMEOUT: Final = 3.0
+"""Seconds a hub has to complete the websocket handshake before the next URL is tried."""
+PING_INTERVAL: Final = 5.0
+PING_TIMEOUT: Final = 10.0
+"""A connection whose hub answers no ping for this long is dropped (a frozen hub): at
+most ~15 s, where websockets' defaults (20 + 20 s) kept an agent's merge waiting ~45 s
+while another hub of its list already served the room."""
+
+
 class Link:
     """Keeps ``core`` connected to one of ``urls`` and carries out what it asks.
 
@@ -166,7 +175,11 @@ class Link:
                     with_token(self.url, self._token),
                     max_size=self._max_message,
                     compression=None,
-                    open_timeout=5,
+                    # a frozen hub (SIGSTOP, a dead host without a reset) must not keep the
+                    # client from the other URLs: a healthy hub answers in milliseconds
+                    open_timeout=OPEN_TIMEOUT,
+                    ping_interval=PING_INTERVAL,
+                    ping_timeout=PING_TIMEOUT,
                     logger=_ws_log,
                 ) as ws:
                     self.ws = ws

@@ -333,3 +333,22 @@ async def test_a_hub_of_the_list_that_refuses_the_token_is_passed_over() -> None
             async with sync.connect([urls[0], urls[0]], agent="a", token=token, timeout=5):
                 pass
         assert info.value.code == "bad_signature"
+
+
+async def test_a_frozen_hub_first_in_the_list_does_not_use_up_the_timeout(hub: sync.Hub) -> None:
+    """A hub that accepts the connection and never answers (SIGSTOPped) held each attempt
+    for 5 s: with two such URLs first, the third was never tried within connect's 10 s."""
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # accepts, reads, never answers the handshake
+
+    frozen = await asyncio.start_server(silent, "127.0.0.1", 0)
+    try:
+        port = frozen.sockets[0].getsockname()[1]
+        urls = [f"ws://127.0.0.1:{port}/room", hub.url("room")]
+        started = asyncio.get_running_loop().time()
+        async with sync.connect(urls, agent="a", timeout=5) as remote:
+            assert remote.url == urls[1]
+            assert asyncio.get_running_loop().time() - started < 4.5
+    finally:
+        frozen.close()

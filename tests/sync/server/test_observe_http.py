@@ -23,13 +23,13 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from crdt_state import resolvers
 from sync.client.remote import connect
-from sync.wire.errors import RemoteError
 from sync.server.auth import mint_token
 from sync.server.hub import Hub
 from sync.server.limits import Limits
 from sync.server.observe import routes
 from sync.server.observe.feed import ROOM_UNLOADED
 from sync.server.observe.inspector import NO_SUCH_ROOM
+from sync.wire.errors import RemoteError
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
