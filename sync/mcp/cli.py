@@ -62,12 +62,22 @@ def _schema(spec: str | None) -> Any:
     module, _, name = spec.partition(":")
     if not module or not name:
         raise SystemExit("crdt-state mcp: --schema takes module:Class")
-    return getattr(importlib.import_module(module), name)
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # a model beside the user, as `python -m` finds it
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise SystemExit(f"crdt-state mcp: --schema {spec}: {exc}") from None
 
 
 def _token(args: argparse.Namespace) -> str | None:
     if args.token_file:
-        return Path(args.token_file).read_text(encoding="utf-8").strip() or None
+        try:
+            return Path(args.token_file).read_text(encoding="utf-8").strip() or None
+        except OSError as exc:
+            raise SystemExit(
+                f"crdt-state mcp: --token-file {args.token_file}: {exc.strerror or exc}"
+            ) from None
     return os.environ.get(TOKEN_ENV) or None
 
 
@@ -106,6 +116,21 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
     )
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(args))
+    from crdt_state import CrdtStateError
+    from sync.wire.errors import SyncError
+
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_serve(args))
+    except (CrdtStateError, SyncError) as exc:  # the state, the hub, the token: say which
+        text, code = str(exc), getattr(exc, "code", "error")
+        print(
+            f"crdt-state mcp: {text}" + ("" if f"[{code}" in text else f" ({code})"),
+            file=sys.stderr,
+        )
+        return 2 if isinstance(exc, ValueError) else 1
+    except OSError as exc:  # the HTTP port in use, an address that does not resolve
+        where = f" on {args.host}:{args.port}" if args.transport == "http" else ""
+        print(f"crdt-state mcp: cannot serve{where}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     return 0
