@@ -28,7 +28,7 @@ from crdt_state import MISSING, Change, VersionVector
 from sync.client._local_lock import take
 from sync.wire.changes import ChangeKind, WireChange, decode_change_set, encode_change_set
 from sync.wire.convert import core_changes, wire_changes
-from sync.wire.errors import LocalFileWrongRoom
+from sync.wire.errors import LocalFileError, LocalFileWrongRoom
 from sync.wire.runs import from_runs, to_runs
 
 __all__ = ["OfflineStore", "PendingMerge"]
@@ -117,14 +117,22 @@ class OfflineStore:
         self.path = Path(path)
         self.room = room
         self._lock = threading.Lock()
-        with contextlib.ExitStack() as undo:  # a refusal leaves the file closed and free
-            self._file_lock = take(path)
-            undo.callback(self._file_lock.release)
-            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            undo.callback(self._db.close)
-            self._check_room(str(path))
-            self._open()
-            undo.pop_all()
+        try:
+            with contextlib.ExitStack() as undo:  # a refusal leaves the file closed and free
+                self._file_lock = take(path)
+                undo.callback(self._file_lock.release)
+                self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+                undo.callback(self._db.close)
+                self._check_room(str(path))
+                self._open()
+                undo.pop_all()
+        except (OSError, sqlite3.Error) as exc:  # a missing directory, not a SQLite file
+            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            raise LocalFileError(
+                str(path),
+                f"the local file {str(path)!r} cannot be used: {reason} (give connect() "
+                "local= a file of its own in a directory that exists)",
+            ) from exc
 
     def _check_room(self, shown: str) -> None:
         """Refuse a file that belongs to another room (read only: nothing is written)."""

@@ -12,7 +12,7 @@ import logging
 import re
 from collections.abc import Sequence
 from typing import Final
-from urllib.parse import urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from sync.wire.errors import InvalidHubURL
 from sync.wire.rooms import is_room_name
@@ -50,7 +50,11 @@ def hub_urls(url: str | Sequence[str]) -> tuple[str, ...]:
     if not urls:
         raise InvalidHubURL(f"a hub URL or a list of hub URLs is needed, got {mask(repr(url))}")
     for one in urls:
-        if not isinstance(one, str) or urlsplit(one).scheme not in ("ws", "wss"):
+        try:
+            scheme = urlsplit(one).scheme if isinstance(one, str) else None
+        except ValueError as exc:  # an unclosed IPv6 bracket, say
+            raise InvalidHubURL(f"bad hub URL {mask(repr(one))}: {exc}") from None
+        if scheme not in ("ws", "wss"):
             raise InvalidHubURL(f"a hub URL starts with ws:// or wss://, got {mask(repr(one))}")
         try:
             host = urlsplit(one).hostname
@@ -81,10 +85,18 @@ def hub_urls(url: str | Sequence[str]) -> tuple[str, ...]:
 
 
 def with_token(url: str, token: str | None) -> str:
-    """``url`` with ``token`` added as the ``token`` query parameter (when there is one)."""
+    """``url`` with ``token`` added as the ``token`` query parameter (when there is one).
+
+    Raises:
+        InvalidHubURL: ``url`` has a ``token`` parameter of its own as well.
+    """
     if not token:
         return url
     parts = urlsplit(url)
+    if "token" in parse_qs(parts.query):  # the hub would get two and refuse both
+        raise InvalidHubURL(
+            f"the hub URL carries a token already and token= gives another: {mask(url, token)}"
+        )
     query = (parts.query + "&" if parts.query else "") + urlencode({"token": token})
     return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
 

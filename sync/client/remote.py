@@ -68,7 +68,7 @@ from sync.client._overlay import Overlay
 from sync.client._presence import Presence
 from sync.client._remote_merges import RemoteMerges
 from sync.client._remote_reads import RemoteReads
-from sync.client._urls import hub_urls
+from sync.client._urls import hub_urls, with_token
 from sync.client.branch import RemoteBranch, RemoteToken
 from sync.client.core import ClientCore
 from sync.wire.errors import HubUnreachable, RemoteError, UnsentMerges
@@ -108,6 +108,8 @@ class RemoteState(RemoteReads[ModelT], RemoteMerges[ModelT]):
         schema: type[ModelT] | None = None,
     ) -> None:
         urls = hub_urls(url)
+        for one in urls:
+            with_token(one, token)  # InvalidHubURL: a token in the URL and another given
         self.agent = agent
         self._token = token
         # a mirror of the hub: it never writes on its own, and takes the hub's

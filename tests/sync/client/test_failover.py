@@ -63,6 +63,7 @@ async def test_every_url_dead_backs_off_then_gives_up_at_the_timeout() -> None:
         # a hub serves "room/" apart from "room": a failover would write to another room
         ["ws://127.0.0.1:1/t/room", "ws://127.0.0.1:2/t/room/"],
         ["ws://127.0.0.1:1/t/room#frag"],  # websockets quoted it, the token with it
+        ["ws://[::1/room"],  # an unclosed bracket: a bare ValueError
     ],
 )
 async def test_every_url_is_checked_up_front(urls: list[str]) -> None:
@@ -352,3 +353,11 @@ async def test_a_frozen_hub_first_in_the_list_does_not_use_up_the_timeout(hub: s
             assert asyncio.get_running_loop().time() - started < 4.5
     finally:
         frozen.close()
+
+
+async def test_a_token_in_the_url_and_another_given_is_refused_up_front() -> None:
+    """The hub got two token parameters and refused both (``malformed_token``)."""
+    with pytest.raises(sync.InvalidHubURL) as info:
+        async with sync.connect("ws://127.0.0.1:1/room?token=one", agent="a", token="tw0"):
+            pass
+    assert "tw0" not in str(info.value) and "one" not in str(info.value)

@@ -230,3 +230,14 @@ async def test_a_file_from_before_rooms_were_recorded_is_adopted_by_its_first_ro
     assert refused.value.code == "local_file_wrong_room"
     assert isinstance(refused.value, sync.LocalFileWrongRoom)
     assert refused.value.file_room == "first"
+
+
+async def test_a_local_file_that_cannot_be_opened_is_a_typed_error(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"not a SQLite file, only text " * 10)
+    for local, said in ((tmp_path / "no" / "dir.db", "No such file"), (junk, "not a database")):
+        with pytest.raises(sync.LocalFileError) as info:
+            async with sync.connect("ws://127.0.0.1:1/r", agent="a", local=local, timeout=1):
+                pass
+        assert info.value.code == "local_file_error" and said in str(info.value)
+    assert junk.read_bytes() == b"not a SQLite file, only text " * 10
