@@ -98,9 +98,14 @@ class CrdtStateError(Exception):
 
 
 def _show_path(path: Sequence[str]) -> str:
-    if any("." in key or not key for key in path):
-        return repr(tuple(path))
-    return repr(".".join(path))
+    """The path as messages show it: dotted when unambiguous, cut at 200 characters.
+
+    (``path`` on the error keeps it whole; a 10,000-key path made a 20 KB message.)
+    """
+    shown = (
+        repr(tuple(path)) if any("." in key or not key for key in path) else repr(".".join(path))
+    )
+    return shown if len(shown) <= 200 else f"{shown[:150]}...{shown[-40:]} ({len(path)} keys)"
 
 
 class InvalidPath(CrdtStateError, KeyError):

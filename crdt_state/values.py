@@ -203,8 +203,13 @@ def check_depth(path: Path, value: Any = MISSING) -> int:
 
 
 def _too_deep(path: Path, depth: int) -> UnsupportedValue:
+    how = (
+        f"{depth} levels deep"
+        if depth < 100_000
+        else "too deep to measure (a map or list that contains itself?)"
+    )
     return UnsupportedValue(
-        f"the value would be stored {depth} levels deep; at most {MAX_DEPTH} are allowed "
+        f"the value would be stored {how}; at most {MAX_DEPTH} levels are allowed "
         "(path keys plus nested maps and lists)",
         path=path or None,
         details={"depth": depth, "limit": MAX_DEPTH},

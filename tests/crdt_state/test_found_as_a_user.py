@@ -249,3 +249,17 @@ def test_an_agent_name_is_at_most_256_characters() -> None:
             call()
         assert "at most 256 characters" in str(info.value)
     assert state.snapshot() == {}
+
+
+def test_messages_stay_readable_for_huge_paths_and_values_that_contain_themselves() -> None:
+    state = SharedState()
+    long_path = tuple(f"k{i}" for i in range(10_000))
+    with pytest.raises(UnsupportedValue) as deep:
+        state.commit({long_path: 1}, state.token, "agent")
+    assert len(str(deep.value)) < 500 and "(10000 keys)" in str(deep.value)
+    assert deep.value.path == long_path  # the error keeps it whole
+    loop: dict[str, Any] = {}
+    loop["a"] = loop
+    with pytest.raises(UnsupportedValue) as endless:
+        state.commit({"x": loop}, state.token, "agent")
+    assert "contains itself" in str(endless.value)
