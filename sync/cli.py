@@ -16,6 +16,11 @@ durable by default, since a hub that forgets its rooms on restart surprises
 more than a directory does. ``--db ''`` keeps rooms in memory only. Every
 option's help shows its default (``crdt-state hub --help``); bad values are
 argparse errors (exit status 2), never tracebacks.
+
+A hub stops on SIGINT or SIGTERM, closing its connections and (in a cluster) handing
+its rooms over, within about 10 s: what is left then is abandoned, logged, and the
+process exits with status 1; a second SIGINT or SIGTERM exits at once, status 1 (see
+:mod:`sync.server.stop_signals`).
 """
 
 from __future__ import annotations
@@ -26,14 +31,13 @@ import faulthandler
 import gc
 import logging
 import os
-import signal
 import sys
 from collections.abc import Callable, Sequence
 
 import crdt_state
 from sync import cli_inspect
 from sync.mcp import cli as mcp_cli
-from sync.server import event_loop
+from sync.server import event_loop, stop_signals
 from sync.server._security import HubConfigError, check_secret, read_secret_file
 from sync.server.auth import mint_token
 from sync.server.hub import Hub
@@ -274,12 +278,11 @@ async def _run_hub(args: argparse.Namespace) -> None:
             file=sys.stderr,
             flush=True,
         )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_signals.stop_on_signals(asyncio.get_running_loop())
     await stop.wait()
     await hub.stop()
+    if hub.abandoned:  # threads blocked on a server that does not answer: do not wait
+        stop_signals.exit_now(1, f"stopped, abandoning {', '.join(hub.abandoned)}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -70,9 +70,10 @@ class Hub(HubConnections):
         state_factory: builds the state of a new room (overrides ``db``).
         redis, postgres: a Redis URL and a PostgreSQL DSN: the hub joins the cluster of
             every hub given the same two (see :mod:`sync.server.cluster.node`); rooms then
-            live in PostgreSQL and ``db`` is not used.
+            live in PostgreSQL and ``db`` is not used (``hub.db`` is ``None``): ``/readyz``
+            checks Redis and PostgreSQL instead (:mod:`sync.server.cluster.readiness`).
         cluster_options: extra keyword arguments of the cluster node (``lease_ttl``,
-            ``answer_timeout``).
+            ``answer_timeout``, ``stop_timeout``).
 
     With ``db``, a room without connections for ``limits.room_idle_seconds`` is
     unloaded (flushed, its file closed, its memory freed) and loaded again on the
@@ -103,7 +104,9 @@ class Hub(HubConnections):
             )
         self.host = host
         self._port = port
-        self.db = Path(db) if db is not None else None
+        # a cluster hub's rooms live in PostgreSQL: its db is neither used nor checked
+        clustered = redis is not None or postgres is not None
+        self.db = Path(db) if db is not None and not clustered else None
         self.secret = secret
         self.limits = limits or Limits()
         self._room_policies = dict(resolvers or {})
@@ -117,6 +120,8 @@ class Hub(HubConnections):
             self._cluster = _cluster_node(self, redis, postgres, cluster_options or {})
             self._cluster.merge_answered = self.inspector.merge_answered
         self._live: set[ServerConnection] = set()
+        self.abandoned: list[str] = []
+        """What the last :meth:`stop` gave up on, by name (empty: it all ended)."""
         self._desk = MergeDesk(self.limits, self.inspector)
         self._registry = RoomRegistry(
             self._new_state,
@@ -178,7 +183,13 @@ class Hub(HubConnections):
         log.info("hub listening on ws://%s:%d", self.host, self.port)
 
     async def stop(self) -> None:
-        """Stop listening, close every connection and every room's storage."""
+        """Stop listening, close every connection and every room's storage.
+
+        A cluster hub's part is bounded (``cluster_options`` ``stop_timeout``, 10 s): what
+        it gave up on (a room whose last write PostgreSQL never answered) is logged and
+        left in :attr:`abandoned`; threads blocked on it may remain, so a process should
+        then exit without waiting for them (``crdt-state hub`` does).
+        """
         if self._server is not None:
             server, self._server = self._server, None
             server.close()  # close handshakes with every client, concurrently
@@ -190,7 +201,7 @@ class Hub(HubConnections):
                     ws.transport.abort()
                 await server.wait_closed()
         if self._cluster is not None:
-            await self._cluster.stop()
+            self.abandoned = await self._cluster.stop()
         await self._registry.close()
 
     async def __aenter__(self) -> Self:
@@ -263,11 +274,14 @@ def _cluster_node(
             "cluster_options", "a hub joins a cluster with both redis and postgres"
         )
     from sync.server.cluster.node import ClusterNode
+    from sync.server.cluster.readiness import readiness_checks
 
-    return ClusterNode(
+    node = ClusterNode(
         redis,
         postgres,
         policies_for=hub._policies_for,
         max_document=hub.limits.max_document,
         **options,
     )
+    hub.inspector.readiness_checks.extend(readiness_checks(node))  # /readyz: Redis, PostgreSQL
+    return node

@@ -7,14 +7,18 @@ A hub given a Redis URL or a PostgreSQL DSN it cannot use is refused before it s
 (:func:`check_redis_url`, :func:`check_postgres_dsn`: :class:`HubConfigError`); a
 PostgreSQL server it cannot reach fails its start with the server's own reason
 (:func:`probe_postgres`); a Redis that does not answer yet is only reported
-(:func:`probe_redis`): the hub serves its rooms once it answers, as after a restart.
-Messages name the servers without their passwords.
+(:func:`probe_redis`): the hub serves its rooms once it answers, as after a restart. A
+Redis that answers but refuses the hub for good (a wrong or missing password, a user
+without a permission, a database number it does not have: :func:`redis_refusal`) is a
+:class:`HubConfigError` too, since waiting would not change it. Messages name the
+servers without their passwords.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import AsyncConnection
@@ -24,7 +28,7 @@ from redis.asyncio import Redis
 from redis.asyncio.connection import parse_url
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import AuthenticationError, NoPermissionError, RedisError, ResponseError
 
 from crdt_state.postgres import safe_dsn
 from sync.server._security import HubConfigError
@@ -38,6 +42,7 @@ __all__ = [
     "probe_postgres",
     "probe_redis",
     "redis_client",
+    "redis_refusal",
     "safe_redis_url",
     "stream_client",
 ]
@@ -123,33 +128,99 @@ async def postgres_pool(
 
 
 def safe_redis_url(url: str) -> str:
-    """``url`` for messages: its password (``redis://user:pw@host``) replaced by ``***``."""
+    """``url`` for messages: its password (``redis://u:pw@h``, ``?password=pw``) as ``***``."""
     try:
         parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        user = parts.username or ""
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port is not None else ""
-        netloc = f"{user}:***@{host}{port}"
+        netloc, query = parts.netloc, parts.query
+        if parts.password is not None:
+            user = parts.username or ""
+            host = parts.hostname or ""
+            port = f":{parts.port}" if parts.port is not None else ""
+            netloc = f"{user}:***@{host}{port}"
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if any(key == "password" for key, _ in pairs):
+            query = urlencode([(k, "***" if k == "password" else v) for k, v in pairs], safe="*")
     except ValueError:
         return "(unparsable Redis URL)"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+_DB_PATH: Final = re.compile(r"/?|/[0-9]+")
+"""The path of a ``redis://`` URL: none, ``/`` (database 0), or ``/<database number>``."""
 
 
 def check_redis_url(url: str) -> None:
     """Refuse a Redis URL redis-py cannot use (``redis://``, ``rediss://``, ``unix://``).
 
+    The path of a ``redis://`` or ``rediss://`` URL is the database number: empty, ``/``
+    or ``/<digits>``; anything else (``/abc``, ``/0/1``, ``/-1``) is refused, where
+    redis-py would silently use database 0 (or an odd number). Whether the server has
+    that database is only known once it answers (:func:`redis_refusal`).
+
     Raises:
         HubConfigError: code ``redis_url``; the message shows the URL without a password.
     """
+    shown = safe_redis_url(url)
     try:
         parse_url(url)
     except ValueError as exc:
-        shown = safe_redis_url(url)
         raise HubConfigError(
             "redis_url", f"--redis {shown!r} is not a Redis URL (redis://host:port/db): {exc}"
         ) from None
+    parts = urlsplit(url)
+    if parts.scheme in ("redis", "rediss") and not _DB_PATH.fullmatch(parts.path):
+        raise HubConfigError(
+            "redis_url",
+            f"--redis {shown!r}: the path {parts.path!r} is not a database number: give "
+            "redis://host:port/0 (a number from 0, or no path for database 0)",
+        )
+
+
+def redis_refusal(exc: BaseException, url: str) -> HubConfigError | None:
+    """The configuration error ``exc`` (raised connecting to ``url``) shows, else ``None``.
+
+    Pure: classifies a redis-py error. Permanent refusals, which waiting for the server
+    would not change:
+
+    - ``redis_auth``: the server wants a password and got none, or refused the one given
+      (``NOAUTH``, ``WRONGPASS``, ``invalid username-password pair``), or the user lacks
+      a permission (``NOPERM``);
+    - ``redis_url``: the server has no database of the URL's number (``DB index is out
+      of range``).
+
+    Everything else (refused, reset, timed out, still loading) is ``None``: a Redis that
+    is not up yet. The message names the server without its password.
+    """
+    shown = safe_redis_url(url)
+    reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if isinstance(exc, NoPermissionError):
+        return HubConfigError(
+            "redis_auth",
+            f"the Redis user of {shown} lacks a permission the hub needs ({reason}): let it "
+            "run every command on the keys and channels crdt:* (ACL SETUSER)",
+        )
+    auth = isinstance(exc, AuthenticationError) or (
+        isinstance(exc, ResponseError) and reason.upper().startswith(("NOAUTH", "WRONGPASS"))
+    )
+    if auth:
+        if not _has_password(url):
+            return HubConfigError(
+                "redis_auth",
+                f"Redis at {shown} requires a password ({reason}): give it in --redis "
+                "(redis://:PASSWORD@host:port/db, or redis://USER:PASSWORD@... for an ACL user)",
+            )
+        return HubConfigError(
+            "redis_auth",
+            f"Redis at {shown} refused the hub's user name or password ({reason}): "
+            "correct them in --redis",
+        )
+    if isinstance(exc, ResponseError) and "db index" in reason.lower():
+        return HubConfigError(
+            "redis_url",
+            f"Redis at {shown} has no database of that number ({reason}): its databases "
+            "are numbered from 0 up to its 'databases' setting less one (0-15 by default)",
+        )
+    return None
 
 
 def check_postgres_dsn(dsn: str) -> None:
@@ -189,10 +260,28 @@ async def probe_postgres(dsn: str, *, timeout: float = 5.0) -> None:
     await conn.close()
 
 
-async def probe_redis(client: Redis) -> str | None:
-    """Why ``client``'s Redis does not answer a ``PING``, or ``None`` when it does."""
+def _has_password(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+        return parts.password is not None or any(
+            key == "password" for key, _ in parse_qsl(parts.query)
+        )
+    except ValueError:
+        return True
+
+
+async def probe_redis(client: Redis, url: str | None = None) -> str | None:
+    """Why ``client``'s Redis does not answer a ``PING``, or ``None`` when it does.
+
+    Raises:
+        HubConfigError: with ``url`` (the client's), when the server refuses the hub for
+            good (:func:`redis_refusal`: ``redis_auth``, ``redis_url``).
+    """
     try:
         await client.ping()
     except (RedisError, OSError) as exc:
+        refusal = redis_refusal(exc, url) if url is not None else None
+        if refusal is not None:
+            raise refusal from None
         return str(exc) or type(exc).__name__
     return None

@@ -45,6 +45,7 @@ from sync.server.cluster.clients import (
 from sync.server.cluster.cluster_room import TRY_AGAIN_LATER, ClusterRoom
 from sync.server.cluster.context import MergeAnswered
 from sync.server.cluster.follower import Follower
+from sync.server.cluster.grants import check_privileges
 from sync.server.cluster.inbox import Inbox
 from sync.server.cluster.keeper import GATHER_WINDOW
 from sync.server.cluster.keys import parse_room_key, room_key
@@ -53,6 +54,7 @@ from sync.server.cluster.outbox import Outbox
 from sync.server.cluster.owner import newest_out
 from sync.server.cluster.renewals import Renewals
 from sync.server.cluster.schema import migrate
+from sync.server.cluster.stopping import STOP_TIMEOUT, Deadline, closing, end_task
 from sync.server.cluster.storage import RoomStorage
 from sync.server.cluster.writes import Writes
 from sync.wire import protocol as p
@@ -84,6 +86,7 @@ class ClusterNode:
             session is closed with 1013 (the client then sends it again).
         storage: where room states come from (default: PostgreSQL; one of the two
             is needed).
+        stop_timeout: seconds :meth:`stop` may take before it abandons what is left.
     """
 
     def __init__(
@@ -96,6 +99,7 @@ class ClusterNode:
         lease_ttl: float = 1.5,
         answer_timeout: float = 5.0,
         storage: Callable[[ClusterNode], RoomStorage] | None = None,
+        stop_timeout: float = STOP_TIMEOUT,
     ) -> None:
         if postgres is None and storage is None:
             raise ValueError("a cluster node needs postgres (or a storage factory)")
@@ -105,6 +109,7 @@ class ClusterNode:
         self.max_document = max_document
         self.lease_ttl = lease_ttl
         self.answer_timeout = answer_timeout
+        self.stop_timeout = stop_timeout
         self.hub_id = _hub_id()
         self.merge_answered: MergeAnswered | None = None
         """Told every merge answer of the rooms (the hub sets its inspector's hook)."""
@@ -164,7 +169,9 @@ class ClusterNode:
         """Connect to Redis and PostgreSQL and migrate the schema.
 
         Raises:
-            HubConfigError: the Redis URL or the PostgreSQL DSN cannot be used.
+            HubConfigError: the Redis URL or the PostgreSQL DSN cannot be used, Redis
+                refuses the hub (``redis_auth``, ``redis_url``: see ``redis_refusal``), or
+                the PostgreSQL role lacks a privilege (``postgres_privileges``).
             ClusterUnavailable: PostgreSQL cannot be reached (a Redis that does not
                 answer yet is logged: rooms are served once it does).
         """
@@ -173,7 +180,7 @@ class ClusterNode:
             check_postgres_dsn(self.postgres_dsn)
             await probe_postgres(self.postgres_dsn)
         self._redis = redis_client(self.redis_url)
-        why = await probe_redis(self._redis)
+        why = await probe_redis(self._redis, self.redis_url)
         if why is not None:
             shown = safe_redis_url(self.redis_url)
             log.warning("redis at %s does not answer (%s): serving once it does", shown, why)
@@ -192,6 +199,7 @@ class ClusterNode:
             self._pool = await postgres_pool(self.postgres_dsn, max_size=12)
             async with self._pool.connection() as conn:
                 await migrate(conn)
+                await check_privileges(conn)
         if self._storage_factory is not None:
             self._storage = self._storage_factory(self)
         else:
@@ -207,39 +215,35 @@ class ClusterNode:
         ]
         log.info("hub %s joined the cluster", self.hub_id)
 
-    async def stop(self) -> None:
-        """Stop every room's tasks (giving up owned rooms) and close the connections."""
-        for room in list(self.rooms.values()):
-            await room.stop()
+    async def stop(self) -> list[str]:
+        """Stop every room's tasks (giving up owned rooms) and close the connections.
+
+        Bounded by ``stop_timeout`` (:mod:`~sync.server.cluster.stopping`): what has not
+        ended by then (a room whose judge's last write PostgreSQL never answers, a pool
+        that does not close) is abandoned, logged and returned by name; its threads may
+        stay blocked (a process should then exit at once).
+        """
+        steps = Deadline(self.stop_timeout)
+        await steps.run({f"room {name!r}": room.stop() for name, room in self.rooms.items()})
         self.rooms.clear()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            # cancel again until it ends: these loops never stop by themselves, and a
-            # cancellation can be lost in redis-py (Python 3.11's wait_for, see keeper.py)
-            while not task.done():
-                await asyncio.wait({task}, timeout=0.5)
-                task.cancel()
-            if not task.cancelled() and task.exception() is not None:
-                log.warning("cluster task %s failed: %r", task.get_name(), task.exception())
-        if self._storage is not None:
-            with contextlib.suppress(Exception):
-                await self._storage.close()
-        if self._renewals is not None:
-            await self._renewals.close()
-        if self._outbox is not None:
-            await self._outbox.stop()
-        if self._pubsub is not None:
-            with contextlib.suppress(Exception):
-                await self._pubsub.aclose()  # type: ignore[no-untyped-call,unused-ignore]
-        if self._redis is not None:
-            with contextlib.suppress(Exception):
-                await self._redis.aclose()
-        if self._streams is not None:
-            with contextlib.suppress(Exception):
-                await self._streams.aclose()
-        if self._pool is not None:
-            await self._pool.close()
+        await steps.run({f"task {task.get_name()!r}": end_task(task) for task in self._tasks})
+        await steps.run(
+            closing(
+                ("the room storage", self._storage, "close"),
+                ("the lease renewals", self._renewals, "close"),
+                ("the outbox", self._outbox, "stop"),
+            )
+        )
+        await steps.run(
+            closing(
+                ("the pubsub client", self._pubsub, "aclose"),
+                ("the redis client", self._redis, "aclose"),
+                ("the streams client", self._streams, "aclose"),
+                ("the PostgreSQL pool", self._pool, "close"),
+            )
+        )
+        lapse = f"an abandoned room's lease lapses within {self.lease_ttl:g} s"
+        return steps.report(f"hub {self.hub_id}", lapse)
 
     # -- rooms ----------------------------------------------------------------------------
     async def open_room(self, name: str, make_room: Callable[[SharedState], Room]) -> Room:
@@ -264,11 +268,8 @@ class ClusterNode:
     def close_session(self, session: Session, code: int, reason: str) -> None:
         """Close ``session``'s connection from synchronous code."""
         ws = session.connection
-        if ws is None:
-            return
-        task = asyncio.ensure_future(ws.close(code, reason[:120]))
-        _closing.add(task)
-        task.add_done_callback(_closing.discard)
+        if ws is not None:
+            self._spawn(ws.close(code, reason[:120]))
 
     def leave(self, room: Room, session: Session) -> None:
         """A session is leaving: forget its merges, tell other hubs its peers are gone."""

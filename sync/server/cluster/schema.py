@@ -4,8 +4,12 @@
 calls it at start; concurrent calls are serialised by a transaction-scoped advisory lock,
 each migration's statements and its row in ``crdt_schema`` commit together, and a database
 whose schema is newer than this code is refused (:class:`ClusterSchemaError`) without
-being touched. Later work (the room log and snapshots of the PostgreSQL storage) appends
-migrations 2, 3, ... to the tuple; an applied migration is never edited.
+being touched. A database already up to date is only read, so a role without ``CREATE``
+runs a hub on it; a privilege the server refuses is a
+:class:`~sync.server.HubConfigError` ``postgres_privileges`` saying what to grant
+(:mod:`~sync.server.cluster.grants`). Later work (the room log and snapshots of the
+PostgreSQL storage) appends migrations 2, 3, ... to the tuple; an applied migration is
+never edited.
 
 Tables so far:
 
@@ -25,8 +29,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import psycopg
+import psycopg.errors
 
 from .errors import ClusterSchemaError, ClusterUnavailable
+from .grants import privilege_error
 
 __all__ = ["MIGRATIONS", "Migration", "check_migrations", "migrate", "schema_version"]
 
@@ -70,6 +76,26 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
 )
 
 
+_VERSION_TABLE: Final = """
+CREATE TABLE IF NOT EXISTS crdt_schema (
+    version integer PRIMARY KEY,
+    name text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+
+_HAS_VERSION_TABLE: Final = """
+SELECT EXISTS (
+    SELECT FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+    WHERE c.relname = 'crdt_schema' AND n.nspname = ANY (current_schemas(false))
+)
+"""
+"""Whether the version table exists: a plain query of the catalog, not ``to_regclass``,
+which reads the session's catalog cache: an advisory lock does not refresh it, and a hub
+that had waited for another's migration saw no table and created it again."""
+
+
 def check_migrations(migrations: Sequence[Migration]) -> None:
     """Raise ``ValueError`` unless versions run 1, 2, 3, ... without gaps or repeats."""
     for expected, migration in enumerate(migrations, start=1):
@@ -83,7 +109,7 @@ def check_migrations(migrations: Sequence[Migration]) -> None:
 
 async def schema_version(conn: psycopg.AsyncConnection[Any]) -> int:
     """The newest migration applied to the database (0 for a database never migrated)."""
-    cur = await conn.execute("SELECT to_regclass('crdt_schema') IS NOT NULL")
+    cur = await conn.execute(_HAS_VERSION_TABLE)
     row = await cur.fetchone()
     if row is None or not row[0]:
         return 0
@@ -98,37 +124,69 @@ async def migrate(
     """Apply the migrations the database lacks; returns the schema version now in force.
 
     ``conn`` must not be inside a transaction (each migration commits on return).
-    Idempotent and safe to run from many processes at once.
+    Idempotent and safe to run from many processes at once. A database already at the
+    newest version is only read (the catalog, then the version table), without the
+    lock and without ``CREATE``; otherwise, under the advisory lock, the version is read
+    again and only what is missing is created.
+
+    Privileges: creating the schema (a new database) takes ``CREATE`` on the schema
+    (``public``; from PostgreSQL 15 only its owner has it by default), and a later
+    migration (``ALTER TABLE``) takes owning the tables: the first hub of a release runs
+    as such a role, e.g. the database's owner. A hub started on a schema already current
+    needs no more than (all of them checked at start by
+    :func:`~sync.server.cluster.grants.check_privileges`)::
+
+        GRANT SELECT ON crdt_schema, crdt_store_schema TO hub;
+        GRANT SELECT, INSERT, UPDATE ON crdt_rooms TO hub;
+        GRANT SELECT, INSERT, UPDATE, DELETE ON crdt_store_snapshot, crdt_store_log,
+            crdt_store_blame, crdt_store_conflicts, crdt_store_requests TO hub;
+        GRANT USAGE ON SEQUENCE crdt_store_requests_n TO hub;
+
+    and every hub of the cluster connects as that one role (a new owner ends a deposed
+    owner's stalled sessions with ``pg_terminate_backend``). The ``crdt_store_*`` tables
+    are created when the first room is opened: until then the role needs ``CREATE`` too.
+
+    Raises:
+        ClusterSchemaError: the database's schema is newer than ``migrations``.
+        HubConfigError: code ``postgres_privileges``: the role may not read the version
+            or create what is missing; the message names the privilege and the ``GRANT``.
+        ClusterUnavailable: PostgreSQL did not answer.
     """
     check_migrations(migrations)
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         raise ValueError("migrate() needs a connection outside any transaction")
+    doing = "read the cluster's schema version (crdt_schema)"
     try:
+        found = _newest_known(await schema_version(conn), migrations)
+        if found == len(migrations):  # a committed migration is final: nothing to take
+            return found
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-            await conn.execute(
-                """
-                CREATE TABLE IF NOT EXISTS crdt_schema (
-                    version integer PRIMARY KEY,
-                    name text NOT NULL,
-                    applied_at timestamptz NOT NULL DEFAULT now()
-                )
-                """
-            )
-            found = await schema_version(conn)
-            if found > len(migrations):
-                raise ClusterSchemaError(
-                    f"the database has cluster schema version {found}, this code knows "
-                    f"up to {len(migrations)}: upgrade crdt-state",
-                    details={"found": found, "known": len(migrations)},
-                )
+            found = _newest_known(await schema_version(conn), migrations)
+            doing = "create the cluster's tables"
+            if found == 0:
+                await conn.execute(_VERSION_TABLE)
             for migration in migrations[found:]:
+                doing = f"apply the cluster's schema migration {migration.version}"
                 for statement in migration.statements:
                     await conn.execute(statement.encode())
                 await conn.execute(
                     "INSERT INTO crdt_schema (version, name) VALUES (%s, %s)",
                     (migration.version, migration.name),
                 )
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise privilege_error(conn.info.user, doing, exc) from exc
     except psycopg.OperationalError as exc:
         raise ClusterUnavailable("postgres", f"postgres did not answer: {exc}") from exc
     return len(migrations)
+
+
+def _newest_known(found: int, migrations: Sequence[Migration]) -> int:
+    """``found``, unless it is newer than ``migrations`` (:class:`ClusterSchemaError`)."""
+    if found > len(migrations):
+        raise ClusterSchemaError(
+            f"the database has cluster schema version {found}, this code knows "
+            f"up to {len(migrations)}: upgrade crdt-state",
+            details={"found": found, "known": len(migrations)},
+        )
+    return found

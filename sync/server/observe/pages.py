@@ -49,8 +49,9 @@ class HubView(Protocol):
 async def readiness(hub: HubView, extra: Sequence[ReadinessCheck]) -> Response:
     """``/readyz``: 200 when all is well, else 503 with what is wrong (JSON).
 
-    Well: every loaded room's store is open, the ``db`` directory takes a new file, and
-    every ``extra`` check returns ``None``.
+    Well: every loaded room's store is open, the ``db`` directory takes a new file (a
+    hub without one, such as a cluster hub, has no such check), and every ``extra``
+    check returns ``None`` (a cluster hub's: ``redis`` and ``postgres`` answer).
     """
     checks: dict[str, str] = {}
     for name, room in list(hub.rooms.items()):

@@ -5,7 +5,8 @@ upgrade) to these paths are answered by the hub itself:
 
 ==========================  =============================================================
 ``/healthz``                liveness: ``200 ok`` while the event loop answers
-``/readyz``                 readiness: rooms loadable, storage writable (``503`` otherwise)
+``/readyz``                 readiness: rooms loadable, storage writable, on a cluster hub
+                            Redis and PostgreSQL answering (``503`` otherwise)
 ``/metrics``                Prometheus text format
 ``/inspect``                the rooms the token may read (JSON or an HTML list)
 ``/inspect/<room>``         the inspector page of a room
