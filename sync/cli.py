@@ -77,6 +77,7 @@ def _number(
 
 
 _PORT = _number(int, 0, 65535)
+_TEN_YEARS = 10 * 365 * 86400
 _POSITIVE = _number(int, 1)
 _SECONDS = _number(float, 0)
 
@@ -180,7 +181,10 @@ def _parser() -> argparse.ArgumentParser:
         "--role", choices=("read", "write"), default="write", help="what the token allows"
     )
     token.add_argument(
-        "--ttl", type=_number(float, 1), default=3600.0, help="seconds of validity (at least 1)"
+        "--ttl",
+        type=_number(float, 1, _TEN_YEARS),
+        default=3600.0,
+        help="seconds of validity (at least 1, at most ten years)",
     )
     _secret_options(token)
     mcp_cli.add_parser(sub)
@@ -320,7 +324,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     faulthandler.enable(all_threads=True)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
     if (args.redis is None) != (args.postgres is None):
-        print("crdt-state hub: --redis and --postgres go together", file=sys.stderr)
+        print(
+            "crdt-state hub: --redis and --postgres go together (cluster_options)", file=sys.stderr
+        )
         return 2
     try:
         event_loop.run(lambda: _run_hub(args), args.loop)
@@ -329,6 +335,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except crdt_state.CrdtStateError as exc:  # PostgreSQL unreachable, a store unusable
         print(f"crdt-state hub: {exc.message} ({exc.code})", file=sys.stderr)
+        return 1
+    except OSError as exc:  # the port in use, a host that does not resolve or is not ours
+        why = exc.strerror or str(exc)
+        print(f"crdt-state hub: cannot listen on {args.host}:{args.port}: {why}", file=sys.stderr)
         return 1
     return 0
 

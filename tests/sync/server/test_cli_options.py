@@ -36,8 +36,9 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["token", "--room", "x", "--secret", "s", "--ttl", "-5"], "--ttl: must be at least 1"),
+        (["token", "--room", "x", "--secret", "s", "--ttl", "-5"], "--ttl: must be between 1"),
         (["token", "--room", "x", "--secret", "s", "--ttl", "soon"], "--ttl: not float"),
+        (["token", "--room", "x", "--secret", "s", "--ttl", "inf"], "--ttl: must be between"),
         (["hub", "--insecure", "--log-level", "verbose"], "--log-level: must be one of DEBUG"),
         (["hub", "--insecure", "--port", "70000"], "--port: must be between 0 and 65535"),
         (["hub", "--insecure", "--port", "-1"], "--port: must be between 0 and 65535"),
@@ -116,3 +117,19 @@ def test_a_hub_says_where_it_stores_rooms(tmp_path: Path) -> None:
         process.terminate()
         process.wait(10)
     assert lines[-1].strip() == f"rooms stored in directory {tmp_path / 'hub.db'}"
+
+
+def test_a_hub_that_cannot_listen_says_so_in_one_line() -> None:
+    """A port in use or a host that is not an address was a traceback."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        in_use = run_cli("hub", "--insecure", "--db", "", "--port", port)
+    assert in_use.returncode == 1 and "Traceback" not in in_use.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in in_use.stderr
+    bad_host = run_cli(
+        "hub", "--insecure", "--insecure-public", "--db", "", "--host", "999.1.1.1", "--port", "0"
+    )
+    assert bad_host.returncode == 1 and "Traceback" not in bad_host.stderr
+    assert "cannot listen on 999.1.1.1:0" in bad_host.stderr
