@@ -257,6 +257,19 @@ class Hub(HubConnections):
 
         return open_room_state(self.db, name, resolvers=policies)
 
+    async def has_room(self, name: str) -> bool:
+        """True when ``name`` is loaded or stored here (its file, or in the cluster's store).
+
+        Asking loads nothing and creates nothing (an inspector watching a room waits for it).
+        """
+        if name in self.rooms:
+            return True
+        if self._cluster is not None:
+            return await self._cluster.storage.has_room(name)
+        from sync.server._store import room_file, room_file_fits
+
+        return self.db is not None and room_file_fits(name) and room_file(self.db, name).exists()
+
     async def room(self, name: str) -> Room:
         """The room called ``name``, loaded (or created) on first use.
 

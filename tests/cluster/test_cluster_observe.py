@@ -17,10 +17,12 @@ from typing import Any
 import pytest
 from cluster_servers import RedisServer
 from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed
 
 from crdt_state import ConflictError
 from sync import Hub, connect
 from sync.server.cluster.keys import room_key
+from sync.server.observe.inspector import NO_SUCH_ROOM
 
 pytestmark = pytest.mark.slow
 
@@ -129,3 +131,24 @@ async def test_each_merge_is_counted_once_where_it_was_answered_and_fed_everywhe
         assert feed.merges[-1]["agent"] == "on-a"
     assert [m["agent"] for m in feeds[0].merges[:5]] == ["on-a"] * 5  # A's own sessions
     assert feeds[1].merges[5]["agent"] == "on-b"
+
+
+async def test_a_feed_on_a_hub_that_has_not_loaded_the_room_watches_it(
+    hubs: tuple[Hub, Hub],
+) -> None:
+    """It closed with 4404 "no such room" although the room is stored in PostgreSQL."""
+    a, b = hubs
+    room = "observe/unloaded-on-b"
+    async with connect(a.url(room), agent="writer") as agent:
+        await agent.acommit({"x": 1}, agent.token)
+    assert room not in b.rooms
+    async with ws_connect(f"ws://127.0.0.1:{b.port}/inspect/{room}/feed") as ws:
+        async with asyncio.timeout(10):
+            while (event := json.loads(await ws.recv()))["type"] != "state":
+                pass
+    assert event["state"] == {"x": 1}
+    with pytest.raises(ConnectionClosed) as closed:  # a room never stored: nothing made
+        async with ws_connect(f"ws://127.0.0.1:{b.port}/inspect/observe/never/feed") as ws:
+            await asyncio.wait_for(ws.recv(), 5)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == NO_SUCH_ROOM
+    assert "observe/never" not in b.rooms

@@ -345,6 +345,15 @@ class PostgresRoomStorage:
         """``judge`` is closed."""
         self._hooks.pop(id(judge), None)
 
+    async def has_room(self, room: str) -> bool:
+        """True when the room has a row of its own (an owner claimed it once)."""
+        try:
+            async with self.node.pool.connection() as conn:
+                cur = await conn.execute("SELECT 1 FROM crdt_rooms WHERE room = %s", (room,))
+                return await cur.fetchone() is not None
+        except psycopg.OperationalError as exc:
+            raise ClusterUnavailable("postgres", f"postgres did not answer: {exc}") from exc
+
     async def stored_position(self, room: str) -> str | None:
         """The ``in`` position committed with the room's state (``None``: none yet)."""
         try:

@@ -66,6 +66,10 @@ class RoomStorage(Protocol):
         """``judge`` is closed (the owner stepped down)."""
         ...
 
+    async def has_room(self, room: str) -> bool:
+        """True when the room was ever stored (an owner claimed it): an inspector may watch."""
+        ...
+
     async def stored_position(self, room: str) -> str | None:
         """The last ``in`` id committed with the room's state (``None``: unknown)."""
         ...

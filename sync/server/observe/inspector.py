@@ -25,7 +25,6 @@ from websockets.http11 import Request, Response
 
 from sync.server._handshake import ERROR_HEADER, peer_address
 from sync.server._room import Room
-from sync.server._store import room_file
 from sync.server.auth import AuthError, Grant, verify_token
 from sync.server.observe import pages, routes
 from sync.server.observe.feed import Feed
@@ -266,8 +265,7 @@ class Inspector:
         return response
 
     async def _serve_feed(self, ws: ServerConnection, name: str, grant: Grant | None) -> None:
-        db = self.hub.db
-        if name not in self.hub.rooms and (db is None or not room_file(db, name).exists()):
+        if not await self.hub.has_room(name):  # a cluster hub asks its store
             # watching creates nothing: the page retries until an agent opens the room
             await ws.close(NO_SUCH_ROOM, "no such room")
             return

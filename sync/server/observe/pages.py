@@ -41,6 +41,10 @@ class HubView(Protocol):
         """The room called ``name``, loaded (or created) on first use."""
         ...
 
+    async def has_room(self, name: str) -> bool:
+        """True when ``name`` is loaded or stored (asking loads and creates nothing)."""
+        ...
+
     def held_bytes(self, room: str) -> int:
         """Bytes of peers' updates ``room``'s judge holds (0: none, or not judged here)."""
         ...
