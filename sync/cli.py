@@ -269,7 +269,13 @@ async def _run_hub(args: argparse.Namespace) -> None:
     gc.set_threshold(10_000, 20, 20)
     print(f"crdt-state hub on ws://{args.host}:{hub.port}/<room>", flush=True)
     if args.postgres is not None:
-        where = "PostgreSQL, shared with the cluster's other hubs (--db not used)"
+        from crdt_state.postgres import safe_dsn
+        from sync.server.cluster.clients import safe_redis_url
+
+        where = (  # every hub of one cluster must print the same two
+            f"PostgreSQL {safe_dsn(args.postgres)}, with Redis {safe_redis_url(args.redis)}: "
+            "shared with the cluster's other hubs (--db not used)"
+        )
     elif args.db:
         where = f"directory {os.path.abspath(args.db)}"
     else:

@@ -109,6 +109,14 @@ def test_the_readme_cluster_recipe_runs_and_fails_over(readme_hubs: list[_Readme
     first, second = readme_hubs
     out = _run_client(script, readme_hubs)
     assert out.strip() == f"ws://127.0.0.1:{first.port}/triage/42 {{'summary': '...'}}", out
+    # every hub names the PostgreSQL and Redis it joined (the same two: one cluster)
+    joined = {
+        line
+        for hub in readme_hubs
+        for line in hub.log.read_text().splitlines()
+        if line.startswith("rooms stored in PostgreSQL")
+    }
+    assert len(joined) == 1 and "with Redis redis://127.0.0.1:" in joined.pop()
     first.kill()
     out = _run_client(script, readme_hubs)  # the first URL refuses: the client moves on
     assert out.strip() == f"ws://127.0.0.1:{second.port}/triage/42 {{'summary': '...'}}", out
