@@ -19,6 +19,8 @@ from typing import Any
 
 from langgraph.store.base import Item, MatchCondition, SearchItem
 
+from ..errors import WrongType
+
 __all__ = [
     "item_from_record",
     "list_namespaces",
@@ -36,7 +38,16 @@ def namespace_key(namespace: Sequence[str]) -> str:
 
 
 def new_record(value: Mapping[str, Any], previous: object, now: datetime) -> dict[str, Any]:
-    """The stored form of a put: ``created_at`` kept from ``previous`` when there was one."""
+    """The stored form of a put: ``created_at`` kept from ``previous`` when there was one.
+
+    Raises:
+        WrongType: ``value`` is not a dict (LangGraph's stores keep dicts).
+    """
+    if not isinstance(value, Mapping):
+        raise WrongType(
+            f"a store item's value is a dict, not {type(value).__name__}",
+            details={"value": repr(value)[:80]},
+        )
     stamp = now.isoformat()
     created = stamp
     if isinstance(previous, Mapping) and isinstance(previous.get("created_at"), str):

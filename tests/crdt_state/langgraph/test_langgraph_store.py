@@ -101,6 +101,9 @@ def test_items_pagination_timestamps_and_validation() -> None:
     with pytest.raises(TypeError) as info:
         store.put(("u",), "c", {"x": {1, 2}})
     assert getattr(info.value, "code", None) == "unsupported_value"
+    with pytest.raises(TypeError) as info:  # a raw ValueError from dict() before
+        store.put(("u",), "c", "not a dict")  # type: ignore[arg-type]
+    assert getattr(info.value, "code", None) == "wrong_type"
     assert store.get(("u",), "c") is None
 
 
