@@ -104,7 +104,11 @@ def _prepare_reference(state: SharedState, given: Mapping[Any, Any] | Iterable[C
     ops: list[Change] = []
     for op in items:
         if not isinstance(op, Change):
-            raise TypeError(f"changes must be Change objects, got {type(op).__name__}")
+            raise WrongType(
+                "changes are {path: value} or Change objects, not a sequence of "
+                f"{type(op).__name__}",
+                details={"item": repr(op)[:80]},
+            )
         path = parse_path(op.path)
         if op.kind == "set":
             ops.append(Change("set", path, core.prepare_value(path, op.value)))
