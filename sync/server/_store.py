@@ -26,6 +26,7 @@ from sync.server._security import HubConfigError
 __all__ = [
     "MAX_FILE_NAME",
     "check_room_directory",
+    "room_directory_problem",
     "open_room_state",
     "room_file",
     "room_file_fits",
@@ -40,6 +41,20 @@ _LONGEST_SUFFIX: Final = ".sqlite-journal"
 log = logging.getLogger("crdt_state.hub")
 
 
+def room_directory_problem(db: Path) -> str | None:
+    """Why room files cannot be created in ``db`` (made when missing), or ``None``."""
+    if db.exists() and not db.is_dir():
+        return "it is a file, not a directory"
+    probe = db / f".crdt-state-probe-{os.getpid()}"
+    try:
+        db.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        return str(exc.strerror or exc)
+    return None
+
+
 def check_room_directory(db: Path) -> None:
     """Create ``db`` when missing and check that room files can be made there.
 
@@ -49,19 +64,11 @@ def check_room_directory(db: Path) -> None:
     Raises:
         HubConfigError: code ``db``; names the directory and the system's reason.
     """
-    if db.exists() and not db.is_dir():
-        raise HubConfigError("db", f"--db {str(db)!r} is a file, not a directory for room files")
-    probe = db / f".crdt-state-probe-{os.getpid()}"
-    try:
-        db.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
+    problem = room_directory_problem(db)
+    if problem is not None:
         raise HubConfigError(
-            "db",
-            f"--db {str(db)!r}: room files cannot be created there "
-            f"({exc.strerror or exc}); pass a writable directory",
-        ) from None
+            "db", f"--db {str(db)!r}: room files cannot be created there ({problem})"
+        )
 
 
 def room_file(db: Path, name: str) -> Path:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from html import escape
@@ -23,6 +22,7 @@ from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
 from sync.server._room import Room
+from sync.server._store import room_directory_problem
 
 __all__ = ["HubView", "ReadinessCheck", "readiness", "respond", "room_list", "rooms"]
 
@@ -148,14 +148,8 @@ def respond(status: HTTPStatus, body: bytes, content_type: str = "text/plain") -
 
 def _writable(db: Path) -> str | None:
     """``None`` when a file can be created in the directory ``db``, else why not."""
-    probe = db / f".readyz-{os.getpid()}"
-    try:
-        db.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"ok")
-        probe.unlink()
-    except OSError as exc:
-        return f"storage not writable: {exc.strerror or exc}"
-    return None
+    problem = room_directory_problem(db)
+    return None if problem is None else f"storage not writable: {problem}"
 
 
 def _local(stamp: float | None) -> str:
