@@ -235,6 +235,8 @@ def connect_read_only(path: str | os.PathLike[str]) -> sqlite3.Connection:
         error.details["reason"] = "missing"
         raise error
     uri = "file:" + quote(os.path.abspath(file)) + "?mode=ro"
+    if _frozen(file):  # SQLite cannot make the -shm a WAL reader needs: read it as it is
+        uri += "&immutable=1"
     try:
         conn = sqlite3.connect(
             uri, uri=True, isolation_level=None, check_same_thread=False, timeout=BUSY_WAIT_MS / 1e3
@@ -247,6 +249,20 @@ def connect_read_only(path: str | os.PathLike[str]) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _frozen(file: str) -> bool:
+    """True when no one writes ``file``: a directory read-only to us, no ``-wal`` content.
+
+    (Opened ``immutable``, SQLite needs no ``-shm``, which it cannot create there.)
+    """
+    folder = os.path.dirname(os.path.abspath(file))
+    if os.access(folder, os.W_OK):
+        return False
+    try:
+        return os.path.getsize(file + "-wal") == 0
+    except OSError:
+        return True  # no -wal at all
 
 
 def _header(conn: sqlite3.Connection, file: str) -> tuple[int, int, set[str]]:

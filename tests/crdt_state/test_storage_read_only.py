@@ -158,3 +158,25 @@ def test_reading_a_closed_file_leaves_its_bytes_alone(tmp_path: FilePath) -> Non
         assert len(reader.history()) >= 5
         assert reader.conflicts() == []
     assert digest(file) == before
+
+
+def test_a_file_in_a_directory_the_reader_cannot_write_is_read_as_it_is(
+    tmp_path: FilePath, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite's WAL readers create ``-shm`` beside the file: a user who may not write the
+    directory got "not a crdt-state file: attempt to write a readonly database". Such a
+    file, with no writer's ``-wal`` beside it, is read ``immutable``: nothing is made there.
+    (The tests run as root, who may write anywhere: the directory's answer is given.)"""
+    shelf = tmp_path / "shelf"
+    shelf.mkdir()
+    with SharedState.open(shelf / "s.db") as state:
+        state.commit({"a": 1}, state.token, "writer")
+    before = sorted(p.name for p in shelf.iterdir())
+    assert before == ["s.db"]  # closed: no -wal, no -shm left
+    access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda p, mode: False if str(p) == str(shelf) else access(p, mode)
+    )
+    with SharedState.open(shelf / "s.db", read_only=True) as state:
+        assert state.snapshot() == {"a": 1}
+    assert sorted(p.name for p in shelf.iterdir()) == before
