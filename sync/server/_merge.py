@@ -155,7 +155,9 @@ def _refusal(exc: Exception, request: p.MergeRequest, state: SharedState, agent:
             error=ErrorRecord("retry" if exc.retry else exc.code, exc.message),
         )
     if isinstance(exc, CrdtStateError | ProtocolError):
-        return _error_reply(request, state, str(exc.code), str(exc))
+        # the code travels apart: the text without its "[code]" (a client shows it again)
+        text = str(exc).removeprefix(f"[{exc.code}]").removeprefix(":").strip()
+        return _error_reply(request, state, str(exc.code), text)
     log.error(
         "merge %d by %s: internal error while judging it",
         request.request_id,

@@ -27,4 +27,6 @@ async def test_a_lone_surrogate_in_a_merge_is_refused_as_a_value_not_a_failed_wr
                     assert isinstance(data, bytes)
                     reply = p.decode_message(data)
         assert reply.error is not None and reply.error.code == "unsupported_value"
+        # the code travels apart: a client showed "[unsupported_value]: [unsupported_value]"
+        assert reply.error.message.startswith("at 'k': a string holds a lone surrogate")
         assert hub.rooms["r"].state.snapshot() == {}
