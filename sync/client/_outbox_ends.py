@@ -97,6 +97,11 @@ class LiveMerges:
 
     def _fail(self, live: LiveMerge, error: CrdtStateError) -> list[Event]:
         merge = self._remove(live)
+        # what the merge would have written (Change.to_dict: JSON data), so that whoever
+        # reads a failure no one awaited (RemoteState.failed) can still redo the work
+        error.details.setdefault("agent", merge.agent)
+        error.details.setdefault("request_id", merge.request_id)
+        error.details.setdefault("changes", [op.to_dict() for op in merge.ops])
         for request_id in live.ids:
             self._failed[request_id] = None
         while len(self._failed) > _KEEP_FAILED:
