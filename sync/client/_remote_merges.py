@@ -90,20 +90,48 @@ class RemoteMerges(Generic[ModelT]):
         Raises :class:`ConflictError`, :class:`BrokenChain` or :class:`RemoteError`
         when the merge fails while this call still waits.
         """
+        return await self._outcome(*self._start_merge(ops, base, agent, resolvers_, default))
+
+    def _start_merge(
+        self,
+        ops: list[Change],
+        base: VersionVector,
+        agent: str,
+        resolvers_: Mapping[Any, object] | None,
+        default: object | None,
+    ) -> tuple[PendingMerge, asyncio.Future[MergeResult] | None]:
+        """Queue a merge (written to the local file first); its future when online.
+
+        Nothing here awaits: once this returns, the merge is the outbox's, and
+        :meth:`_outcome` (called as often as wanted) waits for how it ends.
+        """
         table = self.replica.policies.overlay(resolvers_, default)
         merge = self._core.submit(ops, base, agent, table)
         self.presence.merging(
             [op.path for op in ops], online=self._link.ws is not None, queued=self.pending
         )
         if self._link.ws is None:
+            return merge, None
+        future: asyncio.Future[MergeResult] = asyncio.get_running_loop().create_future()
+        self._waiting[merge.order] = (future, merge)
+        return merge, future
+
+    async def _outcome(
+        self, merge: PendingMerge, future: asyncio.Future[MergeResult] | None
+    ) -> MergeResult:
+        """Send ``merge`` (unless sent already) and wait for how it ends, or its pending form.
+
+        The wait is shielded: a caller cancelled (a timeout) leaves the future to take the
+        hub's answer, so that waiting again returns that answer instead of merging twice.
+        """
+        if future is None:
             # queued: let the loop run once, or a caller merging in a loop with nothing
             # else awaited would starve the link's reconnection until it stopped
             await asyncio.sleep(0)
             return _pending_result(merge)
-        future: asyncio.Future[MergeResult] = asyncio.get_running_loop().create_future()
-        self._waiting[merge.order] = (future, merge)
-        await self._link.send(merge)
-        return await self.presence.watch(future, lambda: self.pending)
+        if not future.done():
+            await self._link.send(merge)
+        return await self.presence.watch(asyncio.shield(future), lambda: self.pending)
 
     def _finished(self, event: Finished) -> None:
         waiting = self._waiting.pop(event.order, None)

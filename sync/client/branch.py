@@ -16,6 +16,7 @@ Merging sends the changes of both to the hub, with the fork-base token and the o
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping
 from typing import Any, Generic, Protocol
 
@@ -26,6 +27,7 @@ from crdt_state import (
     Branch,
     BranchClosed,
     Change,
+    CrdtStateError,
     MergeResult,
     SharedState,
     VersionVector,
@@ -34,6 +36,7 @@ from crdt_state import (
 from crdt_state.branch import MergeOnExit
 from crdt_state.model_type import ModelT
 from crdt_state.values import same
+from sync.client._offline import PendingMerge
 from sync.client._overlay import Overlay, RemoteToken
 
 __all__ = ["RemoteBranch", "RemoteToken"]
@@ -49,13 +52,17 @@ class BranchOwner(Protocol[ModelT]):
 
     def _view_of(self, key: str, base_seq: int, overlay: Overlay) -> Any: ...
 
-    async def _submit(
+    def _start_merge(
         self,
         ops: list[Change],
         base: VersionVector,
         agent: str,
         resolvers_: Mapping[Any, object] | None,
         default: object | None,
+    ) -> tuple[PendingMerge, asyncio.Future[MergeResult] | None]: ...
+
+    async def _outcome(
+        self, merge: PendingMerge, future: asyncio.Future[MergeResult] | None
     ) -> MergeResult: ...
 
 
@@ -87,6 +94,9 @@ class RemoteBranch(MergeOnExit, Generic[ModelT]):
         self._side: Branch[ModelT] | None = None  # on the scratch state of the overlay's keys
         self._status = "open"
         self._result: MergeResult | None = None
+        # the merge handed to the outbox, and its future: a cancelled amerge (a timeout)
+        # waits for this same merge when called again, instead of sending it twice
+        self._started: tuple[PendingMerge, asyncio.Future[MergeResult] | None] | None = None
 
     # -- identity ------------------------------------------------------------------------
     @property
@@ -266,10 +276,19 @@ class RemoteBranch(MergeOnExit, Generic[ModelT]):
         """
         if self._status == "merged" and self._result is not None:
             return self._result
-        self._writable()
-        token = RemoteToken(self.base, self._base_seq, self._overlay)
-        result = await self._owner._submit(self.ops(), token, self.agent, resolvers, default)
-        self._status, self._result = "merged", result
+        if self._started is None:  # once handed to the outbox, never handed again
+            self._writable()
+            token = RemoteToken(self.base, self._base_seq, self._overlay)
+            self._started = self._owner._start_merge(
+                self.ops(), token, self.agent, resolvers, default
+            )
+            self._status = "merged"
+        try:
+            result = await self._owner._outcome(*self._started)
+        except CrdtStateError:  # it failed: nothing of it applied, the branch may try again
+            self._started, self._status = None, "open"
+            raise
+        self._result = result
         return result
 
     def rebase(self) -> None:

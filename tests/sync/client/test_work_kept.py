@@ -3,6 +3,8 @@ later keeps its changes: the client's work is not lost."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from pathlib import Path
 
@@ -53,3 +55,29 @@ async def test_a_queued_merge_that_fails_later_keeps_its_changes_for_a_redo(
         assert error.details["changes"] == [{"kind": "set", "path": ["big"], "value": "x" * 1000}]
         assert error.details["agent"] == "a"
     await hub.stop()
+
+
+async def test_a_remote_branchs_cancelled_amerge_called_again_merges_once(hub: Hub) -> None:
+    """As for a local branch: a cancelled (timed-out) amerge, or two at once, sent the
+    merge again: the hub applied each as a new merge (appends doubled)."""
+    async with sync.connect(hub.url("once"), agent="a") as remote:
+        cancelled = 0
+        for _ in range(20):
+            branch = remote.fork()
+            branch.append("log", "x")
+            task = asyncio.create_task(branch.amerge())
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # sent; the hub's answer not in yet
+            if task.cancel():
+                cancelled += 1
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            again = await branch.amerge()
+            assert again is branch.result and not again.pending
+        both = remote.fork()
+        both.append("log", "y")
+        first, second = await asyncio.gather(both.amerge(), both.amerge())
+        assert first == second
+        await remote.wait_idle()
+    assert cancelled > 0
+    assert hub.rooms["once"].state.get("log") == ["x"] * 20 + ["y"]
