@@ -260,7 +260,7 @@ def _apply_stored(
         changed.clear()
         with core.deep.routed(core.root, on_events):
             core.doc.apply_update(change.update)
-        writes = root_most(changed)
+        writes = as_recorded(root_most(changed), change.paths)
         with core.doc.transaction():  # one read transaction for the reads, not one each
             undo = mirror_writes(core.root, core.mirror, writes)
             state = core.doc.get_state()
@@ -273,6 +273,30 @@ def _apply_stored(
     # (about 5 us); one that integrates updates subscribes again on its first
     core.deep.detach()
     return tokens
+
+
+def as_recorded(writes: dict[Path, WriteKind], recorded: tuple[Path, ...]) -> dict[Path, WriteKind]:
+    """The writes of a replayed change, as fine as its merge recorded them (pure).
+
+    A merge that created a map (``own.w0`` where ``own`` was absent) shows in its Yjs
+    update as a write of the whole map (``own``), while the merge recorded the key it
+    wrote. Judged against the coarse path, a later merge on an older base writing
+    ``own.w2`` was a false conflict after a reopen (not before it). A write with
+    recorded paths strictly below it, and none at or above it, is replaced by those
+    (as ``"set"``: the update does not tell an append apart); any other write is kept.
+    """
+    if not recorded:
+        return writes
+    out: dict[Path, WriteKind] = {}
+    for path, kind in writes.items():
+        size = len(path)
+        finer = [p for p in recorded if len(p) > size and p[:size] == path]
+        if finer and not any(path[: len(p)] == p for p in recorded if len(p) <= size):
+            for p in finer:
+                out[p] = "set"
+        else:
+            out[path] = kind
+    return out
 
 
 def start_epoch(core: StateCore) -> bool:

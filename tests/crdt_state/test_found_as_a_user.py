@@ -263,3 +263,49 @@ def test_messages_stay_readable_for_huge_paths_and_values_that_contain_themselve
     with pytest.raises(UnsupportedValue) as endless:
         state.commit({"x": loop}, state.token, "agent")
     assert "contains itself" in str(endless.value)
+
+
+# -- a reopened state judges as it did before -----------------------------------------------
+_nested = st.lists(st.sampled_from(["own", "w0", "w1", "w2"]), min_size=1, max_size=3).map(tuple)
+
+
+def _outcome(state: SharedState, path: tuple[str, ...], base: Any) -> str:
+    try:
+        state.commit({path: 1}, base, "probe")
+    except ConflictError:
+        return "conflict"
+    except WrongType:
+        return "wrong_type"
+    return "merged"
+
+
+def _history_of(state: SharedState, writes: list[tuple[str, ...]]) -> list[Any]:
+    """Commit each write on the first base (others' writes since are concurrent); the
+    tokens after each."""
+    bases = [state.token]
+    for i, path in enumerate(writes):
+        try:
+            state.commit({path: i}, bases[0], f"w{i}")
+        except (ConflictError, WrongType):
+            pass
+        bases.append(state.token)
+    return bases
+
+
+@settings(max_examples=60, deadline=None)
+@given(writes=st.lists(_nested, min_size=1, max_size=5), probe=_nested, at=st.integers(0, 5))
+def test_a_reopened_state_judges_an_old_base_as_one_that_never_closed(
+    writes: list[tuple[str, ...]], probe: tuple[str, ...], at: int, tmp_path_factory: Any
+) -> None:
+    """A merge that created a map showed, replayed from the file, as a write of the whole
+    map: a merge on an older base writing another key of it was a false conflict after a
+    reopen (found over a hub restart and a cluster failover)."""
+    file = tmp_path_factory.mktemp("reopen") / "s.db"
+    with SharedState.open(file) as stored:
+        bases = _history_of(stored, writes)
+    live = SharedState()
+    live_bases = _history_of(live, writes)
+    pick = min(at, len(bases) - 1)
+    expected = _outcome(live, probe, live_bases[pick])
+    with SharedState.open(file) as reopened:
+        assert _outcome(reopened, probe, bases[pick]) == expected
