@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from datetime import datetime, timedelta
@@ -284,10 +285,8 @@ def _history_of(state: SharedState, writes: list[tuple[str, ...]]) -> list[Any]:
     tokens after each."""
     bases = [state.token]
     for i, path in enumerate(writes):
-        try:
+        with contextlib.suppress(ConflictError, WrongType):
             state.commit({path: i}, bases[0], f"w{i}")
-        except (ConflictError, WrongType):
-            pass
         bases.append(state.token)
     return bases
 
