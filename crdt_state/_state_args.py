@@ -30,12 +30,22 @@ def check_agent(agent: object) -> None:
     Raises:
         WrongType: with ``details["agent"]``, the repr of what was given (cut short).
     """
-    if not isinstance(agent, str) or not agent or len(agent) > MAX_AGENT_LENGTH:
+    if not _fit(agent):
         raise WrongType(
-            f"agent must be a non-empty str of at most {MAX_AGENT_LENGTH} characters, "
-            f"not {agent!r:.60}",
+            f"agent must be a non-empty str of at most {MAX_AGENT_LENGTH} characters "
+            f"of Unicode text, not {agent!r:.60}",
             details={"agent": repr(agent)[:80]},
         )
+
+
+def _fit(agent: object) -> bool:
+    """True for a name an agent may have (stored with every change, so UTF-8 text).
+
+    A lone surrogate in a name made a durable state's store fail for good.
+    """
+    if not isinstance(agent, str) or not agent or len(agent) > MAX_AGENT_LENGTH:
+        return False
+    return agent.isascii() or not any("\ud800" <= c <= "\udfff" for c in agent)
 
 
 def check_commit(changes: object, base: object, agent: object) -> None:
@@ -51,6 +61,7 @@ def check_commit(changes: object, base: object, agent: object) -> None:
         and type(base) is VersionVector
         and type(agent) is str
         and 0 < len(agent) <= MAX_AGENT_LENGTH
+        and agent.isascii()
     ):
         return  # the common call (a hub's), which passes every check: no ABC checks
     _check_commit(changes, base, agent)
@@ -68,10 +79,10 @@ def _check_commit(changes: object, base: object, agent: object) -> None:
             path=where,
             details={"argument": "base", "given": repr(base)[:80]},
         )
-    if not isinstance(agent, str) or not agent or len(agent) > MAX_AGENT_LENGTH:
+    if not _fit(agent):
         raise WrongType(
-            f"agent must be a non-empty str of at most {MAX_AGENT_LENGTH} characters, "
-            f"not {agent!r:.60}",
+            f"agent must be a non-empty str of at most {MAX_AGENT_LENGTH} characters "
+            f"of Unicode text, not {agent!r:.60}",
             path=where,
             details={"argument": "agent", "given": repr(agent)[:80]},
         )

@@ -308,3 +308,19 @@ def test_a_reopened_state_judges_an_old_base_as_one_that_never_closed(
     expected = _outcome(live, probe, live_bases[pick])
     with SharedState.open(file) as reopened:
         assert _outcome(reopened, probe, bases[pick]) == expected
+
+
+def test_an_agent_name_with_a_lone_surrogate_is_refused_before_the_store_sees_it(
+    tmp_path: Path,
+) -> None:
+    """It reached the store, which failed for good ("this store takes no more writes")."""
+    with SharedState.open(tmp_path / "a.db") as state:
+        for call in (
+            lambda: state.commit({"z": 1}, state.token, "bad\ud800"),
+            lambda: state.fork("\udcff"),
+        ):
+            with pytest.raises(WrongType):
+                call()
+        state.commit({"z": 1}, state.token, "agent-é")  # not ASCII, but Unicode text
+    with SharedState.open(tmp_path / "a.db") as reopened:
+        assert reopened.snapshot() == {"z": 1}
