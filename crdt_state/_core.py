@@ -216,7 +216,7 @@ class StateCore:
         state: bytes | None = None,
         request: RequestKey | None = None,
     ) -> tuple[Entry, StateUpdate | None]:
-        """Log the change just written; tell listeners and return it as a :class:`StateUpdate`.
+        """Log the change just written; return it as a :class:`StateUpdate` (to store and tell).
 
         The :class:`StateUpdate` (and its update bytes) is only built when someone
         listens or a store records it; otherwise ``None`` is returned.
@@ -254,8 +254,6 @@ class StateCore:
             request_id=None if request is None else request.request_id,
             writer=None if request is None else request.writer,
         )
-        if self.listeners:
-            self._tell(change)
         return entry, change
 
     def _tell(self, change: StateUpdate) -> None:
@@ -276,10 +274,18 @@ class StateCore:
             self.telling = False
 
     def store_change(self, change: StateUpdate | None) -> int | None:
-        """Hand ``change`` to the store (under the lock); its ticket, or None without one."""
-        if self.store is None or change is None:
+        """Hand ``change`` to the store, then tell the listeners (under the lock).
+
+        Returns the store's ticket, or None without a store. Stored first: a listener
+        that raises (even ``KeyboardInterrupt``, which then propagates) cannot leave the
+        file and the state disagreeing on the change sequence.
+        """
+        if change is None:
             return None
-        return self.store.record(change)
+        ticket = self.store.record(change) if self.store is not None else None
+        if self.listeners:
+            self._tell(change)
+        return ticket
 
     # -- waiting for the disk ----------------------------------------------------------
     def wait_durable(self, ticket: int | None) -> None:

@@ -194,8 +194,8 @@ class StateReads(Generic[ModelT]):
         For a state in memory, or once those changes are durable already, the
         callback runs at once on the caller's thread; otherwise later, on the
         store's writer thread, so it must be quick and thread-safe (hand over
-        with ``loop.call_soon_threadsafe``, say). Do not call this from a
-        listener of :meth:`subscribe`: the change being told is not recorded yet.
+        with ``loop.call_soon_threadsafe``, say). From a listener of :meth:`subscribe`,
+        "so far" includes the change being told (it is handed to the store first).
         """
         with self._core.lock:  # a change is told and recorded under one hold of the lock
             store = self._core.store

@@ -324,3 +324,25 @@ def test_an_agent_name_with_a_lone_surrogate_is_refused_before_the_store_sees_it
         state.commit({"z": 1}, state.token, "agent-é")  # not ASCII, but Unicode text
     with SharedState.open(tmp_path / "a.db") as reopened:
         assert reopened.snapshot() == {"z": 1}
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, asyncio.CancelledError])
+def test_a_listener_interrupted_leaves_the_change_stored(
+    interrupt: type[BaseException], tmp_path: Path
+) -> None:
+    """An interrupt from a listener propagates, but the change was stored before it was
+    told: the state and its file no longer disagree ("takes no more writes")."""
+    state = SharedState.open(tmp_path / "i.db")
+    once = [True]
+
+    def interrupted(update: StateUpdate) -> None:
+        if once.pop() if once else False:
+            raise interrupt
+
+    state.subscribe(interrupted)
+    with pytest.raises(interrupt):
+        state.commit({"a": 1}, state.token, "agent")
+    state.commit({"b": 2}, state.token, "agent")  # the store still takes writes
+    state.close()
+    with SharedState.open(tmp_path / "i.db") as reopened:
+        assert reopened.snapshot() == {"a": 1, "b": 2}
