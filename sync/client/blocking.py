@@ -24,6 +24,7 @@ from crdt_state import (
     SharedState,
     StateUpdate,
     VersionVector,
+    WriteInListener,
 )
 from crdt_state import resolvers as builtin
 from crdt_state.model_type import ModelT, SchemaT
@@ -88,7 +89,18 @@ class BlockingRemote(Generic[ModelT]):
         """Run ``coro`` on the client's loop and wait for its result.
 
         The wait always ends: merges come back as pending when the connection drops.
+
+        Raises:
+            WriteInListener: called on the loop's own thread (from a listener of
+                :meth:`subscribe`), where the wait could never end.
         """
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise WriteInListener(
+                "a listener of this client runs on the client's own thread and may not wait "
+                "for it (a merge from there would wait forever): hand the write to another "
+                "thread"
+            )
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     # -- what RemoteState shows --------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import pytest
 from hubs import FAST, RestartableHub
 
-from crdt_state import ConflictError, resolvers
+from crdt_state import ConflictError, StateUpdate, WriteInListener, resolvers
 from sync import connect_blocking
 
 T = TypeVar("T")
@@ -109,3 +109,26 @@ def test_blocking_offline_steps_read_their_own_merges(tmp_path: Path) -> None:
             assert r.remote.failed == []
     finally:
         hub.close()
+
+
+def test_a_listener_that_merges_through_its_blocking_client_is_refused_not_stuck(
+    hub_url: str,
+) -> None:
+    """It waited on the client's own thread for itself: the client hung for good."""
+    seen: list[BaseException] = []
+
+    with connect_blocking(f"{hub_url}/echo", agent="a") as remote:
+
+        def echo(update: StateUpdate) -> None:
+            try:
+                remote.commit({"echo": 1}, remote.token)
+            except BaseException as exc:
+                seen.append(exc)
+
+        remote.subscribe(echo)
+        remote.commit({"a": 1}, remote.token)
+        remote.wait_idle()
+        assert [type(e) for e in seen][:1] == [WriteInListener]
+        assert remote.get("a") == 1 and remote.get("echo") is None
+        remote.commit({"b": 2}, remote.token)  # the client goes on
+        assert remote.get("b") == 2
