@@ -23,6 +23,7 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 __all__ = ["TOKEN_ENV", "add_parser", "run"]
 
@@ -65,9 +66,14 @@ def _schema(spec: str | None) -> Any:
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # a model beside the user, as `python -m` finds it
     try:
-        return getattr(importlib.import_module(module), name)
+        model = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
         raise SystemExit(f"crdt-state mcp: --schema {spec}: {exc}") from None
+    from pydantic import BaseModel
+
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise SystemExit(f"crdt-state mcp: --schema {spec} is not a pydantic model class")
+    return model
 
 
 def _token(args: argparse.Namespace) -> str | None:
@@ -112,6 +118,14 @@ def run(args: argparse.Namespace) -> int:
     """Run the ``mcp`` subcommand until the client (stdio) or a signal (HTTP) ends it."""
     if args.hub and not args.room:
         print("crdt-state mcp: --hub needs --room", file=sys.stderr)
+        return 2
+    hub = urlsplit(args.hub or "")
+    if hub.scheme in ("ws", "wss") and hub.path.strip("/"):
+        print(
+            f"crdt-state mcp: --hub {args.hub!r} names a room already: give the hub's address "
+            "(ws://host:port) and the room with --room",
+            file=sys.stderr,
+        )
         return 2
     logging.basicConfig(
         level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"

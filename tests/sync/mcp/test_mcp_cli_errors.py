@@ -35,6 +35,8 @@ def mcp(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         (("--hub", "127.0.0.1:1", "--room", "r"), "(invalid_url)", 2),
         (("--db", "x.db", "--schema", "nowhere:Model"), "--schema nowhere:Model", 1),
         (("--hub", "ws://127.0.0.1:1", "--room", "r", "--token-file", "nofile"), "nofile", 1),
+        (("--db", "x.db", "--schema", "os:path"), "is not a pydantic model class", 1),
+        (("--hub", "ws://127.0.0.1:1/triage/42", "--room", "r"), "names a room already", 2),
     ],
 )
 def test_a_start_up_mistake_is_one_line(
