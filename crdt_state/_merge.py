@@ -25,7 +25,7 @@ from ._changelog import Entry
 from ._core import StateCore
 from ._writes import apply_writes
 from .conflicts import Change, Conflict, MergeResult
-from .errors import CrdtStateError, WrongType
+from .errors import CrdtStateError, RequestReused, WrongType
 from .paths import parse_path
 from .planner import MergePlan, check_disjoint, plan_merge
 from .requests import RequestKey
@@ -183,6 +183,7 @@ def commit(
     with core.lock:
         done = core.requests.result(request)
         if done is not None:
+            _same_request(request, done, ops)
             return done, core.store.last_ticket() if core.store is not None else None
         log = core.log
         seq = log.seq_of(base)
@@ -206,6 +207,30 @@ def commit(
         if request is not None and (result.conflicts or not result.applied):
             ticket = _remember_request(core, request, result, ticket)
         return result, ticket
+
+
+def _same_request(key: RequestKey | None, done: MergeResult, ops: list[Change]) -> None:
+    """Refuse a merge that reuses an applied request key for other paths (pure).
+
+    A re-send writes the paths the first one applied (a policy may have dropped some);
+    a path it did not send means another merge under the same key.
+
+    Raises:
+        RequestReused: with the key, the paths applied first and those sent now.
+    """
+    sent = {op.path for op in ops}
+    if key is None or all(path in sent for path in done.applied):
+        return
+    raise RequestReused(
+        "this writer's request id was applied already, by a merge of other paths: two "
+        "clients share a writer id (copies of one local file?); give each its own file",
+        details={
+            "writer": key.writer,
+            "request_id": key.request_id,
+            "applied": [list(p) for p in done.applied],
+            "paths": sorted(list(p) for p in sent),
+        },
+    )
 
 
 def _remember_request(

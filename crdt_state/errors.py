@@ -16,6 +16,7 @@ so ``except KeyError`` or ``except TypeError`` keeps working::
     ├── BranchClosed(RuntimeError)       code "branch_closed"
     ├── WriteFailed(RuntimeError)        code "write_failed"
     ├── WriteInListener(RuntimeError)    code "write_in_listener"
+    ├── RequestReused(ValueError)        code "request_reused"
     ├── StorageError(OSError)            code "storage"
     │   ├── StateClosed                  code "state_closed"
     │   └── ReadOnlyStore                code "read_only_store"
@@ -46,6 +47,7 @@ __all__ = [
     "InvalidUpdate",
     "PathNotFound",
     "ReadOnlyStore",
+    "RequestReused",
     "SchemaError",
     "StaleBase",
     "StateClosed",
@@ -240,6 +242,19 @@ class WriteInListener(CrdtStateError, RuntimeError):
     """
 
     code = "write_in_listener"
+
+
+class RequestReused(CrdtStateError, ValueError):
+    """A request key (writer, request id) already applied names a merge of other paths.
+
+    A re-sent merge is answered with its first result; one that writes other paths under
+    the same key is another merge, from a second client with the same writer id (a copy
+    of a client's ``local`` file, say): refused, where it was silently taken for a
+    re-send and lost. ``details``: ``writer``, ``request_id``, ``applied`` (the first
+    merge's paths) and ``paths`` (this one's).
+    """
+
+    code = "request_reused"
 
 
 class UnknownBase(CrdtStateError, LookupError):

@@ -23,6 +23,7 @@ STABLE_CODES = {
     "SchemaError": "schema",
     "BranchClosed": "branch_closed",
     "WriteInListener": "write_in_listener",
+    "RequestReused": "request_reused",
     "ReadOnlyStore": "read_only_store",
     "UnknownBase": "unknown_base",
     "StaleBase": "stale_base",

@@ -19,6 +19,7 @@ from crdt_state import (
     ConflictError,
     DuplicatePath,
     InvalidPath,
+    RequestReused,
     SchemaError,
     SharedState,
     StateUpdate,
@@ -346,3 +347,24 @@ def test_a_listener_interrupted_leaves_the_change_stored(
     state.close()
     with SharedState.open(tmp_path / "i.db") as reopened:
         assert reopened.snapshot() == {"a": 1, "b": 2}
+
+
+def test_a_request_key_reused_for_other_paths_is_refused_not_taken_for_a_resend(
+    tmp_path: Path,
+) -> None:
+    """Two clients on copies of one local file share a writer id and issue the same
+    request ids: the second one's merges were answered as re-sends and lost."""
+    with SharedState.open(tmp_path / "r.db") as state:
+        first = state.commit({"w.A-0": 0}, state.token, "a", request_id=1, writer="shared")
+        again = state.commit({"w.A-0": 0}, state.token, "a", request_id=1, writer="shared")
+        assert again.token == first.token and again.applied == first.applied  # a re-send
+        with pytest.raises(RequestReused) as info:
+            state.commit({"w.B-0": 0}, state.token, "b", request_id=1, writer="shared")
+        assert info.value.code == "request_reused"
+        assert info.value.details["applied"] == [["w", "A-0"]]
+        assert info.value.details["paths"] == [["w", "B-0"]]
+        state.commit({"w.B-0": 0}, state.token, "b", request_id=1, writer="other")  # its own
+        assert state.get("w") == {"A-0": 0, "B-0": 0}
+    reopened = SharedState.open(tmp_path / "r.db")  # remembered across reopening
+    with reopened, pytest.raises(RequestReused):
+        reopened.commit({"w.C": 1}, reopened.token, "c", request_id=1, writer="shared")
