@@ -144,6 +144,26 @@ async def test_a_database_the_server_lacks_is_refused_at_start(
     assert error.code == "redis_url" and "DB index is out of range" in str(error)
 
 
+@pytest.mark.parametrize(
+    "rules",
+    [
+        ["~app:*", "+@all"],  # keys of another application only
+        ["~*", "+ping", "+hello", "+auth"],  # no command but the handshake's
+    ],
+    ids=["other-keys", "ping-only"],
+)
+async def test_a_user_the_acl_limits_is_refused_at_start(
+    private_redis: RedisServer, postgres_dsn: str, rules: list[str]
+) -> None:
+    """It answered PING, started, and served every client 1011 (NOPERM on each room)."""
+    with redis_sync.Redis(port=private_redis.port, socket_timeout=3) as client:
+        client.acl_setuser("app", enabled=True, passwords=["+apw"], reset_keys=True)
+        client.execute_command("ACL", "SETUSER", "app", *rules)
+    limited = f"redis://app:apw@127.0.0.1:{private_redis.port}/0"
+    error = await start_refused(limited, postgres_dsn)
+    assert error.code == "redis_auth" and "apw" not in str(error)
+
+
 def run_hub(redis: str, postgres: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "sync.cli", "hub", "--insecure", "--port", str(free_port()),

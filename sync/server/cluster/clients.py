@@ -271,7 +271,10 @@ def _has_password(url: str) -> bool:
 
 
 async def probe_redis(client: Redis, url: str | None = None) -> str | None:
-    """Why ``client``'s Redis does not answer a ``PING``, or ``None`` when it does.
+    """Why ``client``'s Redis does not answer, or ``None`` when it does.
+
+    Answering is a ``PING``, then the kinds of command the hub runs (a read, a stream
+    read, a write expiring in a second, a script) on a key of the hub's namespace.
 
     Raises:
         HubConfigError: with ``url`` (the client's), when the server refuses the hub for
@@ -279,9 +282,19 @@ async def probe_redis(client: Redis, url: str | None = None) -> str | None:
     """
     try:
         await client.ping()
+        # a user the server's ACL limits (key patterns, commands) answers PING and then
+        # refuses every room's commands: try the kinds the hub uses on a key of its own
+        await client.exists(_PROBE_KEY)
+        await client.xrevrange(_PROBE_KEY, count=1)
+        await client.set(_PROBE_KEY, b"1", px=1000)
+        await client.eval("return 1", 0)
     except (RedisError, OSError) as exc:
         refusal = redis_refusal(exc, url) if url is not None else None
         if refusal is not None:
             raise refusal from None
         return str(exc) or type(exc).__name__
     return None
+
+
+_PROBE_KEY: Final = "crdt:{crdt-start-probe}:ping"
+"""A key of the hub's namespace (a hash tag of its own) that the start probe touches."""
