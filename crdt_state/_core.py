@@ -259,9 +259,9 @@ class StateCore:
     def _tell(self, change: StateUpdate) -> None:
         """Call every listener with ``change``; one that raises is logged, not propagated.
 
-        The change is made whatever a listener does: it still has to be stored and
+        The change is made and stored whatever a listener does; it still has to be
         answered, so a listener's error (or its write, refused meanwhile) must not
-        stop either.
+        stop that. An interrupt (``KeyboardInterrupt``, ``CancelledError``) propagates.
         """
         self.telling = True
         try:

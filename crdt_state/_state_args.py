@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 
 from .errors import WrongType
+from .paths import lone_surrogate
 from .version import VersionVector
 
 __all__ = ["MAX_AGENT_LENGTH", "check_agent", "check_commit"]
@@ -31,11 +32,14 @@ def check_agent(agent: object) -> None:
         WrongType: with ``details["agent"]``, the repr of what was given (cut short).
     """
     if not _fit(agent):
-        raise WrongType(
-            f"agent must be a non-empty str of at most {MAX_AGENT_LENGTH} characters "
-            f"of Unicode text, not {agent!r:.60}",
-            details={"agent": repr(agent)[:80]},
-        )
+        raise WrongType(_agent_wanted(agent), details={"agent": repr(agent)[:80]})
+
+
+def _agent_wanted(agent: object) -> str:
+    return (
+        f"agent must be a non-empty str of at most {MAX_AGENT_LENGTH} characters "
+        f"of Unicode text, not {agent!r:.60}"
+    )
 
 
 def _fit(agent: object) -> bool:
@@ -45,7 +49,7 @@ def _fit(agent: object) -> bool:
     """
     if not isinstance(agent, str) or not agent or len(agent) > MAX_AGENT_LENGTH:
         return False
-    return agent.isascii() or not any("\ud800" <= c <= "\udfff" for c in agent)
+    return lone_surrogate(agent) is None
 
 
 def check_commit(changes: object, base: object, agent: object) -> None:
@@ -81,8 +85,7 @@ def _check_commit(changes: object, base: object, agent: object) -> None:
         )
     if not _fit(agent):
         raise WrongType(
-            f"agent must be a non-empty str of at most {MAX_AGENT_LENGTH} characters "
-            f"of Unicode text, not {agent!r:.60}",
+            _agent_wanted(agent),
             path=where,
             details={"argument": "agent", "given": repr(agent)[:80]},
         )

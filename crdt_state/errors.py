@@ -236,9 +236,9 @@ class WriteFailed(CrdtStateError, RuntimeError):
 class WriteInListener(CrdtStateError, RuntimeError):
     """A listener of :meth:`SharedState.subscribe` tried to change the state it listens to.
 
-    Listeners are told under the state's lock, before the change is stored: a write
-    from one would be stored out of order. Raised before anything changes (the change
-    being told stands); hand the write to another thread or task instead.
+    Listeners are told under the state's lock, while a change is being made: a write from
+    one would land in the middle of it, out of order. Raised before anything changes (the
+    change being told stands); hand the write to another thread or task instead.
     """
 
     code = "write_in_listener"

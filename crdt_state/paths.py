@@ -13,13 +13,38 @@ fewer ``*``, then the longer pattern.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Final, TypeAlias
 
 from .errors import InvalidPath
 
-__all__ = ["Path", "PathLike", "Pattern", "format_path", "is_prefix", "parse_path", "related"]
+__all__ = [
+    "Path",
+    "PathLike",
+    "Pattern",
+    "format_path",
+    "is_prefix",
+    "lone_surrogate",
+    "parse_path",
+    "related",
+]
+
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def lone_surrogate(text: str) -> str | None:
+    """The first UTF-16 surrogate standing alone in ``text``, or ``None`` (the usual case).
+
+    Such text is not Unicode: neither UTF-8 nor Yjs can hold it, so keys, values and
+    agent names with one are refused before anything stores them.
+    """
+    if text.isascii():
+        return None
+    found = _SURROGATE.search(text)
+    return None if found is None else found.group()
+
 
 Path: TypeAlias = tuple[str, ...]
 PathLike: TypeAlias = "str | tuple[str, ...] | list[str]"
@@ -49,7 +74,7 @@ def parse_path(path: object) -> Path:
             )
         if not key:
             raise InvalidPath("a path key must not be empty", details={"value": repr(path)})
-        if not key.isascii() and any("\ud800" <= c <= "\udfff" for c in key):
+        if lone_surrogate(key) is not None:
             raise InvalidPath(
                 "a path key holds a lone surrogate: not Unicode text",
                 details={"value": ascii(path)[:80]},

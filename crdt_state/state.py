@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
 from . import _durable, _merge
 from ._core import StateCore
@@ -41,8 +41,6 @@ from .transact import Transacting
 from .version import VersionVector
 
 __all__ = ["SharedState", "StateUpdate"]
-
-T = TypeVar("T")
 
 
 class SharedState(StateReads[ModelT], StateExchange, Transacting[ModelT]):

@@ -26,11 +26,10 @@ views.
 from __future__ import annotations
 
 import math
-import re
 from typing import Any, Final
 
 from .errors import PathNotFound, UnsupportedValue, WrongType
-from .paths import Path
+from .paths import Path, lone_surrogate
 
 __all__ = [
     "MAX_DEPTH",
@@ -105,7 +104,7 @@ def _normalize(value: object, path: Path, level: int) -> Any:
     if value is None or isinstance(value, (bool, str)):
         if level > MAX_DEPTH:
             raise _TooDeep
-        if type(value) is str and not value.isascii() and _SURROGATE.search(value):
+        if type(value) is str and lone_surrogate(value) is not None:
             raise _lone_surrogate(path, "a string", value)
         return value
     if isinstance(value, int):
@@ -139,7 +138,7 @@ def _normalize(value: object, path: Path, level: int) -> Any:
                     path=path or None,
                     details={"key": repr(key)},
                 )
-            if not key.isascii() and _SURROGATE.search(key):
+            if lone_surrogate(key) is not None:
                 raise _lone_surrogate(path, "a map key", key)
             out[key] = _normalize(item, (*path, key), level + 1)
         return out
@@ -152,14 +151,10 @@ def _normalize(value: object, path: Path, level: int) -> Any:
     )
 
 
-_SURROGATE: Final = re.compile("[\ud800-\udfff]")
-"""A UTF-16 surrogate on its own: not Unicode text, so neither UTF-8 nor Yjs can hold it."""
-
-
 def _lone_surrogate(path: Path, what: str, text: str) -> UnsupportedValue:
-    at = _SURROGATE.search(text)
+    at = lone_surrogate(text)
     return UnsupportedValue(
-        f"{what} holds a lone surrogate ({ascii(at.group()) if at else '?'}): not Unicode text, "
+        f"{what} holds a lone surrogate ({ascii(at) if at else '?'}): not Unicode text, "
         "so it cannot be stored (decode the bytes it came from with errors='replace')",
         path=path or None,
         details={"value": ascii(text[:60])},

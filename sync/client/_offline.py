@@ -108,7 +108,8 @@ class OfflineStore:
     Raises:
         LocalFileInUse: another client, of this process or another, holds the file.
         LocalFileWrongRoom: the file belongs to another room.
-        OSError: the file cannot be created or opened.
+        LocalFileError: the file cannot be created or opened (a missing directory, not
+            a SQLite file).
 
     When it raises, the file is as it was and not held.
     """
