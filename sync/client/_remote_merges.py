@@ -73,24 +73,12 @@ class RemoteMerges(Generic[ModelT]):
         With a token from :meth:`read`, the changes build on this agent's
         unconfirmed merges that the snapshot showed (they become the chain);
         with any other token (e.g. :attr:`token`), on the confirmed state only.
+        Raises :class:`ConflictError`, :class:`BrokenChain` or :class:`RemoteError`
+        when the merge fails while this call still waits (offline: returns it pending).
         """
         ops = self.replica.prepare(changes)
-        return await self._submit(ops, base, agent or self.agent, resolvers, default)
-
-    async def _submit(
-        self,
-        ops: list[Change],
-        base: VersionVector,
-        agent: str,
-        resolvers_: Mapping[Any, object] | None,
-        default: object | None,
-    ) -> MergeResult:
-        """Queue a merge, send it, and wait for how it ends (or return it as pending).
-
-        Raises :class:`ConflictError`, :class:`BrokenChain` or :class:`RemoteError`
-        when the merge fails while this call still waits.
-        """
-        return await self._outcome(*self._start_merge(ops, base, agent, resolvers_, default))
+        started = self._start_merge(ops, base, agent or self.agent, resolvers, default)
+        return await self._outcome(*started)
 
     def _start_merge(
         self,
