@@ -41,6 +41,7 @@ async def counts(hub: Hub) -> tuple[float, ...]:
             metric(hub, "crdt_state_merges_total", status="ok"),
             metric(hub, "crdt_state_merges_total", status="conflict"),
             metric(hub, "crdt_state_merges_total", status="error"),
+            metric(hub, "crdt_state_merge_errors_total", code="conflict"),
             metric(hub, "crdt_state_conflicts_total", policy="unresolved"),
             metric(hub, "crdt_state_merge_seconds_count"),
             metric(hub, "crdt_state_durable_commit_seconds_count"),
@@ -118,9 +119,10 @@ async def test_each_merge_is_counted_once_where_it_was_answered_and_fed_everywhe
     after_a, after_b = await counts(a), await counts(b)
     delta_a = tuple(x - y for x, y in zip(after_a, before_a, strict=True))
     delta_b = tuple(x - y for x, y in zip(after_b, before_b, strict=True))
-    # ok, conflict (settled), error (refused), unresolved conflicts, latencies, durable ones
-    assert delta_a == (5, 0, 1, 1, 6, 5)
-    assert delta_b == (1, 0, 0, 0, 1, 1)
+    # ok, conflict (settled), error (refused), of it for a conflict, unresolved conflicts,
+    # latencies, durable ones
+    assert delta_a == (5, 0, 1, 1, 1, 6, 5)
+    assert delta_b == (1, 0, 0, 0, 0, 1, 1)
     for feed in feeds:  # both hubs' feeds, whoever judged and whoever answered
         statuses = [m["status"] for m in feed.merges]
         assert statuses == ["ok"] * 6 + ["error"]

@@ -101,7 +101,7 @@ class Inspector:
         if seen is None:
             return
         status, policies, event = seen
-        self.metrics.merge_judged(status, policies, now - started)
+        self.metrics.merge_judged(status, policies, now - started, _error_code(event))
         if status != "error" and durable:
             self.metrics.durable_after(now - started)
         elif status != "error":
@@ -150,7 +150,7 @@ class Inspector:
             return
         status, policies, event = seen
         if counted:
-            self.metrics.merge_judged(status, policies, seconds)
+            self.metrics.merge_judged(status, policies, seconds, _error_code(event))
             if status != "error" and seconds is not None:
                 self.metrics.durable_after(seconds)
         if event is not None:
@@ -307,3 +307,9 @@ def _accepted(frame: bytes) -> bool:
     while pos < len(frame) and frame[pos] & 0x80:  # skip the request id
         pos += 1
     return pos + 1 < len(frame) and frame[pos + 1] == MergeStatus.OK
+
+
+def _error_code(event: dict[str, Any] | None) -> str | None:
+    """The error code of a merge event (``None``: no event, or no error in it)."""
+    error = event.get("error") if event is not None else None
+    return error.get("code") if isinstance(error, dict) else None

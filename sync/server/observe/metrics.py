@@ -7,6 +7,10 @@ in the Prometheus text format by :meth:`HubMetrics.render` for ``GET /metrics``.
 The metrics (all prefixed ``crdt_state_``):
 
 - ``merges_total{status}``: merges judged by the hub, by result (ok, conflict, error);
+- ``merge_errors_total{code}``: the merges of ``status="error"`` (nothing written), by
+  their error's stable code (``conflict`` or ``retry`` for a conflict no policy settled,
+  ``merge_too_large``, ``read_only``, ...), so that an alert on errors can leave ordinary
+  conflicts out;
 - ``conflicts_total{policy}``: conflicts met by those merges, by the policy that settled
   them (``unresolved`` when none did);
 - ``merge_seconds``: time to judge a merge (histogram);
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import re
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, cast
@@ -39,12 +44,27 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
 from websockets.asyncio.server import ServerConnection
 
-__all__ = ["CONTENT_TYPE", "HubMetrics", "LoopCounter", "LoopHistogram"]
+__all__ = ["CONTENT_TYPE", "MAX_ERROR_CODES", "HubMetrics", "LoopCounter", "LoopHistogram"]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 """The media type of :meth:`HubMetrics.render`'s output."""
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+MAX_ERROR_CODES = 64
+"""Most ``code`` values of ``merge_errors_total``: ``MAX_ERROR_CODES - 1`` codes, then ``other``."""
+
+_ERROR_CODE = re.compile(r"[a-z][a-z0-9_]{0,47}")
+
+
+def _error_label(code: str | None, known: dict[str, list[float]]) -> str:
+    """The ``code`` label of a merge error: the code itself if it is a stable code's shape."""
+    if code is None or _ERROR_CODE.fullmatch(code) is None:
+        return "other"
+    if code not in known and len(known) - ("other" in known) >= MAX_ERROR_CODES - 1:
+        return "other"  # MAX_ERROR_CODES - 1 codes kept apart, and "other"
+    return code
 
 
 def _created_series() -> bool:
@@ -206,6 +226,12 @@ class HubMetrics:
         self.merges = LoopCounter(
             "crdt_state_merges", "Merges judged by the hub, by result.", "status", registry=r
         )
+        self.merge_errors = LoopCounter(
+            "crdt_state_merge_errors",
+            "Merges that wrote nothing, by their error's code.",
+            "code",
+            registry=r,
+        )
         self.conflicts = Counter(
             "crdt_state_conflicts",
             "Conflicts met by judged merges, by the policy that settled them.",
@@ -250,12 +276,23 @@ class HubMetrics:
         )
 
     # -- what the hub calls -------------------------------------------------------------
-    def merge_judged(self, status: str, policies: list[str], seconds: float | None) -> None:
+    def merge_judged(
+        self,
+        status: str,
+        policies: list[str],
+        seconds: float | None,
+        error_code: str | None = None,
+    ) -> None:
         """Count one judged merge (``status``: ok/conflict/error) and its conflicts' policies.
 
-        ``seconds`` (its latency) is observed unless ``None`` (unknown). Event-loop thread.
+        ``seconds`` (its latency) is observed unless ``None`` (unknown). ``error_code``: the
+        code of an ``error`` result (counted under ``merge_errors_total``; a code that is not
+        a short lower-case word, or one past the :data:`MAX_ERROR_CODES` first kinds, counts
+        as ``other``, so the label's values stay few). Event-loop thread.
         """
         self.merges.child(status)[0] += 1
+        if status == "error":
+            self.merge_errors.child(_error_label(error_code, self.merge_errors.children))[0] += 1
         for policy in policies:
             self.conflicts.labels(policy=policy).inc()
         if seconds is not None:

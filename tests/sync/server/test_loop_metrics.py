@@ -31,6 +31,9 @@ class _Reference:
         self.registry = r = CollectorRegistry(auto_describe=True)
         self.merges = Counter("crdt_state_merges", "Merges judged by the hub, by result.",
                               ["status"], registry=r)  # fmt: skip
+        self.merge_errors = Counter("crdt_state_merge_errors",
+                                    "Merges that wrote nothing, by their error's code.",
+                                    ["code"], registry=r)  # fmt: skip
         self.conflicts = Counter(
             "crdt_state_conflicts",
             "Conflicts met by judged merges, by the policy that settled them.",
@@ -61,8 +64,12 @@ class _Reference:
         self.refused = Counter("crdt_state_refused_connections", "Handshakes refused, by reason.",
                                ["reason"], registry=r)  # fmt: skip
 
-    def merge_judged(self, status: str, policies: list[str], seconds: float | None) -> None:
+    def merge_judged(
+        self, status: str, policies: list[str], seconds: float | None, code: str | None
+    ) -> None:
         self.merges.labels(status=status).inc()
+        if status == "error":
+            self.merge_errors.labels(code=code or "other").inc()
         for policy in policies:
             self.conflicts.labels(policy=policy).inc()
         if seconds is not None:
@@ -88,6 +95,7 @@ _event = st.one_of(
         st.sampled_from(["ok", "conflict", "error"]),
         st.lists(st.sampled_from(["counter", "unresolved", "lww"]), max_size=3),
         _seconds,
+        st.sampled_from(["conflict", "merge_too_large", None]),
     ),
     st.tuples(st.just("durable"), st.floats(allow_nan=False, width=64)),
     st.tuples(st.just("received"), st.integers(0, 1 << 20)),

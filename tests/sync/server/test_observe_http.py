@@ -21,7 +21,7 @@ from hubs import SECRET, eventually
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from crdt_state import resolvers
+from crdt_state import ConflictError, resolvers
 from sync.client.remote import connect
 from sync.server.auth import mint_token
 from sync.server.hub import Hub
@@ -29,6 +29,7 @@ from sync.server.limits import Limits
 from sync.server.observe import routes
 from sync.server.observe.feed import ROOM_UNLOADED
 from sync.server.observe.inspector import NO_SUCH_ROOM
+from sync.server.observe.metrics import MAX_ERROR_CODES, HubMetrics
 from sync.wire.errors import RemoteError
 
 
@@ -301,3 +302,45 @@ async def test_merges_refused_by_a_limit_are_counted_as_errors() -> None:
         text = (await get(hub, "/metrics"))[2].decode()
         assert metric(text, "crdt_state_merges_total", status="ok") == 1
         assert metric(text, "crdt_state_merges_total", status="error") == 1
+        assert metric(text, "crdt_state_merge_errors_total", code="merge_too_large") == 1
+
+
+async def test_merge_errors_tell_unresolved_conflicts_from_other_errors() -> None:
+    """An alert on merge errors can leave ordinary conflicts out: each error is counted
+    under its stable code."""
+    async with Hub(port=0, limits=Limits(max_merge_changes=2)) as hub:
+        async with connect(hub.url("m"), agent="a") as a:
+            await a.acommit({"n": 1}, a.token)
+            base = a.token
+            await a.acommit({"n": 2}, base)
+            with pytest.raises(ConflictError):  # no policy for "n": nothing written
+                await a.acommit({"n": 3}, base)
+            with pytest.raises(RemoteError) as info:
+                await a.acommit({"x": 1, "y": 2, "z": 3}, a.token)
+            assert info.value.code == "merge_too_many_changes"
+        text = (await get(hub, "/metrics"))[2].decode()
+    assert metric(text, "crdt_state_merges_total", status="error") == 2
+    assert metric(text, "crdt_state_merge_errors_total", code="conflict") == 1
+    assert metric(text, "crdt_state_merge_errors_total", code="merge_too_many_changes") == 1
+    errors = [x for x in text.splitlines() if x.startswith("crdt_state_merge_errors_total")]
+    assert len(errors) == 2
+
+
+def test_merge_error_codes_stay_few_whatever_the_codes() -> None:
+    """Codes of an odd shape, and kinds past the first ``MAX_ERROR_CODES - 1``, count as
+    ``other``: the label's values stay bounded."""
+    metrics = HubMetrics()
+    for i in range(MAX_ERROR_CODES + 10):
+        metrics.merge_judged("error", [], None, f"code_{i}")
+    for odd in ("Bad Code", "x" * 49, "", None, 'a"b', "\u00e9t\u00e9"):
+        metrics.merge_judged("error", [], None, odd)
+    metrics.merge_judged("error", [], None, "code_3")  # a code already counted stays itself
+    metrics.merge_judged("ok", [], None, "ignored")
+    text = metrics.render().decode()
+    lines = [x for x in text.splitlines() if x.startswith("crdt_state_merge_errors_total")]
+    assert len(lines) == MAX_ERROR_CODES
+    assert metric(text, "crdt_state_merge_errors_total", code="code_3") == 2
+    assert metric(text, "crdt_state_merge_errors_total", code="code_62") == 1
+    assert metric(text, "crdt_state_merge_errors_total", code="code_63") == 0
+    assert metric(text, "crdt_state_merge_errors_total", code="other") == 11 + 6
+    assert metric(text, "crdt_state_merges_total", status="error") == MAX_ERROR_CODES + 17
