@@ -33,7 +33,6 @@ from sync.server._sending import close_later, close_reading, pump
 from sync.server.limits import Limits
 from sync.server.peer import (
     EMPTY_UPDATE,
-    READ_ONLY,
     AwarenessQueried,
     AwarenessReceived,
     HubPeer,
@@ -241,9 +240,7 @@ class HubConnections:
             for payload in room.awareness.values():
                 session.enqueue(p.encode_awareness(payload))
         elif isinstance(event, MergeDenied):  # the connection stays open for reads
-            reason = "read-only token: merges are refused"
-            frame = refused_reply(event.request, room.state, READ_ONLY, reason)
-            self._desk.refuse(room, session, frame)
+            self._desk.refuse_read_only(room, session, event)
         elif self._cluster is not None:
             session.agent = event.request.agent or session.agent
             refusal = limits_refusal(event.request, self.limits)

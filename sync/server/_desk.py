@@ -126,8 +126,7 @@ class MergeDesk:
         session.unsent = None
         try:
             if isinstance(event, MergeDenied):
-                reason = "read-only token: merges are refused"
-                room.reply(session, refused_reply(event.request, room.state, READ_ONLY, reason))
+                self.refuse_read_only(room, session, event)
             else:
                 session.unsent = self.merge(room, session, event.request)
         except Exception:
@@ -144,6 +143,11 @@ class MergeDesk:
         """
         room.reply(session, frame)
         self.inspector.merge_judged(room, session.label, frame, time.perf_counter())
+
+    def refuse_read_only(self, room: Room, session: Session, event: MergeDenied) -> None:
+        """Refuse the merge a read-only session sent (:meth:`refuse`: counted, shown)."""
+        reason = "read-only token: merges are refused"
+        self.refuse(room, session, refused_reply(event.request, room.state, READ_ONLY, reason))
 
     def merge(
         self, room: Room, session: Session, request: p.MergeRequest

@@ -30,7 +30,7 @@ from sync.server.observe import routes
 from sync.server.observe.feed import ROOM_UNLOADED
 from sync.server.observe.inspector import NO_SUCH_ROOM
 from sync.server.observe.metrics import MAX_ERROR_CODES, HubMetrics
-from sync.wire.errors import RemoteError
+from sync.wire.errors import RemoteError, WriteDenied
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -344,3 +344,16 @@ def test_merge_error_codes_stay_few_whatever_the_codes() -> None:
     assert metric(text, "crdt_state_merge_errors_total", code="code_63") == 0
     assert metric(text, "crdt_state_merge_errors_total", code="other") == 11 + 6
     assert metric(text, "crdt_state_merges_total", status="error") == MAX_ERROR_CODES + 17
+
+
+async def test_merges_of_a_read_only_token_are_counted_as_errors() -> None:
+    """Found as a user: the merge desk's path answered ``read_only`` without counting it."""
+    async with Hub(port=0, secret=SECRET) as hub:
+        token = mint_token(SECRET, "r", "read", 60)
+        async with connect(hub.url("r"), agent="ro", token=token) as ro:
+            with pytest.raises(WriteDenied):
+                async with ro.fork() as branch:
+                    branch.set("x", 1)
+        text = (await get(hub, "/metrics"))[2].decode()
+    assert metric(text, "crdt_state_merges_total", status="error") == 1
+    assert metric(text, "crdt_state_merge_errors_total", code="read_only") == 1
