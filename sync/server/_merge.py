@@ -168,8 +168,15 @@ def _refusal(exc: Exception, request: p.MergeRequest, state: SharedState, agent:
 
 
 def _report_to_client(conflict: Conflict) -> NoReturn:
-    """The hub's default policy: leave the conflict to the merging client's policies."""
+    """The hub's default policy: leave the conflict to the merging client's policies.
+
+    Recorded (the room's conflict audit, the inspector) as ``raise_conflict``, the name an
+    in-process state gives the same refusal, not as this private function.
+    """
     raise Escalation(False, "left to the merging client")
+
+
+_report_to_client.__name__ = "raise_conflict"
 
 
 def unsettled_default(state: SharedState) -> object | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+from pathlib import Path
 
 import pytest
 from websockets.asyncio.client import connect as ws_connect
@@ -140,3 +141,28 @@ async def test_an_unknown_policy_name_from_a_raw_client_is_left_to_it() -> None:
                 else:
                     assert message.status is p.MergeStatus.CONFLICT
         assert state.get("n") == 2
+
+
+async def test_a_conflict_left_to_the_client_is_audited_as_an_in_process_refusal(
+    tmp_path: Path,
+) -> None:
+    """Found as a user: the room's audit named the hub's private policy function."""
+    async with Hub(port=0, db=tmp_path / "rooms") as hub:
+        async with connect(hub.url("r"), agent="a") as a, connect(hub.url("r"), agent="b") as b:
+            first, second = a.fork(), b.fork()
+            first.set("x", 1)
+            second.set("x", 2)
+            await first.amerge()
+            with pytest.raises(ConflictError):
+                await second.amerge()
+        hub_policies = [c.policy for c in hub.rooms["r"].state.conflicts()]
+    local = SharedState.open(tmp_path / "local.db")
+    one, two = local.fork("a"), local.fork("b")
+    one.set("x", 1)
+    two.set("x", 2)
+    one.merge()
+    with pytest.raises(ConflictError):
+        two.merge()
+    local_policies = [c.policy for c in local.conflicts()]
+    local.close()
+    assert hub_policies == local_policies == ["raise_conflict"]
