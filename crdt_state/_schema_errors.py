@@ -14,15 +14,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from ._schema_slots import Slot, error_entry
-from .errors import SchemaError
+from .errors import SchemaError, UnsupportedValue
 from .paths import Path
 from .values import normalize
 
 __all__ = [
     "BY_NAME",
     "dump",
+    "first_difference",
     "pydantic_errors",
     "refused_extras",
     "schema_error",
@@ -65,9 +67,97 @@ def validate_input(slot: Slot, value: Any, path: Path, loc: tuple[Any, ...] = ()
 
 
 def dump(slot: Slot, validated: Any, path: Path, level: int | None = None) -> Any:
-    """The stored (JSON) form of ``validated``, normalised like any value at ``path``."""
-    data = slot.adapter.dump_python(validated, mode="json", by_alias=False, warnings=False)
-    return normalize(data, path, level=level)
+    """The stored (JSON) form of ``validated``, normalised like any value at ``path``.
+
+    The stored form must read back as what was written: a value that JSON would turn into
+    something else (a ``datetime`` or a ``set`` inside a ``dict[str, Any]`` field comes
+    back as a ``str`` or a ``list``; a type whose serializer loses information) is refused
+    with :class:`~crdt_state.errors.UnsupportedValue` naming where, as a plain ``Any`` field
+    refuses it. Lists for tuples, ints for whole floats and an enum's value for the member
+    read back as written (they compare equal).
+    """
+    try:
+        data = slot.adapter.dump_python(validated, mode="json", by_alias=False, warnings=False)
+    except (PydanticSerializationError, UnicodeError, ValueError, TypeError) as exc:
+        raise UnsupportedValue(
+            f"cannot be stored as JSON data: {_first_line(exc)}",
+            path=path or None,
+            details={"type": type(validated).__name__},
+        ) from None
+    stored = normalize(data, path, level=level)
+    if slot.untyped_inside:  # elsewhere the type reads the stored form back as written
+        _check_reads_back(slot, validated, stored, path)
+    return stored
+
+
+def _check_reads_back(slot: Slot, validated: Any, stored: Any, path: Path) -> None:
+    """Raise :class:`UnsupportedValue` unless ``stored`` validates back to ``validated``."""
+    try:
+        back = validate_input(slot, stored, path)
+    except SchemaError as exc:
+        raise UnsupportedValue(
+            "its stored JSON form does not read back as its type",
+            path=path or None,
+            details={"errors": exc.errors},
+        ) from None
+    wrote = slot.adapter.dump_python(validated, by_alias=False, warnings=False)
+    read = slot.adapter.dump_python(back, by_alias=False, warnings=False)
+    found = first_difference(wrote, read)
+    if found is None:
+        return
+    loc, was, now = found
+    where = f"at {_show_loc((*path, *loc))} " if loc else ""
+    raise UnsupportedValue(
+        f"the {type(was).__name__} {where}would be stored as JSON and read back as a "
+        f"{type(now).__name__} ({_short(now)}); give the field a type that says what it "
+        "holds (e.g. dict[str, datetime]) or store JSON data",
+        path=path or None,
+        details={"at": list(loc), "type": type(was).__name__, "reads_back_as": type(now).__name__},
+    )
+
+
+def first_difference(
+    a: Any, b: Any, loc: tuple[Any, ...] = ()
+) -> tuple[tuple[Any, ...], Any, Any] | None:
+    """Where plain Python data ``a`` and ``b`` first differ: ``(loc, a's, b's)``; ``None``.
+
+    Equal: mappings with the same keys and equal values, lists and tuples with equal items
+    (a tuple reads back as a list), numbers of equal value (an int for a whole float),
+    strings of equal text (an enum member of ``str`` for its value), bools and ``None``
+    only as themselves; anything else when of one type and ``==``.
+    """
+    if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None:
+        same = type(a) is type(b) and a == b
+    elif isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            key = next(iter(a.keys() ^ b.keys()))
+            return (*loc, key), a.get(key), b.get(key)
+        for key, item in a.items():
+            found = first_difference(item, b[key], (*loc, key))
+            if found is not None:
+                return found
+        return None
+    elif isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if len(a) != len(b):
+            return loc, a, b
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            found = first_difference(x, y, (*loc, i))
+            if found is not None:
+                return found
+        return None
+    elif _both(a, b, (int, float)) or _both(a, b, str):
+        same = a == b
+    else:
+        same = type(a) is type(b) and bool(a == b)
+    return None if same else (loc, a, b)
+
+
+def _both(a: Any, b: Any, kind: type | tuple[type, ...]) -> bool:
+    return isinstance(a, kind) and isinstance(b, kind)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
 
 
 def pydantic_errors(exc: ValidationError, prefix: tuple[Any, ...]) -> list[dict[str, Any]]:

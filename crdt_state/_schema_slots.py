@@ -32,7 +32,7 @@ import types
 import typing
 from dataclasses import dataclass
 from dataclasses import field as dc_field
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Any, Final, Literal, TypeAlias
 
 from pydantic import BaseModel, PydanticUserError, RootModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
@@ -98,6 +98,33 @@ def unwrap(annotation: Any) -> tuple[Any, list[Any], bool]:
         return tp, metadata, optional
 
 
+_UNTYPED: Final = (Any, object, dict, list, tuple, set, frozenset)
+"""Annotations whose values pydantic keeps as they are (no type to read them back as)."""
+
+
+def holds_any(annotation: Any, seen: frozenset[int] = frozenset()) -> bool:
+    """Whether a value of ``annotation`` may hold values of no declared type.
+
+    ``Any``, ``object`` and bare containers anywhere inside, through ``Optional``,
+    ``Annotated``, unions, generic arguments and the fields of nested models: there a
+    ``datetime`` is kept as given and would be stored as its JSON text (see
+    :func:`~crdt_state._schema_errors.dump`).
+    """
+    if any(annotation is u for u in _UNTYPED):
+        return True
+    if id(annotation) in seen:
+        return False
+    seen = seen | {id(annotation)}
+    if type(annotation).__name__ == "TypeAliasType":
+        return holds_any(annotation.__value__, seen)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return any(holds_any(f.annotation, seen) for f in annotation.model_fields.values())
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is Annotated:
+        args = args[:1]
+    return any(holds_any(a, seen) for a in args if a is not Ellipsis)
+
+
 def _type_name(tp: Any) -> str:
     if isinstance(tp, type):
         return tp.__name__
@@ -128,6 +155,7 @@ class Slot:
     metadata: list[Any] = dc_field(default_factory=list)
     _children: dict[str, Slot] = dc_field(default_factory=dict, repr=False)
     _adapter: TypeAdapter[Any] | None = dc_field(default=None, repr=False)
+    _untyped: bool | None = dc_field(default=None, repr=False)
 
     @classmethod
     def make(
@@ -174,6 +202,13 @@ class Slot:
             decorators = self.core.__pydantic_decorators__
             return any(getattr(decorators, name, None) for name in _VALIDATOR_KINDS)
         return False
+
+    @property
+    def untyped_inside(self) -> bool:
+        """Whether values here may hold values of no declared type (:func:`holds_any`)."""
+        if self._untyped is None:
+            self._untyped = holds_any(self.annotation)
+        return self._untyped
 
     @property
     def plain_list(self) -> bool:
