@@ -72,7 +72,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from _procs import cpu_seconds, pin, thread_cpu
@@ -83,6 +83,9 @@ from websockets.asyncio.client import connect as ws_connect
 
 from sync import ChangeKind, WireChange, connect
 from sync.wire import protocol
+
+if TYPE_CHECKING:
+    from sync.server.cluster.keys import KeySpace
 
 ROOMS = f"bench-{secrets.token_hex(3)}"
 """This run's room names (``ROOMS/r0``...): runs sharing a PostgreSQL server stay apart."""
@@ -226,6 +229,15 @@ async def server_counters(servers: Servers) -> tuple[int, int]:
     return calls, int(row[0]) if row is not None else 0
 
 
+async def key_space(dsn: str) -> KeySpace:
+    """The cluster's Redis key space: named by the id its database holds (hubs migrated it)."""
+    from sync.server.cluster.keys import KeySpace
+    from sync.server.cluster.schema import cluster_id
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        return KeySpace(await cluster_id(conn))
+
+
 async def owners(servers: Servers, hubs: list[HubProc], rooms: int) -> str:
     """Rooms each hub owns now, most first (``20/0/0``: one owner), from the lease keys.
 
@@ -237,9 +249,10 @@ async def owners(servers: Servers, hubs: list[HubProc], rooms: int) -> str:
     from sync.server.cluster.clients import redis_client
     from sync.server.cluster.lease import lease_holder
 
+    space = await key_space(servers.dsn)
     client = redis_client(servers.redis_url)
     try:
-        holders = [await lease_holder(client, f"{ROOMS}/r{r}") for r in range(rooms)]
+        holders = [await lease_holder(client, f"{ROOMS}/r{r}", space) for r in range(rooms)]
     finally:
         await client.aclose()
     counts = dict.fromkeys((h.proc.pid for h in hubs), 0)
@@ -663,8 +676,9 @@ async def failover(
     from sync.server.cluster.clients import redis_client
     from sync.server.cluster.lease import lease_holder
 
+    space = await key_space(servers.dsn)
     client = redis_client(servers.redis_url)
-    token = await lease_holder(client, f"{ROOMS}/r0")
+    token = await lease_holder(client, f"{ROOMS}/r0", space)
     await client.aclose()
     pid = int((token or "x:0:").split("#")[0].split(":")[1])
     victim = next((h for h in hubs if h.proc.pid == pid), hubs[0])

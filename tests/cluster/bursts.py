@@ -13,6 +13,7 @@ import asyncio
 import itertools
 import time
 
+import psycopg
 import redis as redis_sync
 from hub_procs import HubCluster, HubProcess
 
@@ -20,13 +21,15 @@ from crdt_state import resolvers
 from crdt_state.postgres import load_stored
 from sync import connect
 from sync.client import RemoteState
-from sync.server.cluster import room_key
+from sync.server.cluster import KeySpace
+from sync.server.cluster.keys import OWNER
 
 __all__ = [
     "COUNTER",
     "Burst",
     "assert_counted_once",
     "final_counter",
+    "key_space",
     "owner_of",
     "report",
     "run_burst",
@@ -37,11 +40,20 @@ __all__ = [
 COUNTER = {"calls": resolvers.counter}
 
 
+def key_space(dsn: str) -> KeySpace:
+    """The Redis key space of the cluster whose hubs keep their rooms in ``dsn``."""
+    with psycopg.connect(dsn, connect_timeout=5) as conn:
+        row = conn.execute("SELECT id FROM crdt_cluster").fetchone()
+    assert row is not None, "the database has no cluster id: no hub migrated it yet"
+    return KeySpace(str(row[0]))
+
+
 def owner_of(redis_url: str, room: str, hubs: HubCluster) -> HubProcess | None:
     """The hub process holding ``room``'s lease (its pid is in the lease token)."""
+    key = key_space(hubs[0].postgres).key(room, OWNER)
     client = redis_sync.Redis.from_url(redis_url, socket_timeout=2)
     try:
-        token = client.get(room_key(room, "owner"))
+        token = client.get(key)
     finally:
         client.close()
     if token is None:

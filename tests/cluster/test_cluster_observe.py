@@ -21,7 +21,6 @@ from websockets.exceptions import ConnectionClosed
 
 from crdt_state import ConflictError
 from sync import Hub, connect
-from sync.server.cluster.keys import room_key
 from sync.server.observe.inspector import NO_SUCH_ROOM
 
 pytestmark = pytest.mark.slow
@@ -84,14 +83,13 @@ async def test_each_merge_is_counted_once_where_it_was_answered_and_fed_everywhe
 ) -> None:
     a, b = hubs
     room = f"observe/{first}"
-    owner_key = room_key(room, "owner")
     opener = hubs[first]
     async with connect(opener.url(room), agent="opener") as agent:  # the room's first hub
         await agent.acommit({"opened": True}, agent.token)
     node = opener._cluster
     assert node is not None
     redis = node.redis
-    holder = await redis.get(owner_key)
+    holder = await redis.get(node.key_space.key(room, "owner"))
     assert not isinstance(holder, str)  # bytes or None: a client without decode_responses
     assert holder is not None and holder.decode().startswith(node.hub_id)  # it owns the room
     before_a, before_b = await counts(a), await counts(b)

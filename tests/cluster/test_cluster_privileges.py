@@ -49,7 +49,7 @@ from sync.server.cluster.grants import (
 )
 
 HUB_GRANTS = (
-    "GRANT SELECT ON crdt_schema, crdt_store_schema TO {role}",
+    "GRANT SELECT ON crdt_schema, crdt_cluster, crdt_store_schema TO {role}",
     "GRANT SELECT, INSERT, UPDATE ON crdt_rooms TO {role}",
     "GRANT SELECT, INSERT, UPDATE, DELETE ON crdt_store_snapshot, crdt_store_log,"
     " crdt_store_blame, crdt_store_conflicts, crdt_store_requests TO {role}",
@@ -145,7 +145,7 @@ async def test_a_missing_privilege_is_named_at_start(database: Database, redis_u
 async def test_missing_store_tables_need_create(database: Database, redis_url: str) -> None:
     await database.migrate_as_owner(store=False)  # no room opened yet
     database.run(
-        "GRANT SELECT ON crdt_schema TO {role}",
+        "GRANT SELECT ON crdt_schema, crdt_cluster TO {role}",
         "GRANT SELECT, INSERT, UPDATE ON crdt_rooms TO {role}",
     )
     hub = Hub(port=0, redis=redis_url, postgres=database.hub)

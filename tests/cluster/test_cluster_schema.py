@@ -1,4 +1,5 @@
-"""The cluster's PostgreSQL migrations: idempotent, concurrent-safe, refusing newer schemas."""
+"""The cluster's PostgreSQL migrations: idempotent, concurrent-safe, refusing newer schemas;
+the cluster's id (its Redis key space) made once per database."""
 
 from __future__ import annotations
 
@@ -11,7 +12,15 @@ from cluster_servers import create_database, drop_database, postgres_admin_dsn
 from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
-from sync.server.cluster import MIGRATIONS, ClusterSchemaError, Migration, migrate, schema_version
+from sync.server.cluster import (
+    MIGRATIONS,
+    ClusterSchemaError,
+    KeySpace,
+    Migration,
+    cluster_id,
+    migrate,
+    schema_version,
+)
 from sync.server.cluster.schema import check_migrations
 
 
@@ -42,8 +51,8 @@ async def test_migrate_creates_the_schema_once(fresh_dsn: str) -> None:
     async with await AsyncConnection.connect(fresh_dsn, autocommit=True) as conn:
         assert await schema_version(conn) == 0
         newest = len(MIGRATIONS)
-        assert await migrate(conn) == newest == 3
-        assert await tables(conn) == {"crdt_rooms", "crdt_schema"}
+        assert await migrate(conn) == newest == 4
+        assert await tables(conn) == {"crdt_rooms", "crdt_schema", "crdt_cluster"}
         await conn.execute("INSERT INTO crdt_rooms (room, fence, owner) VALUES ('r', 7, 'x')")
         assert await migrate(conn) == newest  # a second run changes nothing
         cur = await conn.execute("SELECT room, fence, stream_position FROM crdt_rooms")
@@ -102,3 +111,49 @@ async def test_migrate_refuses_a_connection_inside_a_transaction(fresh_dsn: str)
 def test_migration_lists_must_count_from_one(migrations: tuple[Migration, ...]) -> None:
     with pytest.raises(ValueError):
         check_migrations(migrations)
+
+
+async def test_a_new_database_gets_one_cluster_id_kept_by_later_migrations(fresh_dsn: str) -> None:
+    async with await AsyncConnection.connect(fresh_dsn, autocommit=True) as conn:
+        await migrate(conn)
+        cur = await conn.execute("SELECT id, created_at FROM crdt_cluster")
+        rows = await cur.fetchall()
+        assert len(rows) == 1 and rows[0][1] is not None
+        found = await cluster_id(conn)
+        assert found == rows[0][0] and len(found) == 16
+        assert int(found, 16) >= 0  # hex digits
+        assert KeySpace(found).key("main", "in") == f"crdt:{found}:{{main}}:in"
+        assert await migrate(conn) == len(MIGRATIONS)  # a second run changes nothing
+        assert await cluster_id(conn) == found
+    async with await AsyncConnection.connect(fresh_dsn, autocommit=True) as other:
+        assert await cluster_id(other) == found  # another hub reads the same
+
+
+async def test_two_databases_get_different_cluster_ids(fresh_dsn: str) -> None:
+    admin = postgres_admin_dsn()
+    second = create_database(admin)
+    try:
+        ids = []
+        for dsn in (fresh_dsn, second):
+            async with await AsyncConnection.connect(dsn, autocommit=True) as conn:
+                await migrate(conn)
+                ids.append(await cluster_id(conn))
+        assert ids[0] != ids[1]
+    finally:
+        drop_database(admin, second)
+
+
+async def test_the_cluster_table_holds_one_usable_id(fresh_dsn: str) -> None:
+    async with await AsyncConnection.connect(fresh_dsn, autocommit=True) as conn:
+        await migrate(conn)
+        with pytest.raises(psycopg.errors.UniqueViolation):  # one row, whatever its id
+            await conn.execute("INSERT INTO crdt_cluster (id) VALUES ('another')")
+        with pytest.raises(psycopg.errors.CheckViolation):  # nothing that confuses keys
+            await conn.execute("UPDATE crdt_cluster SET id = 'a:{b}'")
+        await conn.execute("UPDATE crdt_cluster SET id = 'staging-copy'")  # a copy renamed
+        assert await cluster_id(conn) == "staging-copy"
+        await conn.execute("DELETE FROM crdt_cluster")
+        with pytest.raises(ClusterSchemaError) as caught:
+            await cluster_id(conn)
+        assert caught.value.code == "cluster_schema"
+        assert caught.value.details == {"cluster_id": None}

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from psycopg.rows import TupleRow
 from redis.asyncio import Redis
 
-from sync.server.cluster import Fenced, room_key
+from sync.server.cluster import Fenced, KeySpace, room_key
 from sync.server.cluster.keys import parse_room_key
 from sync.server.cluster.link import Link
 from sync.server.cluster.pgsessions import depose, judge_dsn, judge_name
@@ -271,6 +271,32 @@ def test_stream_keys_as_bytes_are_the_room_keys(room: str) -> None:
         key = stream_key(room, part)
         assert key == room_key(room, part).encode()
         assert parse_room_key(key.decode()) == (room, part)
+
+
+async def test_a_read_in_a_key_space_reads_that_clusters_streams_only(redis: Redis) -> None:
+    """The same room in two clusters' spaces and the default one: three streams, each read
+    by its own space (the remembered keys are the space's too)."""
+    room = "streams/spaced"
+    spaces = [KeySpace(), KeySpace("c1"), KeySpace("c2")]
+    keys = [space.key(room, "out") for space in spaces]
+    await redis.delete(*keys)
+    try:
+        for n, key in enumerate(keys):
+            await redis.xadd(key, {"e": str(n)})
+        link = Link(redis)
+        try:
+            for n, space in enumerate(spaces):
+                assert stream_key(room, "out", space) == keys[n].encode()
+                got = await read_rooms(
+                    link, {room: "0-0"}, "out", count=10, block=0.01, space=space
+                )
+                assert [(name, [f[b"e"] for _, f in e]) for name, e in got] == [
+                    (room, [str(n).encode()])
+                ]
+        finally:
+            await link.aclose()
+    finally:
+        await redis.delete(*keys)
 
 
 async def test_one_read_over_rooms_names_each_room_by_its_key(redis: Redis) -> None:

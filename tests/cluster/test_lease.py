@@ -14,6 +14,7 @@ from cluster_servers import RedisServer
 from redis.asyncio import Redis
 
 from sync.server.cluster import (
+    KeySpace,
     LeaseKeeper,
     LeaseLost,
     LossReason,
@@ -49,6 +50,20 @@ async def test_only_one_token_holds_a_lease_and_only_it_renews_or_releases(redis
     assert await mine.remaining() is None
     assert not await mine.renew()  # gone: a lost lease is never re-created by renewing
     assert await redis.exists(room_key(room, "owner")) == 0
+
+
+async def test_leases_of_one_room_in_two_key_spaces_are_two_leases(redis: Redis) -> None:
+    room, x, y = new_room(), KeySpace("lease-x"), KeySpace("lease-y")
+    mine = RedisLease(redis, room, new_token("a"), ttl=5, space=x)
+    theirs = RedisLease(redis, room, new_token("b"), ttl=5, space=y)
+    try:
+        assert await mine.acquire() and await theirs.acquire()  # neither sees the other
+        assert mine.key == f"crdt:lease-x:{{{room}}}:owner"
+        assert await lease_holder(redis, room, x) == await mine.holder() == mine.token
+        assert await lease_holder(redis, room, y) == await theirs.holder() == theirs.token
+        assert await lease_holder(redis, room) is None
+    finally:
+        await redis.delete(mine.key, theirs.key)
 
 
 async def test_an_expired_lease_cannot_be_renewed_and_is_free(redis: Redis) -> None:

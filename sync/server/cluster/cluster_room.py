@@ -3,7 +3,7 @@
 Every hub that has the room open follows it and contends for it:
 
 - **following**: the hub's :class:`~sync.server.cluster.follower.Follower` reads
-  ``crdt:{room}:out`` (with every other room's, in one ``XREAD BLOCK``) from where the
+  ``crdt:<cluster>:{room}:out`` (with every other room's, in one ``XREAD BLOCK``) from where the
   replica was loaded and hands the entries of each read to
   :meth:`ClusterRoom.apply_entries`: their updates go to the hub's sessions at once and
   into the room's replica later, as one (:mod:`~sync.server.cluster.backlog`), then the
@@ -246,7 +246,7 @@ class ClusterRoom:
         while not self._stopping:
             await asyncio.sleep(min(0.2, self.node.lease_ttl / 10))
             try:
-                position, entry = await newest_out(self.node.redis, self.name)
+                position, entry = await newest_out(self.node.redis, self.name, self.node.key_space)
             except ClusterUnavailable:
                 continue
             try:
@@ -302,6 +302,7 @@ class ClusterRoom:
                     on_busy=busy,
                     renewals=node.renewals,
                     routine=this_routine,
+                    space=node.key_space,
                 )
             except ClusterError as exc:
                 log.info("room %r: cannot contend (%s)", self.name, exc)
@@ -323,7 +324,7 @@ class ClusterRoom:
         storage = node.storage
         # resume after the last published entry (final: the old owner's publish script
         # needs the lease we hold); read while the judge loads
-        published = asyncio.ensure_future(newest_out(node.redis, self.name))
+        published = asyncio.ensure_future(newest_out(node.redis, self.name, node.key_space))
         try:
             preloaded = await self.preload.take()
             judge = await storage.open_judge(

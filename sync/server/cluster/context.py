@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 if TYPE_CHECKING:
     from sync.server._room import Room, Session
     from sync.server.cluster.inbox import Inbox
+    from sync.server.cluster.keys import KeySpace
     from sync.server.cluster.outbox import Outbox
     from sync.server.cluster.renewals import Renewals
     from sync.server.cluster.storage import RoomStorage
@@ -36,6 +37,14 @@ class NodeContext(Protocol):
     max_document: int
     postgres_dsn: str | None
     merge_answered: MergeAnswered | None
+
+    @property
+    def key_space(self) -> KeySpace:
+        """The cluster's Redis key space, which names every key and channel of a room.
+
+        Its id is read from PostgreSQL as the node starts.
+        """
+        ...
 
     @property
     def redis(self) -> Redis:

@@ -116,7 +116,8 @@ class ClusterSchemaError(ClusterError):
     """The PostgreSQL schema cannot be used by this version (newer, or damaged).
 
     Nothing is changed in the database when this is raised. ``details``: ``found`` and
-    ``known`` schema versions.
+    ``known`` schema versions, or ``cluster_id`` (what ``crdt_cluster`` holds) when the
+    cluster's id is missing or unusable.
     """
 
     code = "cluster_schema"

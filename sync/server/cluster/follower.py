@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Final
 from redis.asyncio import Redis
 
 from sync.server.cluster.clients import CALL_TIMEOUT
+from sync.server.cluster.keys import DEFAULT_SPACE, KeySpace
 from sync.server.cluster.lease import UNAVAILABLE
 from sync.server.cluster.link import Link
 from sync.server.cluster.streamio import end_if_cancelled, later, read_rooms
@@ -57,10 +58,14 @@ class Follower:
             :meth:`run` ends.
         rooms: the hub's open rooms by name (shared with the node: rooms it adds or
             removes are followed or dropped from the next read on).
+        space: the cluster's key space, which names the ``out`` streams.
     """
 
-    def __init__(self, redis: Redis, rooms: dict[str, ClusterRoom]) -> None:
+    def __init__(
+        self, redis: Redis, rooms: dict[str, ClusterRoom], space: KeySpace = DEFAULT_SPACE
+    ) -> None:
         self.redis = redis
+        self.space = space
         self.link = Link(redis)
         self.rooms = rooms
         self.reads = 0
@@ -95,7 +100,9 @@ class Follower:
         try:
             self.reads += 1
             async with asyncio.timeout(BLOCK + CALL_TIMEOUT):  # the client has none
-                got = await read_rooms(self.link, positions, "out", count=COUNT, block=BLOCK)
+                got = await read_rooms(
+                    self.link, positions, "out", count=COUNT, block=BLOCK, space=self.space
+                )
         except UNAVAILABLE as exc:
             log.info("redis unavailable while following (%s): reloading the replicas", exc)
             for room in list(self.rooms.values()):

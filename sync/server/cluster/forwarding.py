@@ -1,7 +1,7 @@
 """The ``XADD`` of a forwarded write, packed from parts computed once per session.
 
 A hub forwards most of its sessions' writes to the rooms' owners on other hubs: each is
-an ``XADD crdt:{room}:in * e <entry>`` whose entry (:mod:`~sync.server.cluster.streams`)
+an ``XADD crdt:<cluster>:{room}:in * e <entry>`` whose entry (:mod:`~sync.server.cluster.streams`)
 starts with the same bytes for every write of one session and kind (format, kind, hub,
 session, agent, writer scope). :class:`InCommands` keeps those bytes, and the command's
 own head, per session and kind, so a write costs one concatenation instead of an
@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Final
 
 from sync.server._room import Session
+from sync.server.cluster.keys import DEFAULT_SPACE, KeySpace
 from sync.server.cluster.link import bulk
 from sync.server.cluster.streamio import stream_key
 from sync.server.cluster.streams import MERGE, UPDATE, in_header
@@ -29,10 +30,12 @@ class InCommands:
 
     Args:
         hub: the hub's id (in every entry: where the owner sends the answer).
+        space: the cluster's key space, which names the ``in`` streams.
     """
 
-    def __init__(self, hub: str) -> None:
+    def __init__(self, hub: str, space: KeySpace = DEFAULT_SPACE) -> None:
         self.hub = hub
+        self.space = space
         self._parts: dict[tuple[str, int, str], tuple[bytes, bytes]] = {}
 
     def command(self, room: str, session: Session, kind: str, data: bytes) -> bytes:
@@ -48,7 +51,7 @@ class InCommands:
         if parts is None:
             if len(self._parts) >= _MAX:
                 self._parts.clear()
-            key = stream_key(room, "in")
+            key = stream_key(room, "in", self.space)
             # XADD key * e <entry>: five bulk strings, the last one made per write below
             head = b"*5\r\n" + b"".join(map(bulk, (b"XADD", key, b"*", b"e")))
             header = in_header(kind, self.hub, session.id, session.label, session.writer)

@@ -5,6 +5,7 @@ migrates them, which takes ``CREATE`` on the schema, or owning the tables it alt
 
 ==========================  =================================================================
 ``crdt_schema``             ``SELECT`` (the cluster's schema version)
+``crdt_cluster``            ``SELECT`` (the cluster's id: its Redis key space)
 ``crdt_rooms``              ``SELECT, INSERT, UPDATE`` (fencing numbers, positions)
 ``crdt_store_schema``       ``SELECT`` (the room store's format version)
 ``crdt_store_snapshot``,    ``SELECT, INSERT, UPDATE, DELETE`` (the rooms' states, written by
@@ -72,6 +73,7 @@ _WRITE: Final = ("SELECT", "INSERT", "UPDATE", "DELETE")
 
 NEEDS: Final[tuple[Need, ...]] = (
     Need("crdt_schema", "table", ("SELECT",)),
+    Need("crdt_cluster", "table", ("SELECT",)),
     Need("crdt_rooms", "table", ("SELECT", "INSERT", "UPDATE")),
     Need("crdt_store_schema", "table", ("SELECT",)),
     *(Need(table, "table", _WRITE) for table in STORE_TABLES),

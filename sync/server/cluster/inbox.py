@@ -27,6 +27,7 @@ from redis.asyncio import Redis
 
 from sync.server.cluster.clients import CALL_TIMEOUT
 from sync.server.cluster.errors import ClusterUnavailable
+from sync.server.cluster.keys import DEFAULT_SPACE, KeySpace
 from sync.server.cluster.lease import UNAVAILABLE
 from sync.server.cluster.link import Link
 from sync.server.cluster.streamio import Entry, end_if_cancelled, read_rooms
@@ -113,10 +114,14 @@ class Inbox:
             its settings (:class:`~sync.server.cluster.link.Link`), closed by
             :meth:`aclose`.
         linger: the pause after a read that found entries (see :data:`LINGER`).
+        space: the cluster's key space, which names the ``in`` streams.
     """
 
-    def __init__(self, redis: Redis, *, linger: float = LINGER) -> None:
+    def __init__(
+        self, redis: Redis, *, linger: float = LINGER, space: KeySpace = DEFAULT_SPACE
+    ) -> None:
         self.redis = redis
+        self.space = space
         self.link = Link(redis)
         self.linger = linger
         self.slots: dict[str, InSlot] = {}
@@ -161,7 +166,9 @@ class Inbox:
         try:
             self.reads += 1
             async with asyncio.timeout(BLOCK + CALL_TIMEOUT):  # the client has none
-                got = await read_rooms(self.link, positions, "in", count=COUNT, block=BLOCK)
+                got = await read_rooms(
+                    self.link, positions, "in", count=COUNT, block=BLOCK, space=self.space
+                )
         except UNAVAILABLE as exc:
             error = ClusterUnavailable("redis", f"redis did not answer: {exc}")
             for slot in reading.values():

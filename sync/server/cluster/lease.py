@@ -1,11 +1,12 @@
 """A room's ownership lease in Redis: ``SET NX PX``, compare-and-extend, compare-and-delete.
 
-The lease is one key, ``crdt:{room}:owner`` (see :mod:`sync.server.cluster.keys`), whose value is
-the holder's *token*: unique per acquisition, so a stale holder can neither renew nor
-delete a later holder's lease, even when both are the same hub. The key expires by itself
-``ttl`` after the last successful acquire or renewal; Redis is the only judge of who holds
-it. The lease alone never makes a write safe (a paused holder may wake up after its key
-expired): writes are guarded by the fencing number, :mod:`sync.server.cluster.fence`.
+The lease is one key, ``crdt:<cluster>:{room}:owner`` (the cluster's key space, see
+:mod:`sync.server.cluster.keys`), whose value is the holder's *token*: unique per
+acquisition, so a stale holder can neither renew nor delete a later holder's lease, even
+when both are the same hub. The key expires by itself ``ttl`` after the last successful
+acquire or renewal; Redis is the only judge of who holds it. The lease alone never makes
+a write safe (a paused holder may wake up after its key expired): writes are guarded by
+the fencing number, :mod:`sync.server.cluster.fence`.
 
 Connection problems (refused, reset, timed out, Redis still loading) are raised as
 :class:`~sync.server.cluster.errors.ClusterUnavailable`; the caller decides whether to retry.
@@ -21,7 +22,7 @@ from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
 from .errors import ClusterUnavailable
-from .keys import OWNER, room_key
+from .keys import DEFAULT_SPACE, OWNER, KeySpace
 
 __all__ = ["LEASE_CALLS", "RENEW", "TAKE", "RedisLease", "Renewer", "lease_holder", "new_token"]
 
@@ -96,11 +97,19 @@ class RedisLease:
     ``ttl`` is in seconds (at least 0.01). ``redis`` is any ``redis.asyncio.Redis``
     (``decode_responses`` either way); give it short socket timeouts and little or no
     retry of its own (see :func:`sync.server.cluster.redis_client`): the lease keeper has
-    deadlines to keep.
+    deadlines to keep. ``space``: the cluster's key space, which names the lease's key
+    (default: :data:`~sync.server.cluster.keys.DEFAULT_SPACE`).
     """
 
     def __init__(
-        self, redis: Redis, room: str, token: str, ttl: float, *, renewals: Renewer | None = None
+        self,
+        redis: Redis,
+        room: str,
+        token: str,
+        ttl: float,
+        *,
+        renewals: Renewer | None = None,
+        space: KeySpace = DEFAULT_SPACE,
     ) -> None:
         if ttl < 0.01:
             raise ValueError(f"lease ttl must be at least 0.01 s, got {ttl!r}")
@@ -111,7 +120,8 @@ class RedisLease:
         self.token: Final = token
         self.ttl: Final = float(ttl)
         self.ttl_ms: Final = max(1, round(ttl * 1000))
-        self.key: Final = room_key(room, OWNER)
+        self.space: Final = space
+        self.key: Final = space.key(room, OWNER)
         self.renewals = renewals
         self._calls = redis.register_script(LEASE_CALLS)
         self._release = redis.register_script(_RELEASE)
@@ -163,7 +173,7 @@ class RedisLease:
 
     async def holder(self) -> str | None:
         """The token currently holding the room's lease, or ``None``."""
-        return await lease_holder(self.redis, self.room)
+        return await lease_holder(self.redis, self.room, self.space)
 
     async def remaining(self) -> float | None:
         """Seconds until the room's lease (whoever holds it) expires, ``None`` if free."""
@@ -171,9 +181,9 @@ class RedisLease:
         return ms / 1000 if ms >= 0 else None
 
 
-async def lease_holder(redis: Redis, room: str) -> str | None:
-    """The token holding ``room``'s lease, or ``None`` when the room has no owner."""
-    value = await _call(redis.get(room_key(room, OWNER)))
+async def lease_holder(redis: Redis, room: str, space: KeySpace = DEFAULT_SPACE) -> str | None:
+    """The token holding ``room``'s lease in key space ``space``, ``None`` if it has no owner."""
+    value = await _call(redis.get(space.key(room, OWNER)))
     if value is None:
         return None
     return value.decode() if isinstance(value, bytes) else str(value)

@@ -10,8 +10,13 @@ limits, the y-websocket protocol, fan-out); the node changes three things:
   appended to the room's ``in`` stream, for the room's owner to judge; the answer comes
   back on ``out`` and is delivered to the session that asked
   (:class:`~sync.server.cluster.writes.Writes`);
-- awareness is published on ``crdt:{room}:awareness`` (Redis pub/sub, ephemeral) and what
-  other hubs publish there is relayed to this hub's sessions.
+- awareness is published on the room's channel (Redis pub/sub, ephemeral) and what
+  other hubs publish there is relayed to this hub's sessions
+  (:class:`~sync.server.cluster.awareness.AwarenessRelay`).
+
+Every key and channel of a room is named in the cluster's key space
+(:class:`~sync.server.cluster.keys.KeySpace`), whose id the node reads from PostgreSQL at
+start: clusters on different databases may share one Redis.
 """
 
 from __future__ import annotations
@@ -28,10 +33,10 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
-from redis.asyncio.client import PubSub
 
 from crdt_state import SharedState
 from sync.server._room import Room, Session
+from sync.server.cluster.awareness import AwarenessRelay
 from sync.server.cluster.clients import (
     check_postgres_dsn,
     check_redis_url,
@@ -48,16 +53,15 @@ from sync.server.cluster.follower import Follower
 from sync.server.cluster.grants import check_privileges
 from sync.server.cluster.inbox import Inbox
 from sync.server.cluster.keeper import GATHER_WINDOW
-from sync.server.cluster.keys import parse_room_key, room_key
+from sync.server.cluster.keys import DEFAULT_SPACE, KeySpace
 from sync.server.cluster.lease import UNAVAILABLE
 from sync.server.cluster.outbox import Outbox
 from sync.server.cluster.owner import newest_out
 from sync.server.cluster.renewals import Renewals
-from sync.server.cluster.schema import migrate
+from sync.server.cluster.schema import cluster_id, migrate
 from sync.server.cluster.stopping import STOP_TIMEOUT, Deadline, closing, end_task
 from sync.server.cluster.storage import RoomStorage
 from sync.server.cluster.writes import Writes
-from sync.wire import protocol as p
 from sync.wire.awareness import removal_update, safe_clients
 
 __all__ = ["ClusterNode"]
@@ -114,13 +118,16 @@ class ClusterNode:
         self.merge_answered: MergeAnswered | None = None
         """Told every merge answer of the rooms (the hub sets its inspector's hook)."""
         self.rooms: dict[str, ClusterRoom] = {}
+        self.key_space = DEFAULT_SPACE
+        """The cluster's Redis key space: read from PostgreSQL at start (the default
+        space for a node without PostgreSQL, on a storage of its own)."""
         self._storage_factory = storage
         self._redis: Redis | None = None
         self._streams: Redis | None = None
         """The client of the outbox, the inbox and the follower (see ``stream_client``)."""
         self._pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
         self._storage: RoomStorage | None = None
-        self._pubsub: PubSub | None = None
+        self._awareness: AwarenessRelay | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._outbox: Outbox | None = None
         self._inbox: Inbox | None = None
@@ -159,6 +166,12 @@ class ClusterNode:
         return self._pool
 
     @property
+    def awareness(self) -> AwarenessRelay:
+        """The awareness channels of the rooms; only valid once started."""
+        assert self._awareness is not None, "the cluster node is not started"
+        return self._awareness
+
+    @property
     def storage(self) -> RoomStorage:
         """Where rooms load their replica and judge states from; only valid once started."""
         assert self._storage is not None, "the cluster node is not started"
@@ -166,12 +179,14 @@ class ClusterNode:
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
-        """Connect to Redis and PostgreSQL and migrate the schema.
+        """Connect to Redis and PostgreSQL, migrate the schema, read the cluster's id.
 
         Raises:
             HubConfigError: the Redis URL or the PostgreSQL DSN cannot be used, Redis
                 refuses the hub (``redis_auth``, ``redis_url``: see ``redis_refusal``), or
                 the PostgreSQL role lacks a privilege (``postgres_privileges``).
+            ClusterSchemaError: the database's schema is newer than this code, or it
+                holds no usable cluster id.
             ClusterUnavailable: PostgreSQL cannot be reached (a Redis that does not
                 answer yet is logged: rooms are served once it does).
         """
@@ -189,7 +204,6 @@ class ClusterNode:
         self._streams = stream_client(self.redis_url)
         self._outbox = Outbox(self._streams)
         self._outbox.start()
-        self._inbox = Inbox(self._streams)  # reads in a loop: a connection of its own
         # a renewal waits up to half the keepers' interval: the keepers of the hub then
         # renew in one or two calls per interval (see renewals.py)
         self._renewals = Renewals(self._redis, self.lease_ttl * GATHER_WINDOW)
@@ -200,6 +214,12 @@ class ClusterNode:
             async with self._pool.connection() as conn:
                 await migrate(conn)
                 await check_privileges(conn)
+                self.key_space = KeySpace(await cluster_id(conn))
+        # reads in a loop: a connection of its own
+        self._inbox = Inbox(self._streams, space=self.key_space)
+        self._awareness = AwarenessRelay(
+            self._redis, self._outbox, self.hub_id, self.rooms, self.key_space
+        )
         if self._storage_factory is not None:
             self._storage = self._storage_factory(self)
         else:
@@ -207,13 +227,13 @@ class ClusterNode:
 
             self._storage = PostgresRoomStorage(self)
         self._tasks = [
-            asyncio.create_task(self._relay_awareness(), name="cluster awareness"),
+            asyncio.create_task(self._awareness.run(), name="cluster awareness"),
             asyncio.create_task(self.writes.watch_answers(), name="cluster answers"),
             asyncio.create_task(self._watch_redis(), name="cluster redis"),
             asyncio.create_task(self._follow(), name="cluster follower"),
             asyncio.create_task(self._read_in(), name="cluster inbox"),
         ]
-        log.info("hub %s joined the cluster", self.hub_id)
+        log.info("hub %s joined the cluster (%s)", self.hub_id, self.key_space)
 
     async def stop(self) -> list[str]:
         """Stop every room's tasks (giving up owned rooms) and close the connections.
@@ -236,7 +256,7 @@ class ClusterNode:
         )
         await steps.run(
             closing(
-                ("the pubsub client", self._pubsub, "aclose"),
+                ("the pubsub client", self._awareness, "aclose"),
                 ("the redis client", self._redis, "aclose"),
                 ("the streams client", self._streams, "aclose"),
                 ("the PostgreSQL pool", self._pool, "close"),
@@ -253,7 +273,9 @@ class ClusterNode:
             ClusterUnavailable: Redis or PostgreSQL did not answer.
         """
         position, newest_entry = (
-            await newest_out(self.redis, name) if self.storage.durable else ("0-0", None)
+            await newest_out(self.redis, name, self.key_space)
+            if self.storage.durable
+            else ("0-0", None)
         )
         state = await self.storage.open_replica(name)
         room = make_room(state)
@@ -261,7 +283,7 @@ class ClusterNode:
         cluster_room = ClusterRoom(self, room, position, fence)
         self.rooms[name] = cluster_room
         cluster_room.start()
-        await self._subscribe(name)
+        await self.awareness.subscribe(name)
         return room
 
     # -- sessions ------------------------------------------------------------------------------
@@ -293,7 +315,7 @@ class ClusterNode:
             # its run ends
             assert self._streams is not None
             try:
-                await Follower(self._streams, self.rooms).run()
+                await Follower(self._streams, self.rooms, self.key_space).run()
             except Exception:
                 log.exception("following the rooms failed, reloading every replica")
                 for cluster_room in self.rooms.values():
@@ -343,56 +365,15 @@ class ClusterNode:
                     # their clients send them again at once instead of after the timeout
                     for session in cluster_room.answers.overdue(float("inf")):
                         self.close_session(session, TRY_AGAIN_LATER, "cluster restarted")
-                if self._pubsub is not None:
-                    with contextlib.suppress(*UNAVAILABLE):
-                        await self._pubsub.subscribe(
-                            *[room_key(n, "awareness") for n in self.rooms]
-                        )
+                await self.awareness.resubscribe()
             known = run_id
 
     # -- awareness ----------------------------------------------------------------------------
     async def publish_awareness(self, room: Room, payload: bytes) -> None:
         """Publish an awareness update for the other hubs (lost if Redis is down)."""
-        message = self.hub_id.encode() + b"\x00" + payload
-        self.outbox.publish(room_key(room.name, "awareness"), message)
+        self.awareness.publish(room.name, payload)
 
     def _spawn(self, job: Any) -> None:
         task = asyncio.ensure_future(job)
         _closing.add(task)
         task.add_done_callback(_closing.discard)
-
-    async def _subscribe(self, name: str) -> None:
-        if self._pubsub is None:
-            self._pubsub = self.redis.pubsub()
-        with contextlib.suppress(*UNAVAILABLE):
-            await self._pubsub.subscribe(room_key(name, "awareness"))
-
-    async def _relay_awareness(self) -> None:
-        me = self.hub_id.encode()
-        while True:
-            pubsub = self._pubsub
-            if pubsub is None or not pubsub.subscribed:
-                await asyncio.sleep(0.1)
-                continue
-            try:
-                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-            except UNAVAILABLE:
-                await asyncio.sleep(0.2)
-                with contextlib.suppress(*UNAVAILABLE):  # subscribe again after a restart
-                    await pubsub.subscribe(*[room_key(n, "awareness") for n in self.rooms])
-                continue
-            if message is None or message.get("type") != "message":
-                continue
-            sender, _, payload = bytes(message["data"]).partition(b"\x00")
-            if sender == me:
-                continue
-            channel = message["channel"]
-            try:
-                name, _ = parse_room_key(
-                    channel.decode() if isinstance(channel, bytes) else channel
-                )
-            except ValueError:
-                continue
-            cluster_room = self.rooms.get(name)
-            if cluster_room is not None:
-                cluster_room.room.broadcast(p.encode_awareness(payload))

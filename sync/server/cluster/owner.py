@@ -6,7 +6,7 @@ the fence was claimed, whose store checks that fence inside every write transact
 
 One round:
 
-1. take up to :data:`BATCH` entries of ``crdt:{room}:in`` after the last one judged: from
+1. take up to :data:`BATCH` entries of ``crdt:<cluster>:{room}:in`` after the last one judged: from
    the hub's :class:`~sync.server.cluster.inbox.Inbox` (one ``XREAD`` for every room the hub
    owns) when given an ``inbox`` slot, else by an ``XREAD`` of its own; then the writes
    of the hub's own sessions handed over since (:meth:`RoomOwner.submit`, see below);
@@ -16,7 +16,7 @@ One round:
    (:func:`~sync.server._merge.judge_merge_unwaited`); each change is made in memory at
    once, in that order, and handed to the store, then one wait covers the batch, so one
    PostgreSQL transaction can carry it;
-3. once every change is durable, ``XADD`` one entry to ``crdt:{room}:out`` with the
+3. once every change is durable, ``XADD`` one entry to ``crdt:<cluster>:{room}:out`` with the
    accepted changes (one Yjs update), the answers, and the last ``in`` id, in a script
    that adds it only while the room's lease still holds this owner's token (sent with the
    hub's other Redis writes in one pipeline when given a ``publish`` function). (Reading the
@@ -61,7 +61,7 @@ from crdt_state import SharedState
 from sync.server.cluster.errors import LeaseLost, LossReason
 from sync.server.cluster.inbox import InSlot
 from sync.server.cluster.judging import BatchJudge, StepDown
-from sync.server.cluster.keys import room_key
+from sync.server.cluster.keys import DEFAULT_SPACE, KeySpace
 from sync.server.cluster.ownership import Ownership
 from sync.server.cluster.streamio import (
     Entry,
@@ -141,12 +141,15 @@ class LocalWrite:
             self.done.exception()  # retrieved: a dropped session's write need not be awaited
 
 
-async def newest_out(redis: Redis, room: str) -> tuple[str, OutEntry | None]:
+async def newest_out(
+    redis: Redis, room: str, space: KeySpace = DEFAULT_SPACE
+) -> tuple[str, OutEntry | None]:
     """The id of ``room``'s newest ``out`` entry (``"0-0"``: none) and the entry.
 
-    The entry is ``None`` when ``out`` is empty or its newest entry is unreadable.
+    ``space``: the cluster's key space. The entry is ``None`` when ``out`` is empty or
+    its newest entry is unreadable.
     """
-    found = await newest(redis, room_key(room, "out"))
+    found = await newest(redis, space.key(room, "out"))
     if found is None:
         return "0-0", None
     try:
@@ -160,7 +163,8 @@ class RoomOwner:
 
     Args:
         redis: the cluster's Redis.
-        ownership: the room's ownership (lease and fence).
+        ownership: the room's ownership (lease and fence); its lease's key space names
+            the room's ``in`` and ``out`` streams too.
         judge: the room's state, loaded after the fence was claimed, written under it.
         start: the ``in`` id after which to resume (``"0-0"``: from the start).
         max_document: the document size limit (bytes) merges are refused beyond.
@@ -207,8 +211,8 @@ class RoomOwner:
         self.catch_up = catch_up
         self.block_ms = max(1, int(block * 1000))
         self.room = ownership.room
-        self._in = room_key(self.room, "in")
-        self._out = room_key(self.room, "out")
+        self._in = ownership.space.key(self.room, "in")
+        self._out = ownership.space.key(self.room, "out")
         self._judging = BatchJudge(judge, self.room, max_document)
         self.judged = 0
         """Entries judged so far (for tests and metrics)."""

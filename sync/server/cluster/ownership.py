@@ -31,6 +31,7 @@ from redis.asyncio import Redis
 from .errors import ClusterUnavailable, LeaseLost, LossReason
 from .fence import Fence, claim_fence, fenced_transaction
 from .keeper import LeaseKeeper, lease_deadline
+from .keys import DEFAULT_SPACE, KeySpace
 from .lease import RedisLease, new_token
 from .renewals import Renewals
 
@@ -58,6 +59,11 @@ class Ownership:
     def room(self) -> str:
         """The name of the held room."""
         return self.fence.room
+
+    @property
+    def space(self) -> KeySpace:
+        """The key space of the lease: the room's streams are named in it too."""
+        return self.lease.space
 
     @property
     def token(self) -> str:
@@ -127,6 +133,7 @@ async def try_acquire(
     on_busy: Callable[[float], object] | None = None,
     renewals: Renewals | None = None,
     routine: bool = False,
+    space: KeySpace = DEFAULT_SPACE,
 ) -> Ownership | None:
     """Take ``room`` if its lease is free: lease, then a new fence, then a running keeper.
 
@@ -139,8 +146,9 @@ async def try_acquire(
     ``renewals``: the hub's gathered renewals, which the keeper then renews through.
     ``routine``: a contender's periodic attempt, sent with the hub's other lease calls
     (held back up to their window; see :mod:`~sync.server.cluster.renewals`).
+    ``space``: the cluster's key space (the lease's key is named in it).
     """
-    lease = RedisLease(redis, room, new_token(owner), ttl, renewals=renewals)
+    lease = RedisLease(redis, room, new_token(owner), ttl, renewals=renewals, space=space)
     started = clock()
     left = await lease.take(routine=routine)
     if left is not None:
@@ -188,6 +196,7 @@ async def acquire(
     ttl: float,
     poll: float | None = None,
     on_lost: Callable[[LeaseLost], object] | None = None,
+    space: KeySpace = DEFAULT_SPACE,
 ) -> Ownership:
     """Wait until ``room`` is free and take it (see :func:`try_acquire`).
 
@@ -201,7 +210,14 @@ async def acquire(
         left.clear()
         try:
             got = await try_acquire(
-                redis, pool, room, owner=owner, ttl=ttl, on_lost=on_lost, on_busy=left.append
+                redis,
+                pool,
+                room,
+                owner=owner,
+                ttl=ttl,
+                on_lost=on_lost,
+                on_busy=left.append,
+                space=space,
             )
             if got is not None:
                 return got

@@ -20,6 +20,15 @@ Tables so far:
     the owner inside its fenced write transactions; see :mod:`sync.server.cluster.pgstorage`),
     ``judge_pid`` (the server process of the session that made the last fenced write: a
     new owner ends it when it is left idle inside a transaction, see ``pgsessions.depose``).
+
+``crdt_cluster``
+    one row: ``id``, the cluster's id, random (16 hex digits), made by the migration that
+    creates the table, and ``created_at``. It names the cluster's Redis key space
+    (:class:`~sync.server.cluster.keys.KeySpace`, read at start by :func:`cluster_id`):
+    hubs of clusters on different databases may share one Redis. A copy of the database
+    (a restore for staging) keeps the id: give the copy a new one
+    (``UPDATE crdt_cluster SET id = ...``, with its hubs stopped) before its hubs share a
+    Redis with the original's.
 """
 
 from __future__ import annotations
@@ -33,8 +42,16 @@ import psycopg.errors
 
 from .errors import ClusterSchemaError, ClusterUnavailable
 from .grants import privilege_error
+from .keys import CLUSTER_ID
 
-__all__ = ["MIGRATIONS", "Migration", "check_migrations", "migrate", "schema_version"]
+__all__ = [
+    "MIGRATIONS",
+    "Migration",
+    "check_migrations",
+    "cluster_id",
+    "migrate",
+    "schema_version",
+]
 
 _LOCK_KEY: Final = 0x63726474_73746174  # "crdtstat": the advisory lock of migrations
 
@@ -72,6 +89,20 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         3,
         "the PostgreSQL session of each room's last fenced write",
         ("ALTER TABLE crdt_rooms ADD COLUMN judge_pid integer",),
+    ),
+    Migration(
+        4,
+        "the cluster's id: its Redis key space",
+        (
+            """
+            CREATE TABLE crdt_cluster (
+                id text PRIMARY KEY CHECK (id ~ '^[A-Za-z0-9_.-]{1,64}$'),
+                created_at timestamptz NOT NULL DEFAULT now()
+            )
+            """,
+            "CREATE UNIQUE INDEX crdt_cluster_one_row ON crdt_cluster ((true))",
+            "INSERT INTO crdt_cluster (id) VALUES (left(md5(gen_random_uuid()::text), 16))",
+        ),
     ),
 )
 
@@ -136,7 +167,7 @@ async def migrate(
     needs no more than (all of them checked at start by
     :func:`~sync.server.cluster.grants.check_privileges`)::
 
-        GRANT SELECT ON crdt_schema, crdt_store_schema TO hub;
+        GRANT SELECT ON crdt_schema, crdt_cluster, crdt_store_schema TO hub;
         GRANT SELECT, INSERT, UPDATE ON crdt_rooms TO hub;
         GRANT SELECT, INSERT, UPDATE, DELETE ON crdt_store_snapshot, crdt_store_log,
             crdt_store_blame, crdt_store_conflicts, crdt_store_requests TO hub;
@@ -179,6 +210,32 @@ async def migrate(
     except psycopg.OperationalError as exc:
         raise ClusterUnavailable("postgres", f"postgres did not answer: {exc}") from exc
     return len(migrations)
+
+
+async def cluster_id(conn: psycopg.AsyncConnection[Any]) -> str:
+    """The cluster's id, from ``crdt_cluster`` (a database migrated by :func:`migrate`).
+
+    Raises:
+        ClusterSchemaError: the table holds no row, or an id that is no
+            :data:`~sync.server.cluster.keys.CLUSTER_ID` (``details``: ``cluster_id``).
+        HubConfigError: code ``postgres_privileges``: the role may not read the table.
+        ClusterUnavailable: PostgreSQL did not answer.
+    """
+    try:
+        cur = await conn.execute("SELECT id FROM crdt_cluster")
+        rows = await cur.fetchall()
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise privilege_error(conn.info.user, "read the cluster's id", exc) from exc
+    except psycopg.OperationalError as exc:
+        raise ClusterUnavailable("postgres", f"postgres did not answer: {exc}") from exc
+    found = str(rows[0][0]) if len(rows) == 1 else None
+    if found is None or not CLUSTER_ID.fullmatch(found):
+        raise ClusterSchemaError(
+            f"the database's crdt_cluster table holds no usable cluster id ({found!r}): "
+            "it needs one row whose id matches " + CLUSTER_ID.pattern,
+            details={"cluster_id": found},
+        )
+    return found
 
 
 def _newest_known(found: int, migrations: Sequence[Migration]) -> int:

@@ -15,7 +15,7 @@ from typing import Any, Final
 from redis.asyncio import Redis
 
 from sync.server.cluster.errors import ClusterUnavailable
-from sync.server.cluster.keys import parse_room_key, room_key
+from sync.server.cluster.keys import DEFAULT_SPACE, KeySpace
 from sync.server.cluster.lease import UNAVAILABLE
 from sync.server.cluster.link import Link, bulk
 
@@ -68,34 +68,42 @@ def _id_key(entry_id: str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
-_KEYS: dict[tuple[str, str], tuple[bytes, bytes]] = {}
-"""Stream keys as bytes, and as a command's bulk string, by (room, part): read calls name
-every followed room's key."""
+_KEYS: dict[tuple[str, str, str], tuple[bytes, bytes]] = {}
+"""Stream keys as bytes, and as a command's bulk string, by (cluster id, room, part): read
+calls name every followed room's key."""
 _MAX_KEYS: Final = 65_536
 
 
-def stream_key(room: str, part: str) -> bytes:
-    """``room_key(room, part)`` as bytes, remembered (cleared past :data:`_MAX_KEYS`)."""
-    return _key(room, part)[0]
+def stream_key(room: str, part: str, space: KeySpace = DEFAULT_SPACE) -> bytes:
+    """``space.key(room, part)`` as bytes, remembered (cleared past :data:`_MAX_KEYS`)."""
+    return _key(room, part, space)[0]
 
 
-def _key(room: str, part: str) -> tuple[bytes, bytes]:
-    known = _KEYS.get((room, part))
+def _key(room: str, part: str, space: KeySpace) -> tuple[bytes, bytes]:
+    known = _KEYS.get((space.cluster, room, part))
     if known is None:
         if len(_KEYS) >= _MAX_KEYS:
             _KEYS.clear()
-        key = room_key(room, part).encode()
-        known = _KEYS[(room, part)] = (key, bulk(key))
+        key = space.key(room, part).encode()
+        known = _KEYS[(space.cluster, room, part)] = (key, bulk(key))
     return known
 
 
 async def read_rooms(
-    link: Link, positions: Mapping[str, str], part: str, *, count: int, block: float
+    link: Link,
+    positions: Mapping[str, str],
+    part: str,
+    *,
+    count: int,
+    block: float,
+    space: KeySpace = DEFAULT_SPACE,
 ) -> list[tuple[str, list[Entry]]]:
     """One ``XREAD BLOCK`` over the ``part`` streams of rooms (name -> read after).
 
+    The streams are named in key space ``space`` (the cluster's).
     Returns ``(room name, entries)`` for each stream that had entries, in stream order
-    (ids as text, fields as a mapping of bytes); a key that is no room's is skipped.
+    (ids as text, fields as a mapping of bytes); a key that is no room's of ``space``
+    is skipped.
     The command is packed by hand and sent on the reader's own connection
     (:class:`~sync.server.cluster.link.Link`: an ``XREAD`` of 20 rooms costs ~50-90 µs
     less CPU than through redis-py's client), keys and positions as bytes.
@@ -105,7 +113,7 @@ async def read_rooms(
     keys: list[bytes] = []
     ids: list[bytes] = []
     for name, position in positions.items():
-        key, packed = _key(name, part)  # the key's bulk string made once per room
+        key, packed = _key(name, part, space)  # the key's bulk string made once per room
         names[key] = name
         keys.append(packed)
         ids.append(bulk(position.encode()))
@@ -131,7 +139,7 @@ async def read_rooms(
         known = names.get(raw_key) if isinstance(raw_key, bytes) else None
         if known is None:
             try:
-                known, _ = parse_room_key(text_id(raw_key))
+                known, _ = space.parse(text_id(raw_key))
             except ValueError:
                 continue
         rooms.append((known, _entries(raw_entries)))

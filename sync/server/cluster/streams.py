@@ -1,10 +1,10 @@
 """The entries of a room's two Redis streams, as a pure codec (no I/O).
 
-``crdt:{room}:in`` — written by every hub, read by the room's owner only. One entry per
-write a hub received from one of its sessions (:class:`InEntry`), in **one** field ``e``
-(every field of a stream entry costs the reader's Redis client a reply element to parse:
-an entry of six fields took ~48 µs to read with redis-py, one of one field ~19), packed
-with lib0 encodings:
+``crdt:<cluster>:{room}:in`` (see :mod:`~sync.server.cluster.keys`) — written by every
+hub, read by the room's owner only. One entry per write a hub received from one of its
+sessions (:class:`InEntry`), in **one** field ``e`` (every field of a stream entry costs
+the reader's Redis client a reply element to parse: an entry of six fields took ~48 µs to
+read with redis-py, one of one field ~19), packed with lib0 encodings:
 
 ==============  ======================================================================
 part            value
@@ -21,8 +21,8 @@ data            the rest: the update bytes, or the merge request message as rece
                 (``sync.wire``)
 ==============  ======================================================================
 
-``crdt:{room}:out`` — written by the owner only, after the PostgreSQL commit of what it
-carries; every hub serving the room follows it. One entry per judged batch
+``crdt:<cluster>:{room}:out`` — written by the owner only, after the PostgreSQL commit
+of what it carries; every hub serving the room follows it. One entry per judged batch
 (:class:`OutEntry`), in one field ``e``:
 
 ==============  ======================================================================

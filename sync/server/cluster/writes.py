@@ -45,7 +45,8 @@ class Writes:
         self._broken: set[tuple[str, int]] = set()
         """(room, session id) of sessions closed because a write may be lost (a local one
         whose owner stopped, or one Redis did not take): their later writes are dropped."""
-        self._in_commands = InCommands(node.hub_id)
+        self._in_commands: InCommands | None = None
+        """Made at the first forwarded write: the node's key space is read as it starts."""
 
     async def forward_update(self, room: Room, session: Session, update: bytes) -> None:
         """Append a session's Yjs update to the room's ``in`` stream.
@@ -96,7 +97,10 @@ class Writes:
             if owner.submit(write):
                 write.done.add_done_callback(partial(self._local_done, room.name, session))
                 return
-        command = self._in_commands.command(room.name, session, kind, data)
+        commands = self._in_commands
+        if commands is None:
+            commands = self._in_commands = InCommands(self.node.hub_id, self.node.key_space)
+        command = commands.command(room.name, session, kind, data)
         try:
             self._last_in[key] = await self.node.outbox.append_packed(command)
         except ClusterUnavailable as exc:
@@ -120,7 +124,8 @@ class Writes:
     def forget(self, room: str, session: int) -> None:
         """Session ``session`` left ``room``: drop what was kept about its writes."""
         self._last_in.pop((room, session), None)
-        self._in_commands.forget(room, session)
+        if self._in_commands is not None:
+            self._in_commands.forget(room, session)
         self._broken.discard((room, session))
 
     async def watch_answers(self) -> None:
