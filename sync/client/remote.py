@@ -224,12 +224,14 @@ class RemoteState(RemoteReads[ModelT], RemoteMerges[ModelT]):
             with contextlib.suppress(TimeoutError):
                 await self.wait_idle(timeout)
         unsent = self.pending
+        why = None if self._link.synced.is_set() else self._link.last_error
         await self.presence.stop()
         await self._link.close()
         self._release_waiters()
         self._core.save()
         if unsent and not self._local:
-            raise UnsentMerges(self.agent, unsent, tuple(map(self._link.shown, self._link.urls)))
+            urls = tuple(map(self._link.shown, self._link.urls))
+            raise UnsentMerges(self.agent, unsent, urls, why)
 
     async def close_after_error(self) -> None:
         """Disconnect at once while an error propagates: lost merges are logged, not raised."""

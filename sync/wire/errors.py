@@ -235,17 +235,24 @@ class UnsentMerges(SyncError):
         agent: the client's agent.
         count: how many merges had no acknowledgement.
         urls: the hub URLs (tokens masked).
+        why: why the client was not connected when it closed (the last connection
+            problem, e.g. the hub refusing an expired token), or ``None``.
     """
 
     code = "unsent_merges"
 
-    def __init__(self, agent: str, count: int, urls: tuple[str, ...]) -> None:
+    def __init__(
+        self, agent: str, count: int, urls: tuple[str, ...], why: str | None = None
+    ) -> None:
         self.agent = agent
         self.count = count
         self.urls = urls
+        self.why = why
         super().__init__(
             f"agent {agent!r} closed with {count} merge(s) that no hub of {' or '.join(urls)}"
-            " acknowledged; without a local file they will not be sent again, but one already"
+            " acknowledged"
+            + (f" (not connected: {why})" if why else "")
+            + "; without a local file they will not be sent again, but one already"
             " sent may still be applied (at most once): read the room before redoing them"
             " (wait with remote.wait_idle(), or give connect() local=FILE to keep them"
             " queued)"

@@ -12,11 +12,12 @@ import contextlib
 import random
 import socket
 import struct
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from hubs import FAST, RestartableHub, eventually, free_port
+from hubs import FAST, SECRET, RestartableHub, eventually, free_port
 
 import sync
 from crdt_state import MergeResult, Retry, resolvers
@@ -260,8 +261,24 @@ async def test_closing_with_merges_no_hub_took_raises_unsent_merges(tmp_path: Pa
         assert info.value.code == "unsent_merges" and info.value.count == 1
         assert info.value.agent == "x" and info.value.urls == (a.url("r"),)
         assert "local" in str(info.value)
+        assert info.value.why is not None and f"(not connected: {info.value.why})" in str(
+            info.value
+        )
     finally:
         await a.stop()
+
+
+async def test_unsent_merges_say_the_hub_refused_an_expired_token() -> None:
+    """Found as a user: only a log line said why the merges never left."""
+    async with sync.Hub(port=0, secret=SECRET) as hub:
+        token = sync.mint_token(SECRET, "r", "write", 2)
+        with pytest.raises(sync.UnsentMerges) as info:
+            async with sync.connect(hub.url("r"), agent="x", token=token, reconnect=FAST) as remote:
+                await asyncio.sleep(int(time.time()) + 2.5 - time.time())  # expired
+                assert (await _set(remote, "k", 1)).pending
+                await remote.close(timeout=0.5)
+        assert info.value.why is not None and "expired_token" in info.value.why
+        assert "expired_token" in str(info.value)
 
 
 async def test_an_error_in_the_block_is_not_replaced_by_unsent_merges(
