@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 import redis as redis_sync
 from cluster_servers import RedisServer, free_port
@@ -31,6 +32,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from sync import Hub, HubConfigError
 from sync.server.cluster.clients import check_redis_url, redis_refusal, safe_redis_url
+from sync.server.cluster.schema import cluster_id, migrate
 
 PASSWORD = "s3cret-word"
 
@@ -162,6 +164,31 @@ async def test_a_user_the_acl_limits_is_refused_at_start(
     limited = f"redis://app:apw@127.0.0.1:{private_redis.port}/0"
     error = await start_refused(limited, postgres_dsn)
     assert error.code == "redis_auth" and "apw" not in str(error)
+
+
+async def _cluster_id(postgres_dsn: str) -> str:
+    async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
+        await migrate(conn)
+        return await cluster_id(conn)
+
+
+async def test_a_user_the_acl_limits_to_its_clusters_keys_starts(
+    private_redis: RedisServer, postgres_dsn: str
+) -> None:
+    """The start probe touches a key of the cluster's own key space, not of the default one."""
+    own = await _cluster_id(postgres_dsn)
+    with redis_sync.Redis(port=private_redis.port, socket_timeout=3) as client:
+        for user, space in (("mine", own), ("theirs", "another-cluster")):
+            client.acl_setuser(user, enabled=True, passwords=["+apw"], reset_keys=True)
+            client.execute_command(
+                "ACL", "SETUSER", user, f"~crdt:{space}:*", f"&crdt:{space}:*", "+@all"
+            )
+    limited = f"redis://mine:apw@127.0.0.1:{private_redis.port}/0"
+    async with Hub(port=0, redis=limited, postgres=postgres_dsn, secret="s" * 32) as hub:
+        assert hub.port > 0
+    other = f"redis://theirs:apw@127.0.0.1:{private_redis.port}/0"
+    error = await start_refused(other, postgres_dsn)
+    assert error.code == "redis_auth"
 
 
 def run_hub(redis: str, postgres: str) -> subprocess.CompletedProcess[str]:

@@ -33,9 +33,11 @@ from redis.exceptions import AuthenticationError, NoPermissionError, RedisError,
 from crdt_state.postgres import safe_dsn
 from sync.server._security import HubConfigError
 from sync.server.cluster.errors import ClusterUnavailable
+from sync.server.cluster.keys import DEFAULT_SPACE, KeySpace
 
 __all__ = [
     "CALL_TIMEOUT",
+    "PROBE_ROOM",
     "check_postgres_dsn",
     "check_redis_url",
     "postgres_pool",
@@ -270,11 +272,14 @@ def _has_password(url: str) -> bool:
         return True
 
 
-async def probe_redis(client: Redis, url: str | None = None) -> str | None:
+async def probe_redis(
+    client: Redis, url: str | None = None, space: KeySpace = DEFAULT_SPACE
+) -> str | None:
     """Why ``client``'s Redis does not answer, or ``None`` when it does.
 
     Answering is a ``PING``, then the kinds of command the hub runs (a read, a stream
-    read, a write expiring in a second, a script) on a key of the hub's namespace.
+    read, a write expiring in a second, a script) on a key of the cluster's key ``space``
+    (part ``ping`` of a room of its own, :data:`PROBE_ROOM`).
 
     Raises:
         HubConfigError: with ``url`` (the client's), when the server refuses the hub for
@@ -284,9 +289,10 @@ async def probe_redis(client: Redis, url: str | None = None) -> str | None:
         await client.ping()
         # a user the server's ACL limits (key patterns, commands) answers PING and then
         # refuses every room's commands: try the kinds the hub uses on a key of its own
-        await client.exists(_PROBE_KEY)
-        await client.xrevrange(_PROBE_KEY, count=1)
-        await client.set(_PROBE_KEY, b"1", px=1000)
+        key = space.key(PROBE_ROOM, "ping")
+        await client.exists(key)
+        await client.xrevrange(key, count=1)
+        await client.set(key, b"1", px=1000)
         await client.eval("return 1", 0)
     except (RedisError, OSError) as exc:
         refusal = redis_refusal(exc, url) if url is not None else None
@@ -296,5 +302,5 @@ async def probe_redis(client: Redis, url: str | None = None) -> str | None:
     return None
 
 
-_PROBE_KEY: Final = "crdt:{crdt-start-probe}:ping"
-"""A key of the hub's namespace (a hash tag of its own) that the start probe touches."""
+PROBE_ROOM: Final = "crdt-start-probe"
+"""The room whose ``ping`` key (no room uses that part) the start probe touches."""

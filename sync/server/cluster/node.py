@@ -36,6 +36,7 @@ from redis.asyncio import Redis
 
 from crdt_state import SharedState
 from sync.server._room import Room, Session
+from sync.server._security import HubConfigError
 from sync.server.cluster.awareness import AwarenessRelay
 from sync.server.cluster.clients import (
     check_postgres_dsn,
@@ -194,8 +195,22 @@ class ClusterNode:
         if self.postgres_dsn is not None:
             check_postgres_dsn(self.postgres_dsn)
             await probe_postgres(self.postgres_dsn)
+        if self.postgres_dsn is not None:  # first: the cluster's id names its Redis keys
+            # a dead hub's rooms are claimed at once (one fence claim each): a pool of 4
+            # queued them behind each other on a busy event loop
+            self._pool = await postgres_pool(self.postgres_dsn, max_size=12)
+            async with self._pool.connection() as conn:
+                await migrate(conn)
+                await check_privileges(conn)
+                self.key_space = KeySpace(await cluster_id(conn))
         self._redis = redis_client(self.redis_url)
-        why = await probe_redis(self._redis, self.redis_url)
+        try:  # on a key of the cluster's space: an ACL may allow only crdt:<cluster>:*
+            why = await probe_redis(self._redis, self.redis_url, self.key_space)
+        except HubConfigError:
+            await self._redis.aclose()
+            if self._pool is not None:
+                await self._pool.close()
+            raise
         if why is not None:
             shown = safe_redis_url(self.redis_url)
             log.warning("redis at %s does not answer (%s): serving once it does", shown, why)
@@ -207,14 +222,6 @@ class ClusterNode:
         # a renewal waits up to half the keepers' interval: the keepers of the hub then
         # renew in one or two calls per interval (see renewals.py)
         self._renewals = Renewals(self._redis, self.lease_ttl * GATHER_WINDOW)
-        if self.postgres_dsn is not None:
-            # a dead hub's rooms are claimed at once (one fence claim each): a pool of 4
-            # queued them behind each other on a busy event loop
-            self._pool = await postgres_pool(self.postgres_dsn, max_size=12)
-            async with self._pool.connection() as conn:
-                await migrate(conn)
-                await check_privileges(conn)
-                self.key_space = KeySpace(await cluster_id(conn))
         # reads in a loop: a connection of its own
         self._inbox = Inbox(self._streams, space=self.key_space)
         self._awareness = AwarenessRelay(
