@@ -17,10 +17,19 @@ from typing import Final
 
 from .errors import WrongType
 
-__all__ = ["as_time"]
+__all__ = ["as_time", "span_seconds"]
 
 _AGO: Final = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def span_seconds(text: str) -> float | None:
+    """The seconds a span such as ``"30s"``, ``"10m"``, ``"2h"``, ``"1d"`` counts.
+
+    ``None`` for text of another form. :func:`as_time` counts back from now by these.
+    """
+    ago = _AGO.match(text.strip())
+    return float(ago.group(1)) * _UNITS[ago.group(2)] if ago else None
 
 
 def as_time(value: object, name: str, *, now: float | None = None) -> float | None:
@@ -43,11 +52,9 @@ def as_time(value: object, name: str, *, now: float | None = None) -> float | No
             return float(value)
     elif isinstance(value, str):
         text = value.strip()
-        ago = _AGO.match(text)
-        if ago:
-            return (time.time() if now is None else now) - float(ago.group(1)) * _UNITS[
-                ago.group(2)
-            ]
+        span = span_seconds(text)
+        if span is not None:
+            return (time.time() if now is None else now) - span
         try:
             number = float(text)
         except ValueError:

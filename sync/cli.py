@@ -2,7 +2,8 @@
 
 ``crdt-state hub --host 127.0.0.1 --port 8765 --db rooms --secret-file FILE``
 ``crdt-state hub --port 8765 --redis redis://HOST:6379/0 --postgres DSN`` (a cluster of hubs)
-``crdt-state token --room 'triage/*' --role write --ttl 3600 --secret-file FILE``
+``crdt-state token --room 'triage/*' --role write --ttl 1h --secret-file FILE`` (``--ttl``:
+seconds or ``30s``/``10m``/``2h``/``1d``; a room no hub accepts is refused, exit status 2)
 ``crdt-state inspect FILE show|history|blame|conflicts|at|export`` (see :mod:`sync.cli_inspect`)
 
 The secret comes from ``--secret-file`` (the file's content, stripped), else ``--secret``
@@ -10,7 +11,8 @@ The secret comes from ``--secret-file`` (the file's content, stripped), else ``-
 variable. An empty secret is refused. A hub without a secret needs ``--insecure`` and
 listens on a loopback host only, unless ``--insecure-public`` is given too.
 
-``--db`` names a directory (one SQLite file per room, created when missing);
+``--db`` names a directory (one SQLite file per room, created when missing, once the hub
+listens);
 without it the hub stores its rooms in ``./hub.db/`` and says so at start:
 durable by default, since a hub that forgets its rooms on restart surprises
 more than a directory does. ``--db ''`` keeps rooms in memory only. Every
@@ -32,10 +34,11 @@ import gc
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import crdt_state
 from sync import cli_inspect
+from sync.cli_args import duration, number, room_glob_problem
 from sync.mcp import cli as mcp_cli
 from sync.server import event_loop, stop_signals
 from sync.server._security import HubConfigError, check_secret, read_secret_file
@@ -57,29 +60,10 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
 
-def _number(
-    kind: type[int] | type[float], low: float, high: float | None = None
-) -> Callable[[str], int | float]:
-    """An argparse ``type`` accepting ``kind`` values in ``[low, high]`` (an error otherwise)."""
-
-    def parse(text: str) -> int | float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not {kind.__name__}: {text!r}") from None
-        if value != value or value < low or (high is not None and value > high):  # NaN too
-            bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
-            raise argparse.ArgumentTypeError(f"must be {bounds}, got {text}")
-        return value
-
-    parse.__name__ = kind.__name__  # argparse names the type in its errors
-    return parse
-
-
-_PORT = _number(int, 0, 65535)
+_PORT = number(int, 0, 65535)
 _TEN_YEARS = 10 * 365 * 86400
-_POSITIVE = _number(int, 1)
-_SECONDS = _number(float, 0)
+_POSITIVE = number(int, 1)
+_SECONDS = number(float, 0)
 
 
 def _log_level(text: str) -> str:
@@ -176,15 +160,20 @@ def _parser() -> argparse.ArgumentParser:
         "--log-level", type=_log_level, default="INFO", help=f"one of {', '.join(_LOG_LEVELS)}"
     )
     token = sub.add_parser("token", help="mint an access token")
-    token.add_argument("--room", required=True, help="room name or glob, e.g. 'triage/*'")
+    token.add_argument(
+        "--room",
+        required=True,
+        help="room name (A-Z a-z 0-9 . _ ~ - /) or glob of them, e.g. 'triage/*'; "
+        "'*' alone: every room, and the inspector's room list",
+    )
     token.add_argument(
         "--role", choices=("read", "write"), default="write", help="what the token allows"
     )
     token.add_argument(
         "--ttl",
-        type=_number(float, 1, _TEN_YEARS),
+        type=duration(1, _TEN_YEARS),
         default=3600.0,
-        help="seconds of validity (at least 1, at most ten years)",
+        help="validity: seconds, or 30s, 10m, 2h, 1d (at least 1 s, at most ten years)",
     )
     _secret_options(token)
     mcp_cli.add_parser(sub)
@@ -321,6 +310,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "(--secret-file FILE, --secret or CRDT_STATE_SECRET)",
                 file=sys.stderr,
             )
+            return 2
+        problem = room_glob_problem(args.room)
+        if problem is not None:
+            print(f"crdt-state token: --room {args.room!r}: {problem}", file=sys.stderr)
             return 2
         print(mint_token(secret, args.room, args.role, args.ttl))
         return 0

@@ -12,7 +12,9 @@
     at TOKEN                                      the content at a token (or a history seq)
     export [-o FILE]                              content, history and conflicts as JSON
 
-Every action takes ``--json`` (machine-readable output); tables otherwise, with times in
+A PATH is dotted (``plan.owner``), or a JSON array of keys when a key holds a dot
+(``'["urls","example.com"]'``, :mod:`sync.cli_paths`); paths are printed so that they read
+back. Every action takes ``--json`` (machine-readable output); tables otherwise, with times in
 local time: ``rich`` tables when stdout is a terminal, plain aligned text when it is not
 (:mod:`sync.cli_views`). A long ``export`` shows a progress bar on stderr when stderr is a
 terminal. ``--since`` takes ``30s``/``10m``/``2h``/``1d`` ago, a unix time, or an ISO
@@ -21,27 +23,29 @@ date-time (local when it has no zone). The file is opened with
 ``open_postgres(..., read_only=True)``): no lock, never written to, and readable while a
 running hub holds it (it shows what the hub has committed). Exit status: 0, or 2 with the
 reason and the error's code on stderr (missing file or room, not a state file, a server
-that does not answer, bad path or token).
+that does not answer, bad path or token, an ``-o`` file that cannot be written).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from crdt_state import MISSING, UNRESOLVED, CrdtStateError, SharedState, VersionVector, format_path
-from crdt_state.errors import WrongType
+from crdt_state import MISSING, UNRESOLVED, CrdtStateError, SharedState, VersionVector
+from crdt_state.errors import InvalidUpdate, WrongType
 from crdt_state.times import as_time
+from sync.cli_paths import PATH_HELP, cli_path, path_text
 from sync.cli_views import TableView, plain_table, rich_table
 from sync.server._store import room_file
 from sync.server.observe.events import blame_event, conflict_event, history_event, jsonable
@@ -66,21 +70,24 @@ def add_parser(sub: Any) -> None:
     common.add_argument("--json", action="store_true", help="machine-readable output")
     actions = inspect.add_subparsers(dest="action", required=True)
     show = actions.add_parser("show", parents=[common], help="the content, or one path")
-    show.add_argument("path", nargs="?")
+    show.add_argument("path", nargs="?", help=f"only the value at this path: {PATH_HELP}")
     history = actions.add_parser("history", parents=[common], help="recorded changes")
-    history.add_argument("--path")
-    history.add_argument("--agent")
-    history.add_argument("--since", type=parse_since)
-    history.add_argument("--limit", type=int)
+    history.add_argument("--path", help=f"only changes at, inside or above it: {PATH_HELP}")
+    history.add_argument("--agent", help="only changes this agent wrote")
+    history.add_argument("--since", type=parse_since, help=f"only changes since then: {_SINCE}")
+    history.add_argument("--limit", type=int, help="only the newest N changes")
     blame = actions.add_parser("blame", parents=[common], help="who last wrote a path")
-    blame.add_argument("path")
+    blame.add_argument("path", help=PATH_HELP)
     conflicts = actions.add_parser("conflicts", parents=[common], help="recorded conflicts")
-    conflicts.add_argument("--path")
-    conflicts.add_argument("--since", type=parse_since)
+    conflicts.add_argument("--path", help=f"only conflicts at or inside it: {PATH_HELP}")
+    conflicts.add_argument("--since", type=parse_since, help=f"only conflicts since then: {_SINCE}")
     at = actions.add_parser("at", parents=[common], help="the content at a token or seq")
     at.add_argument("token", help="a token (as history prints it) or a history seq number")
     export = actions.add_parser("export", parents=[common], help="everything, as JSON")
     export.add_argument("-o", "--output", help="write to this file (default stdout)")
+
+
+_SINCE: Final = "30s, 10m, 2h or 1d ago, a unix time, or an ISO date-time (local if no zone)"
 
 
 def parse_since(text: str, *, now: float | None = None) -> float:
@@ -116,13 +123,19 @@ def _value(value: Any) -> str:
 
 
 def _dotted(path: Sequence[Any]) -> str:
-    return format_path(tuple(path)) if path else "(root)"
+    """``path`` as the CLI takes it back (:func:`sync.cli_paths.path_text`)."""
+    return path_text(tuple(path)) if path else "(root)"
 
 
 def _open(args: argparse.Namespace) -> SharedState:
     if args.postgres:
         return _open_postgres(args.postgres, args.target)
     file = room_file(Path(args.db), args.target) if args.db else Path(args.target)
+    if not args.db and file.is_dir():
+        raise _Fail(
+            f"{file} is a directory, not a state file: for a room of a hub's directory, "
+            f"give --db {file} ROOM"
+        )
     if not file.is_file():
         raise _Fail(f"no state file at {file}")
     try:  # no lock, no write: a running hub may hold the file
@@ -214,9 +227,11 @@ Result = tuple[Any, str | TableView | None]
 
 def _show(state: SharedState, args: argparse.Namespace, bar: Console | None) -> Result:
     content, token = state.read()
-    found = content if args.path is None else state.get(args.path, _ABSENT)
+    found = content if args.path is None else state.get(cli_path(args.path), _ABSENT)
     if found is _ABSENT:
-        raise _Fail(f"nothing at path {args.path!r}")
+        dots = "." in args.path and not args.path.startswith("[")
+        hint = "; a key holding a dot is named as a JSON array of keys" if dots else ""
+        raise _Fail(f"nothing at path {args.path!r}{hint}")
     value = jsonable(found)
     data = {"path": args.path, "value": value, "token": token.to_text(), "seq": state.position}
     return data, json.dumps(value, ensure_ascii=False, indent=2)
@@ -226,7 +241,8 @@ _ABSENT = object()
 
 
 def _history(state: SharedState, args: argparse.Namespace, bar: Console | None) -> Result:
-    entries = state.history(agent=args.agent, path=args.path, since=args.since, limit=args.limit)
+    path = None if args.path is None else cli_path(args.path)
+    entries = state.history(agent=args.agent, path=path, since=args.since, limit=args.limit)
     data = [dict(history_event(e), local_time=local_time(e.time)) for e in entries]
     rows = [
         (str(e.seq), local_time(e.time), e.agent or "-", e.origin,
@@ -237,19 +253,20 @@ def _history(state: SharedState, args: argparse.Namespace, bar: Console | None) 
 
 
 def _blame(state: SharedState, args: argparse.Namespace, bar: Console | None) -> Result:
-    entry = state.blame(args.path)
+    where = cli_path(args.path)
+    path, entry = _dotted(where), state.blame(where)
     data = blame_event(entry)
     if entry is None:
-        return data, f"{args.path}: never written (or written before the retained history)"
+        return data, f"{path}: never written (or written before the retained history)"
     text = (
-        f"{args.path}: last written by {entry.agent or '?'} at {local_time(entry.time)}\n"
+        f"{path}: last written by {entry.agent or '?'} at {local_time(entry.time)}\n"
         f"  wrote {_dotted(entry.path)} (seq {entry.seq}, token {entry.token.to_text()})"
     )
     return dict(data or {}, local_time=local_time(entry.time)), text
 
 
 def _conflicts(state: SharedState, args: argparse.Namespace, bar: Console | None) -> Result:
-    records = state.conflicts(args.path, args.since)
+    records = state.conflicts(None if args.path is None else cli_path(args.path), args.since)
     data = [dict(conflict_event(r), local_time=local_time(r.time)) for r in records]
     rows = [
         (local_time(r.time), _dotted(r.path), _value(r.base), _value(r.current),
@@ -272,13 +289,35 @@ def _at(state: SharedState, args: argparse.Namespace, bar: Console | None) -> Re
             raise _Fail(f"no change with seq {wanted} in the retained history{kept}")
         token = found[0].token
     else:
-        token = VersionVector.from_text(wanted)
+        token = _token(state, wanted)
     content = jsonable(state.at(token))
     data = {"token": token.to_text(), "state": content}
     return data, json.dumps(content, ensure_ascii=False, indent=2)
 
 
+def _token(state: SharedState, text: str) -> VersionVector:
+    """The token ``text`` is (as ``to_text`` wrote it); a :class:`_Fail` naming that form."""
+    if _SHORT_TOKEN.match(text):
+        why = f"{text!r} is a token's short display form (str(token)): it cannot be read back"
+    else:
+        try:
+            return VersionVector.from_text(text)
+        except InvalidUpdate as exc:
+            why = f"not a token: {text!r:.60} ({exc.message})"
+    example = state.token.to_text() or "AQEB"
+    raise _Fail(
+        f"{why}; give a token as history prints it (VersionVector.to_text(), e.g. {example}) "
+        "or a history seq number [bad_token]"
+    )
+
+
+_SHORT_TOKEN: Final = re.compile(r"^\d+@[0-9a-f]{8}$")
+"""``str(VersionVector)``: a count and a digest, not the token."""
+
+
 def _export(state: SharedState, args: argparse.Namespace, bar: Console | None) -> Result:
+    if args.output:
+        _check_output(args.output)
     content, token = state.read()
     entries = state.history()
     records = state.conflicts()
@@ -300,9 +339,25 @@ def _export(state: SharedState, args: argparse.Namespace, bar: Console | None) -
         "conflicts": conflicts,
     }
     if args.output:
-        Path(args.output).write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+        _write(args.output, json.dumps(data, ensure_ascii=False, indent=2) + "\n")
         return {"written": args.output}, f"exported to {args.output}"
     return data, json.dumps(data, ensure_ascii=False, indent=2)
+
+
+def _check_output(name: str) -> None:
+    """A :class:`_Fail` when ``-o NAME`` is a place no file can be written (before the work)."""
+    where = Path(name)
+    if where.is_dir():
+        raise _Fail(f"cannot write {name}: it is a directory (give a file name)")
+    if not where.absolute().parent.is_dir():
+        raise _Fail(f"cannot write {name}: no directory {where.absolute().parent}")
+
+
+def _write(name: str, text: str) -> None:
+    try:
+        Path(name).write_text(text, encoding="utf-8")
+    except OSError as exc:  # permissions, a full disk
+        raise _Fail(f"cannot write {name}: {exc.strerror or exc}") from exc
 
 
 @contextmanager

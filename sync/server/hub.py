@@ -158,10 +158,6 @@ class Hub(HubConnections):
         """Start listening (after joining the cluster, when given one)."""
         if self._cluster is not None:
             await self._cluster.start()
-        elif self.db is not None and self._state_factory is None:
-            from sync.server._store import check_room_directory
-
-            check_room_directory(self.db)  # HubConfigError: not a directory it can write
         if self.secret is None:
             log.warning(
                 "INSECURE: hub started without a secret: every client may read and write "
@@ -180,6 +176,17 @@ class Hub(HubConnections):
             max_queue=64,
             logger=masking_logger("websockets.server"),  # request lines carry ?token=
         )
+        if self._cluster is None and self.db is not None and self._state_factory is None:
+            # once listening: a hub that cannot listen (port taken) makes no directory
+            from sync.server._store import check_room_directory
+
+            try:
+                check_room_directory(self.db)  # HubConfigError: not a directory it can write
+            except HubConfigError:
+                server, self._server = self._server, None
+                server.close()
+                await server.wait_closed()
+                raise
         log.info("hub listening on ws://%s:%d", self.host, self.port)
 
     async def stop(self) -> None:

@@ -54,6 +54,27 @@ def test_token_command_without_secret_fails_clearly() -> None:
     assert "secret" in done.stderr
 
 
+@pytest.mark.parametrize("room", ["", "a b", "triage/é", "team/a?x=1", "%41"])
+def test_token_command_refuses_a_room_no_hub_accepts(room: str) -> None:
+    """Every hub refuses such a name at the handshake (400 bad_room_name): no token for it."""
+    done = run_cli("token", "--room", room, "--secret", "s3")
+    assert done.returncode == 2 and done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"crdt-state token: --room {room!r}: ")
+    assert "bad_room_name" in done.stderr and "A-Z a-z 0-9 . _ ~ - /" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("pattern", "room"),
+    [("*", "*"), ("triage/*", "triage/4"), ("team/a", "team/a"), ("t?am/[ab]", "team/b"),
+     ("x/[!a]", "x/b"), ("a-b_c.d~e", "a-b_c.d~e")],
+)  # fmt: skip
+def test_token_command_takes_room_names_and_globs(pattern: str, room: str) -> None:
+    done = run_cli("token", "--room", pattern, "--secret", "s3")
+    assert done.returncode == 0, done.stderr
+    assert verify_token("s3", done.stdout.strip(), room).can_write  # a hub takes it
+
+
 @pytest.mark.parametrize(
     ("token", "room", "status", "code"),
     [

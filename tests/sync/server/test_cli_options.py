@@ -6,16 +6,20 @@ error (exit status 2, one line naming the option), never a traceback.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 import crdt_state
+from sync.server.hub import Hub
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -37,7 +41,10 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
     ("args", "message"),
     [
         (["token", "--room", "x", "--secret", "s", "--ttl", "-5"], "--ttl: must be between 1"),
-        (["token", "--room", "x", "--secret", "s", "--ttl", "soon"], "--ttl: not float"),
+        (["token", "--room", "x", "--secret", "s", "--ttl", "soon"], "--ttl: not a duration"),
+        (["token", "--room", "x", "--secret", "s", "--ttl", "0.5s"], "--ttl: must be between 1"),
+        (["token", "--room", "x", "--secret", "s", "--ttl", "3651d"], "--ttl: must be between"),
+        (["token", "--room", "x", "--secret", "s", "--ttl", "2026-01-01"], "--ttl: not a dura"),
         (["token", "--room", "x", "--secret", "s", "--ttl", "inf"], "--ttl: must be between"),
         (["hub", "--insecure", "--log-level", "verbose"], "--log-level: must be one of DEBUG"),
         (["hub", "--insecure", "--port", "70000"], "--port: must be between 0 and 65535"),
@@ -133,3 +140,40 @@ def test_a_hub_that_cannot_listen_says_so_in_one_line() -> None:
     )
     assert bad_host.returncode == 1 and "Traceback" not in bad_host.stderr
     assert "cannot listen on 999.1.1.1:0" in bad_host.stderr
+
+
+@pytest.mark.parametrize(
+    ("ttl", "seconds"), [("1h", 3600), ("90m", 5400), ("2d", 172800), ("45s", 45), ("3600", 3600)]
+)
+def test_ttl_takes_the_durations_since_takes(ttl: str, seconds: int) -> None:
+    """``--since`` took ``10m`` and ``2h``, ``--ttl`` only seconds ("not float")."""
+    before = time.time()
+    done = run_cli("token", "--room", "x", "--secret", "s", "--ttl", ttl)
+    assert done.returncode == 0, done.stderr
+    payload = done.stdout.strip().split(".")[0]
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    assert int(before) + seconds - 1 <= claims["exp"] <= time.time() + seconds
+
+
+def test_a_hub_that_cannot_listen_leaves_no_directory_behind(tmp_path: Path) -> None:
+    """``--db new/rooms`` on a port in use exited 1 but left ``new/rooms`` created."""
+    (tmp_path / "kept").mkdir()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        for db in ("new/rooms", "kept"):
+            done = run_cli("hub", "--insecure", "--db", db, "--port", port, cwd=tmp_path)
+            assert done.returncode == 1 and "cannot listen on" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]  # what was there stays
+
+
+async def test_a_hub_object_that_cannot_listen_makes_no_directory(tmp_path: Path) -> None:
+    """The room directory is made once the hub listens (Python users of ``Hub`` too)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        hub = Hub(port=taken.getsockname()[1], db=tmp_path / "new" / "rooms")
+        with pytest.raises(OSError):
+            await hub.start()
+    assert list(tmp_path.iterdir()) == []
