@@ -12,7 +12,9 @@ sends, as text frames of one JSON object each (``docs/protocol.md``, *Inspector 
 - ``reply`` to the page's queries ``{"id", "op": "history"|"at"|"blame"|"conflicts"|"state"}``.
 
 Reads of a durable room's history run on a worker thread; a feed that cannot keep up
-(:data:`MAX_QUEUE` events waiting) is closed with 1013, and never slows the room.
+(:data:`MAX_QUEUE` events waiting) is closed with 1013, and never slows the room. A feed
+lives no longer than its token: it is closed with 1008 (``access token expired``) within
+a tick of the token's ``exp``, and a query that comes after it is not answered.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from crdt_state import CrdtStateError, StateUpdate, VersionVector
+from sync.server._expiry import TOKEN_EXPIRED_REASON, token_expired
 from sync.server._room import Room
 from sync.server.auth import Grant
 from sync.server.observe.events import (
@@ -40,6 +43,7 @@ from sync.server.observe.events import (
     history_event,
     jsonable,
 )
+from sync.wire.errors import CloseCode
 
 __all__ = ["MAX_QUEUE", "ROOM_UNLOADED", "STATE_INTERVAL", "Feed"]
 
@@ -205,6 +209,8 @@ class Feed:
         raise LookupError("unknown_op", f"unknown query {op!r}")
 
     async def _reply(self, text: str | bytes) -> None:
+        if await self._expired():  # a query that came after the token's exp: not answered
+            return
         try:
             query = json.loads(text)
             if not isinstance(query, dict):
@@ -256,10 +262,20 @@ class Feed:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await asyncio.wait_for(task, 1.0)
 
+    async def _expired(self) -> bool:
+        """Close the feed (1008, as a room connection) once its token expired; True then."""
+        if self.grant is None or not token_expired(self.grant):
+            return False
+        self._closed = True
+        await self.ws.close(CloseCode.POLICY_VIOLATION, TOKEN_EXPIRED_REASON)
+        return True
+
     async def _ticker(self) -> None:
         beats = 0
         while True:
             await asyncio.sleep(_TICK)
+            if await self._expired():  # a feed lives no longer than its token
+                return
             if self._current() is not self.room:  # unloaded: the page comes back to the new one
                 self._closed = True
                 await self.ws.close(ROOM_UNLOADED, "room unloaded")

@@ -231,8 +231,11 @@ class Inspector:
             )
             status = HTTPStatus(exc.http_status)
             if route.kind == "rooms" and exc.code == "wrong_room":
-                return respond(status, b"an admin token (room '*') is required\n")
-            return respond(status, (exc.reason + "\n").encode())
+                refused = respond(status, b"an admin token (room '*') is required\n")
+            else:
+                refused = respond(status, (exc.reason + "\n").encode())
+            refused.headers[ERROR_HEADER] = exc.code  # as a room's handshake refusal says it
+            return refused
         if route.kind == "feed":
             assert route.room is not None
             if self.feeds + len(self._pending) >= self.max_feeds:

@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import re
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -144,16 +145,18 @@ async def test_the_page_needs_a_token_for_its_room() -> None:
 async def test_the_feed_needs_a_token_for_its_room() -> None:
     async with Hub(port=0, secret=SECRET) as hub:
         base = f"ws://127.0.0.1:{hub.port}/inspect/team/a/feed"
-        for token, status in [
-            (None, 401),
-            (mint_token(SECRET, "other", "read", 60), 403),
-            (mint_token(SECRET, "team/a", "read", 60, now=0), 401),
+        for token, status, code in [
+            (None, 401, "missing_token"),
+            (mint_token(SECRET, "other", "read", 60), 403, "wrong_room"),
+            (mint_token(SECRET, "team/a", "read", 60, now=0), 401, "expired_token"),
         ]:
             url = base if token is None else f"{base}?token={token}"
             with pytest.raises(InvalidStatus) as refused:
                 async with ws_connect(url):
                     pass
             assert refused.value.response.status_code == status
+            # the stable code, as a room's handshake refusal gives it
+            assert refused.value.response.headers["X-Crdt-State-Error"] == code
         good = mint_token(SECRET, "team/a", "read", 60)
         cookie = {"Cookie": f"{routes.COOKIE}={good}"}
         async with ws_connect(base, additional_headers=cookie) as ws:
@@ -357,3 +360,22 @@ async def test_merges_of_a_read_only_token_are_counted_as_errors() -> None:
         text = (await get(hub, "/metrics"))[2].decode()
     assert metric(text, "crdt_state_merges_total", status="error") == 1
     assert metric(text, "crdt_state_merge_errors_total", code="read_only") == 1
+
+
+async def test_a_feed_lives_no_longer_than_its_token() -> None:
+    """Found as a user: a feed opened with a 4 s token streamed for as long as it stayed
+    open, and answered queries after the token expired."""
+    async with Hub(port=0, secret=SECRET) as hub:
+        await hub.room("r")
+        token = mint_token(SECRET, "r", "read", 2)
+        expires = int(time.time() + 2)
+        url = f"ws://127.0.0.1:{hub.port}/inspect/r/feed?token={token}"
+        async with ws_connect(url) as ws:
+            with pytest.raises(ConnectionClosed) as closed:
+                async with asyncio.timeout(6):
+                    while True:
+                        await ws.recv()
+        closed_at = time.time()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+        assert closed.value.rcvd.reason == "access token expired"
+        assert expires <= closed_at < expires + 1.0
