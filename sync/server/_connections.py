@@ -33,6 +33,7 @@ from sync.server._sending import close_later, close_reading, pump
 from sync.server.limits import Limits
 from sync.server.peer import (
     EMPTY_UPDATE,
+    READ_ONLY_WRITES,
     AwarenessQueried,
     AwarenessReceived,
     HubPeer,
@@ -40,6 +41,7 @@ from sync.server.peer import (
     PeerEvent,
     PeerRefused,
     SyncRequested,
+    UpdateDenied,
     UpdateReceived,
 )
 from sync.wire import protocol as p
@@ -199,6 +201,11 @@ class HubConnections:
         if isinstance(event, SyncRequested):  # sent once all it holds is durable
             update = room.state.get_update(event.since)
             room.send_durable(session, p.encode_sync_step2(update))
+        elif isinstance(event, UpdateDenied):  # the connection stays open for reads
+            if not session.told_read_only:  # once: a stock client logs it
+                session.told_read_only = True
+                log.info("room %s: read-only %s: writes dropped", room.name, session.label)
+                session.enqueue(p.encode_permission_denied(READ_ONLY_WRITES))
         elif isinstance(event, UpdateReceived):
             if room.would_exceed(len(event.update), self.limits.max_document):
                 raise PeerRefused(

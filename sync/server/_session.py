@@ -57,6 +57,8 @@ class Session:
     """Done once the answer to its last merge is sent (the hub handles its next message then)."""
     taken: bool = False
     """A merge of it was taken from the read callback and waits to be judged (hub only)."""
+    told_read_only: bool = False
+    """Its read-only token's permission-denied message was sent (once, on its first write)."""
 
     def __post_init__(self) -> None:
         self.outbox = Outbox(self.max_outbox)

@@ -28,6 +28,8 @@ __all__ = [
     "PeerEvent",
     "PeerRefused",
     "SyncRequested",
+    "READ_ONLY_WRITES",
+    "UpdateDenied",
     "UpdateReceived",
 ]
 
@@ -47,6 +49,16 @@ class UpdateReceived:
     """Sync step 2 or an update from a writer: apply it to the room."""
 
     update: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateDenied:
+    """A Yjs update from a read-only connection: dropped, nothing of it applied.
+
+    The hub tells the peer once (a permission-denied message) and keeps the connection
+    open for reads: a stock y-websocket client that was closed reconnected at once and
+    sent its write again, for as long as it ran.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +99,7 @@ class MergeDenied:
 PeerEvent: TypeAlias = (
     SyncRequested
     | UpdateReceived
+    | UpdateDenied
     | AwarenessReceived
     | AwarenessQueried
     | MergeRequested
@@ -125,10 +138,8 @@ READ_ONLY: Final = "read_only"
 the error code of the result answering its merge requests (:class:`MergeDenied`)."""
 
 
-def _read_only(what: str) -> PeerRefused:
-    return PeerRefused(
-        READ_ONLY, f"read-only token: {what} are refused", close_code=CloseCode.POLICY_VIOLATION
-    )
+READ_ONLY_WRITES: Final = "read-only token: writes are refused"
+"""The permission-denied reason a read-only connection's first Yjs update gets."""
 
 
 class HubPeer:
@@ -145,10 +156,9 @@ class HubPeer:
     def receive(self, data: bytes | str) -> PeerEvent | None:
         """The event one message stands for (``None``: nothing to do).
 
-        Raises :class:`PeerRefused` for a text frame (1003), a malformed
-        message (1002/1003) or a Yjs update from a read-only connection (1008,
-        as y-websocket servers do). A merge request from a read-only connection
-        is :class:`MergeDenied`, answered without closing.
+        Raises :class:`PeerRefused` for a text frame (1003) or a malformed message
+        (1002/1003). From a read-only connection, a Yjs update is :class:`UpdateDenied`
+        and a merge request :class:`MergeDenied`, both refused without closing.
         """
         if isinstance(data, str):
             raise PeerRefused(
@@ -174,7 +184,7 @@ class HubPeer:
                 return UpdateReceived(message.update)
             if message.update == EMPTY_UPDATE:
                 return None  # a read-only peer answering sync step 1 with nothing
-            raise _read_only("writes")
+            return UpdateDenied()
         if isinstance(message, p.Awareness):
             return AwarenessReceived(message.payload)
         if isinstance(message, p.QueryAwareness):

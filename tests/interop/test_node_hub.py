@@ -98,3 +98,26 @@ async def test_node_client_with_token_param() -> None:
             await asyncio.to_thread(
                 NodeYjsClient, base_url(hub), "interop/secured", token="forged.token", timeout=3
             )
+
+
+async def test_a_read_only_node_client_that_writes_stays_connected_and_reads() -> None:
+    """Found as a user: closed with 1008, y-websocket reconnected at once and sent its write
+    again, ~10 times a second for as long as it ran. Now its write is dropped, it is told
+    once, and it keeps reading the room."""
+    async with Hub(port=0, secret=SECRET) as hub:
+        writer = mint_token(SECRET, "interop/*", "write", 60)
+        reader = mint_token(SECRET, "interop/*", "read", 60)
+        room = "interop/read-only"
+        async with connect(hub.url(room), agent="w", token=writer) as w:
+            await w.acommit({"a": 1}, w.token)
+            node = await asyncio.to_thread(NodeYjsClient, base_url(hub), room, token=reader)
+            try:
+                await asyncio.to_thread(node.set, "mine", "dropped")
+                await asyncio.sleep(1.5)  # a closed client would have come back ~15 times
+                closes = (await asyncio.to_thread(node.command, op="closes"))["closes"]
+                assert closes == []
+                await w.acommit({"b": 2}, w.token)
+                assert await asyncio.to_thread(node.wait, "b", 2)
+            finally:
+                await asyncio.to_thread(node.close)
+        assert hub.rooms[room].state.snapshot() == {"a": 1, "b": 2}
