@@ -54,9 +54,15 @@ class RemoteMerges(Generic[ModelT]):
         return len(self._outbox)
 
     async def wait_idle(self, timeout: float = 10.0) -> None:
-        """Wait until every merge has ended (applied or failed)."""
+        """Wait until every merge has ended and, while connected, the replica has synced.
+
+        ``TimeoutError`` after ``timeout`` s. Queued merges are sent before the sync of a
+        new connection, so their answers come first: a read right after they all failed
+        saw the replica as it was before (empty, for an agent that never reached the
+        hub), not the room.
+        """
         async with asyncio.timeout(timeout):
-            while len(self._outbox):
+            while len(self._outbox) or (self._link.ws is not None and not self._core.synced):
                 await asyncio.sleep(0.01)
 
     async def acommit(
