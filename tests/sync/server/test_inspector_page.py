@@ -215,3 +215,23 @@ async def test_the_page_follows_a_room_live(browser: webdriver.Chrome, tmp_path:
         }
         print("\ninspector figures:", json.dumps(figures))
         assert statistics.median(latencies) < 2000
+
+
+async def test_the_page_says_why_it_shows_no_room(browser: webdriver.Chrome) -> None:
+    """Found as a user: a room nobody opened yet showed an empty header and "waiting for
+    the feed…" forever (the reason only in a tooltip); it names the room and the reason,
+    then shows the room once an agent opens it."""
+    async with Hub(port=0, secret=SECRET) as hub:
+        read = mint_token(SECRET, "later/room", "read", 600)
+        page = Page(browser)
+        address = f"http://127.0.0.1:{hub.port}/inspect/later/room?token={read}"
+        await asyncio.to_thread(browser.get, address)
+        assert await page.js(page.text("#room")) == "later/room"
+        await page.until(
+            "return document.querySelector('#tree').textContent.includes('no room named')",
+            "the reason the room is not shown",
+        )
+        write = mint_token(SECRET, "later/room", "write", 600)
+        async with connect(hub.url("later/room"), agent="a", token=write) as a:
+            await a.acommit({"x": 1}, a.token)
+            await page.until("return document.querySelector('[data-path=\"x\"]')", "the room")
