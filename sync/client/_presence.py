@@ -8,9 +8,14 @@ understands (stock ``y-websocket`` clients see it too), with this JSON state::
      "last_merge": "ok" | "conflict" | "error" | "pending" | null, "queued": 0}
 
 ``paths`` are the paths of the agent's latest merges (the newest last, at most
-:data:`MAX_PATHS`). The state is sent on each connection and again whenever it changes;
-the hub retires it (state ``null``) when the connection closes. Pure logic apart from
+:data:`MAX_PATHS`). The state is sent on each connection, again whenever it changes, and
+every :data:`RENEW` seconds (stock peers drop a state not renewed within 30 s); the hub
+retires it (state ``null``) when the connection closes. Pure logic apart from
 :meth:`Presence.run`, the task that sends it.
+
+:class:`Peers` is the other side: the states of the room's other clients (stock Yjs
+clients and other agents), kept from the awareness messages the hub sends by the
+y-protocols clock rules (:class:`~sync.wire.awareness.AwarenessStates`).
 """
 
 from __future__ import annotations
@@ -18,19 +23,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import Any, Final
 
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from crdt_state import MergeResult, VersionVector
+from sync.wire.awareness import AwarenessStates, decode_entries
+from sync.wire.errors import ProtocolError
 from sync.wire.lib0 import encode_var_string, encode_var_uint
 from sync.wire.protocol import encode_awareness
 
-__all__ = ["MAX_PATHS", "Presence"]
+__all__ = ["MAX_PATHS", "RENEW", "Peers", "Presence"]
 
 MAX_PATHS: Final = 16
+RENEW: Final = 15.0
+"""Seconds after which an unchanged state is sent again (with the next clock): a y-protocols
+peer drops a remote state it has not heard of for 30 s, as stock clients renew theirs."""
 _RESEND: Final = 0.5
 """Seconds between checks for a new connection when nothing changes."""
 
@@ -119,12 +130,14 @@ class Presence:
         return encode_awareness(payload)
 
     async def run(self, connection: Callable[[], ClientConnection | None]) -> None:
-        """Send the state on each new connection and on each change, until cancelled.
+        """Send the state on each new connection, on each change, and every :data:`RENEW` s.
 
         Args:
             connection: the agent's current connection (``None`` while offline).
         """
+        loop = asyncio.get_running_loop()
         sent_on: ClientConnection | None = None
+        sent_at = 0.0
         while True:
             if not self._changed.is_set():
                 with contextlib.suppress(TimeoutError):
@@ -134,11 +147,61 @@ class Presence:
             if ws is None:  # offline: look again later (never spin on a pending change)
                 await asyncio.sleep(_RESEND)
                 continue
-            if ws is sent_on and not self._changed.is_set():
+            renew = loop.time() - sent_at >= RENEW
+            if ws is sent_on and not self._changed.is_set() and not renew:
                 continue
             self._changed.clear()
             try:
                 await ws.send(self.frame())
-                sent_on = ws
+                sent_on, sent_at = ws, loop.time()
             except ConnectionClosed:
                 sent_on = None
+
+
+class Peers:
+    """The awareness states of the room's other clients (the agent's own, ``own``, left out).
+
+    :attr:`view` maps each client id to its decoded JSON state (its text when it is not
+    JSON); a client that left is not in it. The view is replaced on each change, never
+    changed in place, so a reader on another thread always sees one whole snapshot.
+    """
+
+    def __init__(self, own: int) -> None:
+        self.own = own
+        self._states = AwarenessStates()
+        self.view: Mapping[int, Any] = MappingProxyType({})
+
+    def receive(self, payload: bytes) -> bool:
+        """Take an awareness update from the hub; True when it changed the view.
+
+        A malformed update is ignored (presence is advisory: never a reason to drop the
+        connection).
+        """
+        try:
+            entries = decode_entries(payload)
+        except ProtocolError:
+            return False
+        changed = self._states.apply(e for e in entries if e.client != self.own)
+        if not changed:
+            return False
+        view = dict(self.view)
+        for entry in changed:
+            if entry.removed:
+                view.pop(entry.client, None)
+            else:
+                view[entry.client] = _decoded(entry.state)
+        self.view = MappingProxyType(view)
+        return True
+
+    def clear(self) -> None:
+        """Forget every peer (offline; the hub's greeting on the next connection tells them)."""
+        self._states.clear()
+        self.view = MappingProxyType({})
+
+
+def _decoded(state: str) -> Any:
+    """A state's JSON value, or its text when it is not JSON (or nested past the stack)."""
+    try:
+        return json.loads(state)
+    except (ValueError, RecursionError):
+        return state

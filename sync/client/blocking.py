@@ -154,6 +154,11 @@ class BlockingRemote(Generic[ModelT]):
         """The hub's confirmed state."""
         return self.remote.replica
 
+    @property
+    def peers(self) -> dict[int, Any]:
+        """The presence of the room's other clients (see ``RemoteState.peers``)."""
+        return self.remote.peers
+
     # -- the SharedState API, blocking -------------------------------------------------
     @property
     def token(self) -> VersionVector:
@@ -219,7 +224,11 @@ class BlockingRemote(Generic[ModelT]):
         )
 
     def wait_idle(self, timeout: float = 10.0) -> None:
-        """Wait until every merge has ended (``TimeoutError`` after ``timeout`` s)."""
+        """Wait until every merge has ended and, while connected, the replica synced.
+
+        As :meth:`RemoteState.wait_idle <sync.client.remote.RemoteState.wait_idle>`
+        (``TimeoutError`` after ``timeout`` s).
+        """
         self._call(self.remote.wait_idle(timeout))
 
     def __repr__(self) -> str:

@@ -35,6 +35,7 @@ from sync.client._events import ClientEvent, Finished, Frame, Send
 from sync.client._offline import OfflineStore, PendingMerge
 from sync.client._outbox import Outbox
 from sync.client._overlay import RemoteToken, chain_of
+from sync.client._presence import Peers
 from sync.wire import protocol as p
 from sync.wire.convert import wire_changes
 from sync.wire.errors import CloseCode, RemoteError, WriteDenied
@@ -85,6 +86,8 @@ class ClientCore:
         """The orders of the queued merges :meth:`connected` sent (the flush)."""
         self.read_only = False
         """True once the hub refused a write: merges fail at once from then on."""
+        self.peers = Peers(replica.client_id)
+        """The other clients' presence, from the hub's awareness messages."""
 
     # -- the connection ------------------------------------------------------------------
     @property
@@ -113,6 +116,7 @@ class ClientCore:
         """
         self.connection += 1
         self._online, self._synced = True, False
+        self.peers.clear()  # the hub's greeting tells them again
         self._in_flight.clear()
         self._held.clear()  # what the hub sent before is in its sync step 2
         frames: list[bytes] = []
@@ -150,6 +154,7 @@ class ClientCore:
         )
         self._online = self._synced = False
         self._in_flight.clear()
+        self.peers.clear()  # nobody is seen while offline
         if not unanswered or close_code is None:
             return []
         oldest = unanswered[0][1]
@@ -325,7 +330,9 @@ class ClientCore:
             if message.reason == p.TOKEN_EXPIRED_REASON:  # not a refusal of writes: they
                 return []  # stay queued, sent again once connected with a fresh token
             return self._deny(message.reason) + self._take_held()
-        return []  # awareness, other auth and unknown messages: nothing to do
+        if isinstance(message, p.Awareness):
+            self.peers.receive(message.payload)
+        return []  # other auth and unknown messages: nothing to do
 
     def _take_held(self) -> list[ClientEvent]:
         """Apply the held hub updates once nothing is in flight any more."""

@@ -263,6 +263,17 @@ class RemoteState(RemoteReads[ModelT], RemoteMerges[ModelT]):
         """
         return self._core.read_only
 
+    @property
+    def peers(self) -> dict[int, Any]:
+        """The presence of the room's other clients: Yjs client id -> awareness state.
+
+        Each state is the client's JSON awareness state as it announced it (for an agent
+        of ``sync.connect``, what its :attr:`presence` publishes; for a stock Yjs client,
+        e.g. ``{"user": ...}``); this agent's own client is left out, and a client that
+        left is gone. A new dict (a snapshot) on each read; empty while offline.
+        """
+        return dict(self._core.peers.view)
+
     def subscribe(self, listener: Callable[[StateUpdate], None]) -> Callable[[], None]:
         """Call ``listener(StateUpdate)`` after every change the replica takes from the hub.
 

@@ -19,6 +19,7 @@ from websockets.exceptions import ConnectionClosed
 
 from crdt_state import CrdtStateError
 from sync.server._admission import Admission
+from sync.server._awareness import TooManyClients
 from sync.server._desk import DECODE_ON_LOOP, MergeDesk
 from sync.server._expiry import EXPIRED_TOKEN, TOKEN_EXPIRED_REASON, expire_at, token_expired
 from sync.server._handshake import peer_address
@@ -45,7 +46,7 @@ from sync.server.peer import (
     UpdateReceived,
 )
 from sync.wire import protocol as p
-from sync.wire.errors import CloseCode
+from sync.wire.errors import CloseCode, ProtocolError
 
 if TYPE_CHECKING:
     from sync.server.cluster.node import ClusterNode
@@ -56,7 +57,9 @@ log = masking_logger("crdt_state.hub")
 
 _TRY_AGAIN_LATER = 1013
 AWARENESS_TOO_LARGE = "awareness_too_large"
-"""The code of :class:`PeerRefused` for an awareness message over ``Limits.max_awareness``."""
+"""The code of :class:`PeerRefused` for an awareness message over ``Limits.max_awareness``,
+or one that would make its connection control more than ``MAX_CLIENTS_PER_CONNECTION``
+clients (``sync.server._awareness``)."""
 
 
 class HubConnections:
@@ -109,7 +112,8 @@ class HubConnections:
             if grant is not None:
                 expiry = asyncio.create_task(expire_at(ws, grant.expires))
             peer = HubPeer(can_write=session.can_write)
-            session.enqueue_many(HubPeer.greeting(room.state.token, list(room.awareness.values())))
+            greeting = room.awareness.greeting(self.limits.max_awareness)
+            session.enqueue_many(HubPeer.greeting(room.state.token, greeting))
             if isinstance(ws, InlineConnection):  # see _take_now
                 ws.message_sink = lambda data: self._take_now(ws, room, session, peer, data)
             async for data in ws:
@@ -239,13 +243,14 @@ class HubConnections:
                     "awareness message size limit reached",
                     close_code=CloseCode.MESSAGE_TOO_BIG,
                 )
-            room.awareness[session.id] = event.payload
-            room.broadcast(p.encode_awareness(event.payload), exclude=session.id)
-            if self._cluster is not None:
-                await self._cluster.publish_awareness(room, event.payload)
+            changed = self._take_awareness(room, session, event.payload)
+            if changed is not None:
+                room.broadcast(p.encode_awareness(changed), exclude=session.id)
+                if self._cluster is not None:
+                    await self._cluster.publish_awareness(room, changed)
         elif isinstance(event, AwarenessQueried):
-            for payload in room.awareness.values():
-                session.enqueue(p.encode_awareness(payload))
+            for update in room.awareness.greeting(self.limits.max_awareness):
+                session.enqueue(p.encode_awareness(update))
         elif isinstance(event, MergeDenied):  # the connection stays open for reads
             self._desk.refuse_read_only(room, session, event)
         elif self._cluster is not None:
@@ -259,6 +264,23 @@ class HubConnections:
         else:
             return self._merge(room, session, event.request)
         return None
+
+    def _take_awareness(self, room: Room, session: Session, payload: bytes) -> bytes | None:
+        """Apply a session's awareness update to the room; returns what changed (to relay).
+
+        Raises :class:`PeerRefused` for a malformed update, or one that would make the
+        session control more than ``MAX_CLIENTS_PER_CONNECTION`` clients or more than
+        ``max_awareness`` bytes of states together (1009, as for an update over
+        ``max_awareness``).
+        """
+        try:
+            return room.awareness.receive(payload, session.id, self.limits.max_awareness)
+        except ProtocolError as exc:
+            raise PeerRefused(exc.code, exc.close_reason, close_code=exc.close_code) from exc
+        except TooManyClients as exc:
+            raise PeerRefused(
+                AWARENESS_TOO_LARGE, str(exc), close_code=CloseCode.MESSAGE_TOO_BIG
+            ) from exc
 
     def _take_now(
         self, ws: ServerConnection, room: Room, session: Session, peer: HubPeer, data: bytes

@@ -37,9 +37,9 @@ from pycrdt import merge_updates
 
 from crdt_state import SharedState, StateUpdate
 from crdt_state.journal import call_on_loop
+from sync.server._awareness import RoomAwareness
 from sync.server._framing import FrameCache
 from sync.server._session import Session
-from sync.wire.awareness import removal_update, safe_clients
 from sync.wire.protocol import encode_awareness, encode_update
 
 __all__ = ["Room", "Session"]
@@ -90,7 +90,8 @@ class Room:
         the updates it only relayed so far (:meth:`relay`, :meth:`absorb`)."""
         self._absorbing: int | None = None  # the thread applying relayed updates (absorb)
         self.sessions: dict[int, Session] = {}
-        self.awareness: dict[int, bytes] = {}
+        self.awareness = RoomAwareness()
+        """Every client's awareness state, and the session controlling it (by session id)."""
         self.size = len(state.get_update())
         """Encoded size of the document, kept as an upper bound (see would_exceed)."""
         self._loop = loop
@@ -156,12 +157,11 @@ class Room:
         self.sessions[session.id] = session
 
     def leave(self, session: Session) -> None:
-        """Forget ``session``; tell the others that the peers it announced are gone."""
+        """Forget ``session``; tell the others that the clients it controlled are gone."""
         self.sessions.pop(session.id, None)
-        payload = self.awareness.pop(session.id, None)
-        clients = safe_clients(payload) if payload is not None else {}
-        if clients:
-            self.broadcast(encode_awareness(removal_update(clients)))
+        removal = self.awareness.leave(session.id)
+        if removal is not None:
+            self.broadcast(encode_awareness(removal))
 
     def _on_change(self, change: StateUpdate) -> None:
         if self._absorbing == threading.get_ident():  # relayed already (and counted in size)

@@ -8,7 +8,7 @@ Bytes in, message objects out, and the reverse; no asyncio, no sockets. Layouts 
   with the wire's error code;
 - :mod:`sync.wire.changes`: the JSON payloads (change sets, merge result bodies);
 - :mod:`sync.wire.protocol`: messages and their codec;
-- :mod:`sync.wire.awareness`: just enough of awareness payloads to retire a peer;
+- :mod:`sync.wire.awareness`: awareness updates and their clock rules (y-protocols);
 - :mod:`sync.wire.convert`: wire records to and from the core's objects;
 - :mod:`sync.wire.errors`: the ``sync`` error root and the wire's codes.
 """

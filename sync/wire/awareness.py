@@ -1,44 +1,188 @@
-"""Awareness payloads (y-protocols ``awareness.js``): just enough to retire a peer.
+"""Awareness (y-protocols ``awareness.js``): the update format and its clock rules.
 
 An awareness update is ``varuint n`` then, ``n`` times, ``varuint client_id``,
-``varuint clock``, ``varstring state_json``. A state of ``null`` with a higher
-clock tells every peer that the client is gone. The hub relays payloads as
-they are; when a connection closes it sends this removal for the clients that
-connection announced, as the reference server does.
+``varuint clock``, ``varstring state_json``. A state of ``null`` means the client is
+gone. One update may carry several clients' states: a stock y-websocket client sends
+back every change it applies, other peers' states included.
+
+:class:`AwarenessStates` keeps what a y-protocols ``Awareness`` keeps of remote
+clients: each client's clock and state, a state taken only when its clock is newer
+than the one held, or equal with a ``null`` state while a state is held (the removal a
+client or the hub sends at the clock it announced). Clocks of removed clients are kept
+(a bounded number, :data:`MAX_GONE`) so that a late echo of a removed state is refused.
+States stay JSON text: the hub never decodes them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from typing import Final, NamedTuple
+
 from sync.wire.errors import ProtocolError
 from sync.wire.lib0 import Reader, encode_var_string, encode_var_uint
 
-__all__ = ["announced_clients", "removal_update", "safe_clients"]
+__all__ = [
+    "MAX_GONE",
+    "AwarenessStates",
+    "Entry",
+    "decode_entries",
+    "encode_entries",
+    "is_null",
+    "removal_update",
+    "safe_clients",
+]
+
+MAX_GONE: Final = 1_024
+"""Clocks of removed clients an :class:`AwarenessStates` keeps (the oldest are dropped)."""
+
+_JSON_SPACE: Final = " \t\n\r"
 
 
-def announced_clients(payload: bytes) -> dict[int, int]:
-    """``{client_id: clock}`` of an awareness update; ProtocolError if malformed."""
+class Entry(NamedTuple):
+    """One record of an awareness update: a client's state (JSON text) at ``clock``."""
+
+    client: int
+    clock: int
+    state: str
+
+    @property
+    def removed(self) -> bool:
+        """True for a ``null`` state: the client is gone."""
+        return is_null(self.state)
+
+
+def is_null(state: str) -> bool:
+    """True when the JSON text ``state`` is ``null``."""
+    return state.strip(_JSON_SPACE) == "null"
+
+
+def decode_entries(payload: bytes) -> list[Entry]:
+    """The records of an awareness update, in order; ProtocolError if malformed."""
     reader = Reader(payload)
-    clients: dict[int, int] = {}
+    entries: list[Entry] = []
     for _ in range(reader.read_var_uint()):
         client = reader.read_var_uint()
         clock = reader.read_var_uint()
-        reader.read_var_string()
-        clients[client] = clock
+        entries.append(Entry(client, clock, reader.read_var_string()))
     reader.expect_end()
-    return clients
+    return entries
 
 
-def removal_update(clients: dict[int, int]) -> bytes:
-    """An awareness update that sets each client's state to ``null`` (clock + 1)."""
-    parts = [encode_var_uint(len(clients))]
-    for client, clock in clients.items():
-        parts += [encode_var_uint(client), encode_var_uint(clock + 1), encode_var_string("null")]
+def encode_entries(entries: Iterable[Entry]) -> bytes:
+    """An awareness update carrying ``entries``."""
+    parts = [b""]
+    count = 0
+    for client, clock, state in entries:
+        parts += [encode_var_uint(client), encode_var_uint(clock), encode_var_string(state)]
+        count += 1
+    parts[0] = encode_var_uint(count)
     return b"".join(parts)
 
 
+def removal_update(clients: dict[int, int]) -> bytes:
+    """An awareness update setting each client's state to ``null`` at the given clock.
+
+    A peer holding the client's state at that clock removes it (the equal-clock rule).
+    """
+    return encode_entries(Entry(client, clock, "null") for client, clock in clients.items())
+
+
 def safe_clients(payload: bytes) -> dict[int, int]:
-    """Like :func:`announced_clients`, but ``{}`` for a payload that does not parse."""
+    """``{client_id: clock}`` of an awareness update, ``{}`` if it does not parse."""
     try:
-        return announced_clients(payload)
+        return {entry.client: entry.clock for entry in decode_entries(payload)}
     except ProtocolError:
         return {}
+
+
+class AwarenessStates:
+    """Remote clients' awareness states, kept by y-protocols' rules (see the module doc)."""
+
+    def __init__(self, max_gone: int = MAX_GONE) -> None:
+        self._states: dict[int, tuple[int, str]] = {}  # client -> (clock, state), live
+        self._gone: dict[int, int] = {}  # removed client -> its clock, oldest first
+        self._max_gone = max_gone
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def __contains__(self, client: object) -> bool:
+        return client in self._states
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._states)
+
+    def get(self, client: int) -> Entry | None:
+        """The live state of ``client`` (``None`` if it has none)."""
+        held = self._states.get(client)
+        return None if held is None else Entry(client, *held)
+
+    def entries(self) -> list[Entry]:
+        """Every live state, in the order the clients first announced one."""
+        return [Entry(client, clock, state) for client, (clock, state) in self._states.items()]
+
+    def clock(self, client: int) -> int:
+        """The clock held for ``client``: 0 for a client never seen."""
+        held = self._states.get(client)
+        return held[0] if held is not None else self._gone.get(client, 0)
+
+    def plan(self, entries: Iterable[Entry]) -> list[tuple[Entry, bool]]:
+        """The entries of an update that apply, in order, without applying them.
+
+        Each comes with whether it changes the visible states (a state set or
+        removed); an entry that only records the clock of a client without a state
+        (a ``null`` for a client not held) does not. Apply them with :meth:`commit`.
+        """
+        seen: dict[int, tuple[int, bool]] = {}  # client -> (clock, has a state) so far
+        out: list[tuple[Entry, bool]] = []
+        for entry in entries:
+            known = seen.get(entry.client)
+            if known is None:
+                known = (self.clock(entry.client), entry.client in self._states)
+            clock, live = known
+            removed = entry.removed
+            if clock < entry.clock or (clock == entry.clock and removed and live):
+                out.append((entry, live or not removed))
+                seen[entry.client] = (entry.clock, not removed)
+        return out
+
+    def commit(self, planned: Iterable[tuple[Entry, bool]]) -> list[Entry]:
+        """Apply what :meth:`plan` returned (nothing changed since); returns the visible changes."""
+        changed: list[Entry] = []
+        for entry, visible in planned:
+            self._set(entry)
+            if visible:
+                changed.append(entry)
+        return changed
+
+    def apply(self, entries: Iterable[Entry]) -> list[Entry]:
+        """Apply an update's entries by the clock rules; returns the visible changes."""
+        return self.commit(self.plan(entries))
+
+    def remove(self, clients: Iterable[int]) -> list[Entry]:
+        """Remove the states of ``clients`` (those held) at their clocks; returns the removals."""
+        removed: list[Entry] = []
+        for client in clients:
+            held = self._states.get(client)
+            if held is not None:
+                entry = Entry(client, held[0], "null")
+                self._set(entry)
+                removed.append(entry)
+        return removed
+
+    def clear(self) -> None:
+        """Forget every client, its clock included."""
+        self._states.clear()
+        self._gone.clear()
+
+    def _set(self, entry: Entry) -> None:
+        client = entry.client
+        if entry.removed:
+            self._states.pop(client, None)
+            self._gone.pop(client, None)  # the newest removals are the last dropped
+            self._gone[client] = entry.clock
+            if len(self._gone) > self._max_gone:
+                del self._gone[next(iter(self._gone))]
+        else:
+            self._gone.pop(client, None)
+            self._states[client] = (entry.clock, entry.state)

@@ -11,6 +11,8 @@
 //   {"op":"delete","key":k}                 -> {"op":"delete","ok":true}
 //   {"op":"get"}                            -> {"op":"get","ok":true,"state":{...}}
 //   {"op":"awareness","state":{...}}        -> {"op":"awareness","ok":true}  (local awareness state)
+//   {"op":"peers"}                          -> {"op":"peers","ok":true,"peers":{id: state, ...}}
+//                                              (the other clients' awareness states it holds)
 //   {"op":"wait","key":k,"value":v,"timeout":ms}
 //                                           -> {"op":"wait","ok":true} once state[k] deep-equals v
 //                                              {"op":"wait","ok":false,"error":"timeout","value":cur}
@@ -94,6 +96,13 @@ const handle = async (cmd) => {
     case 'awareness':
       provider.awareness.setLocalState(cmd.state)
       return { op: 'awareness', ok: true }
+    case 'peers': {
+      const peers = {}
+      for (const [id, s] of provider.awareness.getStates()) {
+        if (id !== doc.clientID) peers[id] = s
+      }
+      return { op: 'peers', ok: true, peers }
+    }
     case 'wait': {
       const ok = await waitFor(cmd.key, cmd.value, cmd.timeout ?? 10000)
       return ok

@@ -237,10 +237,20 @@ class NodeYjsClient:
         """Replace the provider's local awareness state (bumps its awareness clock)."""
         self.command(op="awareness", state=state)
 
+    def peers(self) -> dict[int, Any]:
+        """The other clients' awareness states the provider holds, by client id."""
+        peers: dict[str, Any] = self.command(op="peers")["peers"]
+        return {int(client): state for client, state in peers.items()}
+
     def wait(self, key: str, value: Any, timeout: float | None = None) -> bool:
         """True once ``state[key]`` deep-equals ``value``; False after ``timeout`` s."""
         ms = int((self.timeout if timeout is None else timeout) * 1000)
         return bool(self.command(op="wait", key=key, value=value, timeout=ms)["ok"])
+
+    def kill(self) -> None:
+        """Kill the process (SIGKILL): its connection drops without a goodbye."""
+        self._node.proc.kill()
+        self._node.stop()
 
     def close(self) -> None:
         """Ask the client to quit; kill it if it does not."""

@@ -1,12 +1,17 @@
 """Awareness between the hubs of a cluster: Redis pub/sub, one channel per room, ephemeral.
 
-A hub publishes every awareness update of its sessions on the room's channel,
-``crdt:<cluster>:{room}:awareness`` (named in the cluster's key space, see
-:mod:`~sync.server.cluster.keys`), as its hub id, a NUL byte, then the update.
-:class:`AwarenessRelay` subscribes to the channels of the hub's open rooms and hands
-what the other hubs publish to the room's sessions. Channels of another key space (the
-room of the same name of a cluster on another database) are never subscribed to, and a
-message on one is dropped. Nothing is kept: what is published while Redis is down is lost.
+A hub publishes what each awareness update of its sessions changed in the room
+(:class:`~sync.server._awareness.RoomAwareness`), and the removal of the clients a closed
+connection controlled, on the room's channel, ``crdt:<cluster>:{room}:awareness`` (named
+in the cluster's key space, see :mod:`~sync.server.cluster.keys`), as its hub id, a NUL
+byte, then the update. :class:`AwarenessRelay` subscribes to the channels of the hub's
+open rooms and applies what the other hubs publish to the room's awareness by the same
+clock rules (controlled by no local connection), relaying what changed to its sessions:
+a session joining later gets those states in its greeting too. Channels of another key
+space (the room of the same name of a cluster on another database) are never subscribed
+to, and a message on one is dropped. Redis keeps nothing: what is published while it is
+down is lost, and a hub that opens a room later learns the other hubs' clients when they
+next change (a stock client renews its state every 15 seconds).
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ from sync.server.cluster.keys import KeySpace
 from sync.server.cluster.lease import UNAVAILABLE
 from sync.server.cluster.outbox import Outbox
 from sync.wire import protocol as p
+from sync.wire.errors import ProtocolError
 
 if TYPE_CHECKING:
+    from sync.server._room import Room
     from sync.server.cluster.cluster_room import ClusterRoom
 
 __all__ = ["AWARENESS", "AwarenessRelay"]
@@ -107,7 +114,22 @@ class AwarenessRelay:
                 continue
             cluster_room = self.rooms.get(name)
             if cluster_room is not None:
-                cluster_room.room.broadcast(p.encode_awareness(payload))
+                self.take(cluster_room.room, payload)
+
+    @staticmethod
+    def take(room: Room, payload: bytes) -> None:
+        """Apply another hub's awareness update to ``room``; relay what changed to its sessions.
+
+        Its clients are controlled by no connection of this hub: their states go when
+        that hub publishes their removal (its connection closed). A malformed update is
+        dropped.
+        """
+        try:
+            changed = room.awareness.receive(payload, None)
+        except ProtocolError:
+            return
+        if changed is not None:
+            room.broadcast(p.encode_awareness(changed))
 
     async def aclose(self) -> None:
         """Close the subscriptions' connection."""

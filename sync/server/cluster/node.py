@@ -63,7 +63,6 @@ from sync.server.cluster.schema import cluster_id, migrate
 from sync.server.cluster.stopping import STOP_TIMEOUT, Deadline, closing, end_task
 from sync.server.cluster.storage import RoomStorage
 from sync.server.cluster.writes import Writes
-from sync.wire.awareness import removal_update, safe_clients
 
 __all__ = ["ClusterNode"]
 
@@ -306,10 +305,9 @@ class ClusterNode:
         if cluster_room is not None:
             cluster_room.answers.forget_session(session)
         self.writes.forget(room.name, session.id)
-        payload = room.awareness.get(session.id)
-        clients = safe_clients(payload) if payload is not None else {}
-        if clients:
-            self._spawn(self.publish_awareness(room, removal_update(clients)))
+        removal = room.awareness.removal(session.id)  # room.leave removes them next
+        if removal is not None:
+            self._spawn(self.publish_awareness(room, removal))
 
     async def _follow(self) -> None:
         """Follow every open room's ``out`` stream, with one ``XREAD`` for all.

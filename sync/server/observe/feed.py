@@ -43,6 +43,7 @@ from sync.server.observe.events import (
     history_event,
     jsonable,
 )
+from sync.wire.awareness import encode_entries
 from sync.wire.errors import CloseCode
 
 __all__ = ["MAX_QUEUE", "ROOM_UNLOADED", "STATE_INTERVAL", "Feed"]
@@ -140,14 +141,20 @@ class Feed:
         }
 
     def _agents(self) -> list[dict[str, Any]]:
-        agents: list[dict[str, Any]] = []
-        for session_id, payload in list(self.room.awareness.items()):
-            for client, state in awareness_states(payload).items():
-                if state is not None:
-                    agents.append(
-                        {"client": client, "connection": f"conn-{session_id}", "state": state}
-                    )
-        return agents
+        """Each client with an awareness state, once, with the connection controlling it.
+
+        ``connection`` is ``None`` for a client announced through another hub (cluster).
+        """
+        clients = list(self.room.awareness.clients())
+        states = awareness_states(encode_entries(entry for entry, _ in clients))
+        return [
+            {
+                "client": entry.client,
+                "connection": None if owner is None else f"conn-{owner}",
+                "state": states.get(entry.client),
+            }
+            for entry, owner in clients
+        ]
 
     def _connections(self) -> list[dict[str, Any]]:
         return [
