@@ -18,22 +18,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import hubs
 import pytest
 from psycopg import AsyncConnection
-from yjs_node import NodeYjsClient, interop_required, node_missing_reason
+from yjs_node import NodeYjsClient
 
 from sync import Hub
 from sync.client.remote import connect
 from sync.server.cluster import migrate
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
-
-
-@pytest.fixture(autouse=True)
-def _node_available() -> None:
-    reason = node_missing_reason()
-    if reason is not None:
-        if interop_required():
-            pytest.fail(reason)
-        pytest.skip(reason)
 
 
 @pytest.fixture

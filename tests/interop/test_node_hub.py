@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 import hubs
 import pytest
-from yjs_node import NodeHarnessError, NodeYjsClient, interop_required, node_missing_reason
+from yjs_node import NodeHarnessError, NodeYjsClient
 
 from crdt_state import ConflictError
 from sync.client.remote import connect
@@ -17,15 +17,6 @@ from sync.server.hub import Hub
 pytestmark = pytest.mark.interop
 
 SECRET = "interop-secret"
-
-
-@pytest.fixture(autouse=True)
-def _node_available() -> None:
-    reason = node_missing_reason()
-    if reason is not None:
-        if interop_required():
-            pytest.fail(reason)
-        pytest.skip(reason)
 
 
 def eventually(check: Callable[[], bool]) -> Awaitable[None]:

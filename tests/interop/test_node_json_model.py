@@ -11,21 +11,12 @@ import pytest
 from pycrdt import Doc, Map, Text
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
-from yjs_node import NodeYjsClient, interop_required, node_missing_reason
+from yjs_node import NodeYjsClient
 
 from sync.server.hub import Hub
 from sync.wire import protocol as p
 
 pytestmark = pytest.mark.interop
-
-
-@pytest.fixture(autouse=True)
-def _node_available() -> None:
-    reason = node_missing_reason()
-    if reason is not None:
-        if interop_required():
-            pytest.fail(reason)
-        pytest.skip(reason)
 
 
 def _is_json(value: Any) -> bool:

@@ -15,21 +15,12 @@ import subprocess
 from typing import Any
 
 import pytest
-from yjs_node import INTEROP_DIR, interop_required, node_missing_reason
+from yjs_node import INTEROP_DIR
 
 from crdt_state import SharedState
 from crdt_state.values import normalize
 
 pytestmark = pytest.mark.interop
-
-
-@pytest.fixture(autouse=True)
-def _node_present() -> None:
-    reason = node_missing_reason()
-    if reason is not None:
-        if interop_required():
-            pytest.fail(reason)
-        pytest.skip(reason)
 
 
 def mixed(n: int) -> list[Any]:

@@ -17,21 +17,12 @@ from typing import Any
 
 import pytest
 from websockets.asyncio.client import connect as ws_connect
-from yjs_node import NodeYjsClient, interop_required, node_missing_reason
+from yjs_node import NodeYjsClient
 
 from sync.client.remote import RemoteState, connect
 from sync.server.hub import Hub
 
 pytestmark = pytest.mark.interop
-
-
-@pytest.fixture(autouse=True)
-def _node_available() -> None:
-    reason = node_missing_reason()
-    if reason is not None:
-        if interop_required():
-            pytest.fail(reason)
-        pytest.skip(reason)
 
 
 async def until(check: Callable[[], bool], timeout: float = 10.0) -> None:

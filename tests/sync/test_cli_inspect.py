@@ -6,15 +6,14 @@ import argparse
 import io
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
+from inspect_runs import run, run_json
 from rich.console import Console
 from rich.text import Text
 
 from crdt_state import SharedState, resolvers
 from sync import cli_inspect
-from sync.cli import main
 from sync.cli_inspect import format_table, parse_since
 from sync.client.remote import connect
 from sync.server.hub import Hub
@@ -30,18 +29,6 @@ def state_file(tmp_path: Path) -> Path:
         state.commit({"plan.owner": "alice"}, base, "alice")
         state.commit({"plan.owner": "bob", "plan.steps": 2}, base, "bob")
     return file
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(["inspect", *argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
-    code, out, err = run(capsys, *argv, "--json")
-    assert code == 0, err
-    return json.loads(out)
 
 
 def test_show_prints_the_content_or_one_path(

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from inspect_runs import run
 
 from crdt_state import SharedState
 from sync.cli import main
@@ -18,12 +19,6 @@ def state_file(tmp_path: Path) -> Path:
     with SharedState.open(file) as state:
         state.commit({"plan": {"owner": "ann"}}, state.token, "alice")
     return file
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(["inspect", *argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def one_line(err: str) -> str:

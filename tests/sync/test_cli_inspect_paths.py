@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from inspect_runs import run, run_json
 
 from crdt_state import SharedState, resolvers
-from sync.cli import main
 from sync.cli_paths import cli_path, path_text
 
 URLS = '["urls","example.com"]'
@@ -29,18 +28,6 @@ def dotted_file(tmp_path: Path) -> Path:
         state.commit({("urls", "example.com"): 2}, base, "alice")
         state.commit({("urls", "example.com"): 3}, base, "bob")
     return file
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(["inspect", *argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
-    code, out, err = run(capsys, *argv, "--json")
-    assert code == 0, err
-    return json.loads(out)
 
 
 def test_a_key_with_a_dot_is_named_as_a_json_array(
