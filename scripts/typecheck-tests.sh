@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ROOTS=(tests tests/sync/server tests/cluster)
+ROOTS=(tests tests/sync/server tests/cluster tests/interop)
 
 files() {  # ROOT: its Python files, less Node's and those of the other roots
     local skip=() root
@@ -27,4 +27,5 @@ status=0
 check tests || status=1
 check tests/sync/server || status=1
 check tests/cluster tests/interop || status=1  # the cluster tests import interop's yjs_node
+check tests/interop || status=1
 exit "$status"
