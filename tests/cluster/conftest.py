@@ -11,7 +11,9 @@
 - ``pool``, ``redis``: clients (``sync.server.cluster.postgres_pool``, ``redis_client``);
 - ``hubs``: two hubs in process (ports of their own) on ``private_redis`` and ``postgres_dsn``;
 - ``two_hubs``, ``three_hubs``: hub processes (``python -m sync.cli hub``) on
-  ``private_redis`` and ``postgres_dsn``, stopped at teardown (their logs printed).
+  ``private_redis`` and ``postgres_dsn``, stopped at teardown (their logs printed);
+- ``pg_proxy``: a :class:`~tcp_proxy.TcpProxy` in front of ``postgres_dsn``'s server, which
+  a test pauses to blackhole PostgreSQL.
 
 A server that does not answer fails the test with the reason: ``scripts/test.sh``
 installs and starts the servers.
@@ -31,8 +33,10 @@ from cluster_servers import redis_url as machine_redis_url
 from hub_procs import HubCluster
 from postgres_server import PostgresServer
 from psycopg import AsyncConnection
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
+from tcp_proxy import TcpProxy
 
 from sync import Hub
 from sync.server.cluster import migrate, postgres_pool, redis_client
@@ -130,3 +134,11 @@ async def hubs(private_redis: RedisServer, postgres_dsn: str) -> AsyncIterator[t
         Hub(port=0, redis=private_redis.url, postgres=postgres_dsn) as b,
     ):
         yield a, b
+
+
+@pytest.fixture
+def pg_proxy(postgres_dsn: str) -> Iterator[TcpProxy]:
+    """A proxy to the module's database, paused by the test to blackhole it."""
+    port = int(conninfo_to_dict(postgres_dsn).get("port") or 5432)
+    with TcpProxy(port) as proxy:
+        yield proxy

@@ -2,7 +2,8 @@
 
 Each :class:`HubProcess` runs one real hub on a free loopback port; :class:`HubCluster`
 starts several on the same Redis and PostgreSQL and stops (or kills) every one of them at
-the end, waiting for each. Every wait is bounded.
+the end, waiting for each. Every wait is bounded. :func:`start_refused` starts a hub in
+this process that must refuse its configuration.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+import pytest
 from cluster_servers import ServerProcess, free_port
+
+from sync import Hub, HubConfigError
 
 _LAUNCH = (
     "import faulthandler, signal, sys\n"
@@ -143,3 +147,15 @@ class HubCluster:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+async def start_refused(redis: str, postgres: str) -> HubConfigError:
+    """Start a hub in this process on ``redis`` and ``postgres``: the configuration error it
+    is refused with (the test fails if it starts); whatever it opened is closed."""
+    hub = Hub(port=0, redis=redis, postgres=postgres)
+    try:
+        with pytest.raises(HubConfigError) as info:
+            await hub.start()
+    finally:
+        await hub.stop()
+    return info.value

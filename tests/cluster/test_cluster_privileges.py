@@ -31,14 +31,14 @@ from cluster_servers import (
     free_port,
     postgres_admin_dsn,
 )
-from hub_procs import HubProcess
+from hub_procs import HubProcess, start_refused
 from psycopg import AsyncConnection
 from psycopg.conninfo import make_conninfo
 
 import sync
 from crdt_state import _pg_schema as store_schema
 from crdt_state.postgres import open_postgres
-from sync import Hub, HubConfigError
+from sync import HubConfigError
 from sync.server.cluster import MIGRATIONS, migrate
 from sync.server.cluster.grants import (
     NEEDS,
@@ -131,14 +131,9 @@ async def test_a_role_that_cannot_read_the_version_is_told_which_grant(
 async def test_a_missing_privilege_is_named_at_start(database: Database, redis_url: str) -> None:
     await database.migrate_as_owner()
     database.run(*HUB_GRANTS, "REVOKE UPDATE ON crdt_rooms FROM {role}")
-    hub = Hub(port=0, redis=redis_url, postgres=database.hub)
-    try:
-        with pytest.raises(HubConfigError) as info:
-            await hub.start()
-    finally:
-        await hub.stop()
-    message = str(info.value)
-    assert info.value.code == "postgres_privileges" and "lacks UPDATE on crdt_rooms" in message
+    error = await start_refused(redis_url, database.hub)
+    message = str(error)
+    assert error.code == "postgres_privileges" and "lacks UPDATE on crdt_rooms" in message
     assert f"GRANT UPDATE ON crdt_rooms TO {database.role};" in message
 
 
@@ -148,14 +143,9 @@ async def test_missing_store_tables_need_create(database: Database, redis_url: s
         "GRANT SELECT ON crdt_schema, crdt_cluster TO {role}",
         "GRANT SELECT, INSERT, UPDATE ON crdt_rooms TO {role}",
     )
-    hub = Hub(port=0, redis=redis_url, postgres=database.hub)
-    try:
-        with pytest.raises(HubConfigError) as info:
-            await hub.start()
-    finally:
-        await hub.stop()
-    assert "crdt_store_log" in str(info.value)
-    assert f"GRANT CREATE ON SCHEMA public TO {database.role};" in str(info.value)
+    error = await start_refused(redis_url, database.hub)
+    assert "crdt_store_log" in str(error)
+    assert f"GRANT CREATE ON SCHEMA public TO {database.role};" in str(error)
 
 
 async def test_a_hub_serves_with_only_the_documented_grants(

@@ -18,13 +18,13 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cluster_servers import RedisServer
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import make_conninfo
 from tcp_proxy import TcpProxy
 
 from sync import Hub
@@ -53,14 +53,6 @@ async def until_ready(hub: Hub, timeout: float = 10.0) -> dict[str, Any]:
             assert status == 200, answer
             return answer
         await asyncio.sleep(0.2)
-
-
-@pytest.fixture
-def pg_proxy(postgres_dsn: str) -> Iterator[TcpProxy]:
-    """A proxy to the module's database, paused by the test to blackhole it."""
-    port = int(conninfo_to_dict(postgres_dsn).get("port") or 5432)
-    with TcpProxy(port) as proxy:
-        yield proxy
 
 
 @pytest.fixture

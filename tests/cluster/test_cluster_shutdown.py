@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from cluster_servers import RedisServer
 from hub_procs import HubProcess
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import make_conninfo
 from tcp_proxy import TcpProxy
 
 import sync
@@ -33,18 +33,11 @@ ROOM = "owned"
 
 
 @pytest.fixture
-def proxy(postgres_dsn: str) -> Iterator[TcpProxy]:
-    port = int(conninfo_to_dict(postgres_dsn).get("port") or 5432)
-    with TcpProxy(port) as running:
-        yield running
-
-
-@pytest.fixture
 def hub(
-    private_redis: RedisServer, postgres_dsn: str, proxy: TcpProxy, tmp_path: Path
+    private_redis: RedisServer, postgres_dsn: str, pg_proxy: TcpProxy, tmp_path: Path
 ) -> Iterator[HubProcess]:
-    """A hub process reaching PostgreSQL through ``proxy``; killed at the end whatever."""
-    dsn = make_conninfo(postgres_dsn, host="127.0.0.1", port=str(proxy.port))
+    """A hub process reaching PostgreSQL through ``pg_proxy``; killed at the end whatever."""
+    dsn = make_conninfo(postgres_dsn, host="127.0.0.1", port=str(pg_proxy.port))
     process = HubProcess(private_redis.url, dsn, tmp_path, name="p")
     try:
         process.start()
@@ -75,10 +68,10 @@ def exit_status(hub: HubProcess, within: float) -> tuple[int | None, float]:
 
 
 async def test_a_stop_stuck_on_postgres_ends_after_the_timeout(
-    hub: HubProcess, proxy: TcpProxy
+    hub: HubProcess, pg_proxy: TcpProxy
 ) -> None:
     await own_a_room(hub)
-    proxy.pause()
+    pg_proxy.pause()
     assert hub.proc is not None
     hub.proc.send_signal(signal.SIGTERM)
     status, took = await asyncio.to_thread(exit_status, hub, STOP_TIMEOUT + 4)
@@ -91,10 +84,10 @@ async def test_a_stop_stuck_on_postgres_ends_after_the_timeout(
 
 @pytest.mark.parametrize("second", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 async def test_a_second_signal_exits_at_once(
-    hub: HubProcess, proxy: TcpProxy, second: signal.Signals
+    hub: HubProcess, pg_proxy: TcpProxy, second: signal.Signals
 ) -> None:
     await own_a_room(hub)
-    proxy.pause()
+    pg_proxy.pause()
     assert hub.proc is not None
     hub.proc.send_signal(signal.SIGTERM)
     await asyncio.sleep(1.0)

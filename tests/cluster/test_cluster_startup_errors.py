@@ -21,6 +21,7 @@ import psycopg
 import pytest
 import redis as redis_sync
 from cluster_servers import RedisServer, free_port
+from hub_procs import start_refused
 from redis.exceptions import (
     AuthenticationError,
     BusyLoadingError,
@@ -106,17 +107,6 @@ def test_what_waiting_cannot_fix_is_a_config_error(error: Exception, code: str |
     if refusal is not None:
         assert "redis://:***@127.0.0.1:6379/0" in str(refusal)
         assert PASSWORD not in str(refusal)
-
-
-async def start_refused(redis: str, postgres: str) -> HubConfigError:
-    """Start a hub on ``redis``: the configuration error it is refused with."""
-    hub = Hub(port=0, redis=redis, postgres=postgres)
-    try:
-        with pytest.raises(HubConfigError) as info:
-            await hub.start()
-    finally:
-        await hub.stop()
-    return info.value
 
 
 async def test_a_missing_password_is_refused_at_start(
