@@ -31,7 +31,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from crdt_state import MergeResult, VersionVector
-from sync.wire.awareness import AwarenessStates, decode_entries
+from sync.wire.awareness import AwarenessStates, decode_entries, decoded_state
 from sync.wire.errors import ProtocolError
 from sync.wire.lib0 import encode_var_string, encode_var_uint
 from sync.wire.protocol import encode_awareness
@@ -189,7 +189,7 @@ class Peers:
             if entry.removed:
                 view.pop(entry.client, None)
             else:
-                view[entry.client] = _decoded(entry.state)
+                view[entry.client] = decoded_state(entry.state)
         self.view = MappingProxyType(view)
         return True
 
@@ -197,11 +197,3 @@ class Peers:
         """Forget every peer (offline; the hub's greeting on the next connection tells them)."""
         self._states.clear()
         self.view = MappingProxyType({})
-
-
-def _decoded(state: str) -> Any:
-    """A state's JSON value, or its text when it is not JSON (or nested past the stack)."""
-    try:
-        return json.loads(state)
-    except (ValueError, RecursionError):
-        return state

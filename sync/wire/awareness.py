@@ -15,8 +15,9 @@ States stay JSON text: the hub never decodes them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from sync.wire.errors import ProtocolError
 from sync.wire.lib0 import Reader, encode_var_string, encode_var_uint
@@ -26,6 +27,7 @@ __all__ = [
     "AwarenessStates",
     "Entry",
     "decode_entries",
+    "decoded_state",
     "encode_entries",
     "is_null",
     "removal_update",
@@ -54,6 +56,18 @@ class Entry(NamedTuple):
 def is_null(state: str) -> bool:
     """True when the JSON text ``state`` is ``null``."""
     return state.strip(_JSON_SPACE) == "null"
+
+
+def decoded_state(state: str) -> Any:
+    """A state's JSON value (``None`` for ``null``), else its text.
+
+    The text when it is not JSON or is nested past the interpreter's stack (states are
+    opaque to the hub: never an error).
+    """
+    try:
+        return json.loads(state)
+    except (ValueError, RecursionError):
+        return state
 
 
 def decode_entries(payload: bytes) -> list[Entry]:

@@ -11,7 +11,6 @@ a conflict no policy settled has ``"resolution": {"$unresolved": true}``, bytes 
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,13 +26,14 @@ from crdt_state import (
 )
 from crdt_state.values import nesting
 from sync.wire import protocol as p
+from sync.wire.awareness import decode_entries, decoded_state
 from sync.wire.changes import WireConflict
 from sync.wire.convert import UNRESOLVED_NAME
 from sync.wire.errors import ProtocolError
-from sync.wire.lib0 import Reader
 
 __all__ = [
     "awareness_states",
+    "state_value",
     "blame_event",
     "change_event",
     "conflict_event",
@@ -158,25 +158,23 @@ def awareness_states(payload: bytes) -> dict[int, Any]:
     """Decode the client states an awareness update carries.
 
     Returns:
-        ``{client_id: state}`` (``None`` for a retired client; a state that is not
-        JSON, or nested deeper than :data:`~crdt_state.MAX_DEPTH`, is kept as its text);
-        ``{}`` when the payload does not parse.
+        ``{client_id: state}`` (``None`` for a retired client; each state as
+        :func:`state_value` reads it); ``{}`` when the payload does not parse.
     """
-    states: dict[int, Any] = {}
     try:
-        reader = Reader(payload)
-        for _ in range(reader.read_var_uint()):
-            client = reader.read_var_uint()
-            reader.read_var_uint()  # clock
-            text = reader.read_var_string()
-            try:
-                state = json.loads(text)
-            except (ValueError, RecursionError):  # not JSON, or nested past the stack
-                state = text
-            if nesting(state, budget=10_000) > MAX_DEPTH:  # would break a feed's encoding
-                state = text
-            states[client] = state
-        reader.expect_end()
+        entries = decode_entries(payload)
     except ProtocolError:
         return {}
-    return states
+    return {entry.client: state_value(entry.state) for entry in entries}
+
+
+def state_value(text: str) -> Any:
+    """An awareness state for a feed: its JSON value, else its text.
+
+    The text when it is not JSON or is nested deeper than :data:`~crdt_state.MAX_DEPTH`
+    (which would break the feed's encoding).
+    """
+    state = decoded_state(text)
+    if nesting(state, budget=10_000) > MAX_DEPTH:
+        return text
+    return state

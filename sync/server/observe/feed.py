@@ -36,14 +36,13 @@ from sync.server._expiry import TOKEN_EXPIRED_REASON, token_expired
 from sync.server._room import Room
 from sync.server.auth import Grant
 from sync.server.observe.events import (
-    awareness_states,
     blame_event,
     change_event,
     conflict_event,
     history_event,
     jsonable,
+    state_value,
 )
-from sync.wire.awareness import encode_entries
 from sync.wire.errors import CloseCode
 
 __all__ = ["MAX_QUEUE", "ROOM_UNLOADED", "STATE_INTERVAL", "Feed"]
@@ -145,15 +144,13 @@ class Feed:
 
         ``connection`` is ``None`` for a client announced through another hub (cluster).
         """
-        clients = list(self.room.awareness.clients())
-        states = awareness_states(encode_entries(entry for entry, _ in clients))
         return [
             {
                 "client": entry.client,
                 "connection": None if owner is None else f"conn-{owner}",
-                "state": states.get(entry.client),
+                "state": state_value(entry.state),
             }
-            for entry, owner in clients
+            for entry, owner in self.room.awareness.clients()
         ]
 
     def _connections(self) -> list[dict[str, Any]]:
