@@ -19,7 +19,6 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any, Final, NamedTuple
 
-from sync.wire.errors import ProtocolError
 from sync.wire.lib0 import Reader, encode_var_string, encode_var_uint
 
 __all__ = [
@@ -30,8 +29,6 @@ __all__ = [
     "decoded_state",
     "encode_entries",
     "is_null",
-    "removal_update",
-    "safe_clients",
 ]
 
 MAX_GONE: Final = 1_024
@@ -91,22 +88,6 @@ def encode_entries(entries: Iterable[Entry]) -> bytes:
         count += 1
     parts[0] = encode_var_uint(count)
     return b"".join(parts)
-
-
-def removal_update(clients: dict[int, int]) -> bytes:
-    """An awareness update setting each client's state to ``null`` at the given clock.
-
-    A peer holding the client's state at that clock removes it (the equal-clock rule).
-    """
-    return encode_entries(Entry(client, clock, "null") for client, clock in clients.items())
-
-
-def safe_clients(payload: bytes) -> dict[int, int]:
-    """``{client_id: clock}`` of an awareness update, ``{}`` if it does not parse."""
-    try:
-        return {entry.client: entry.clock for entry in decode_entries(payload)}
-    except ProtocolError:
-        return {}
 
 
 class AwarenessStates:
