@@ -115,15 +115,6 @@ class RoomAwareness:
         """The connection controlling ``client`` (``None``: none of this hub)."""
         return self._owner.get(client)
 
-    def removal(self, connection: int) -> bytes | None:
-        """The update removing the clients ``connection`` controls, without removing them."""
-        entries = [
-            Entry(client, entry.clock, "null")
-            for client in sorted(self._controlled.get(connection, ()))
-            if (entry := self.states.get(client)) is not None
-        ]
-        return encode_entries(entries) if entries else None
-
     def leave(self, connection: int) -> bytes | None:
         """Remove the clients ``connection`` controls; returns that removal, if any."""
         clients = sorted(self._controlled.pop(connection, ()))

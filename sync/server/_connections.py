@@ -165,15 +165,15 @@ class HubConnections:
             self._connections -= 1
             self._live.discard(ws)
             if room is not None and session is not None:
-                if self._cluster is not None:
-                    self._cluster.leave(room, session)
                 log.info(
                     "room %s: %s disconnected (agent %s)",
                     name,
                     session.label,
                     session.agent or "unnamed",
                 )
-                room.leave(session)
+                removal = room.leave(session)
+                if self._cluster is not None:
+                    self._cluster.leave(room, session, removal)
                 session.outbox.close()
                 self._registry.left(name, room)
             if expiry is not None:

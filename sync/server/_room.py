@@ -156,12 +156,17 @@ class Room:
     def join(self, session: Session) -> None:
         self.sessions[session.id] = session
 
-    def leave(self, session: Session) -> None:
-        """Forget ``session``; tell the others that the clients it controlled are gone."""
+    def leave(self, session: Session) -> bytes | None:
+        """Forget ``session``; tell the others that the clients it controlled are gone.
+
+        Returns:
+            That awareness removal (``None``: it controlled none), for other hubs too.
+        """
         self.sessions.pop(session.id, None)
         removal = self.awareness.leave(session.id)
         if removal is not None:
             self.broadcast(encode_awareness(removal))
+        return removal
 
     def _on_change(self, change: StateUpdate) -> None:
         if self._absorbing == threading.get_ident():  # relayed already (and counted in size)

@@ -10,7 +10,8 @@ clients: each client's clock and state, a state taken only when its clock is new
 than the one held, or equal with a ``null`` state while a state is held (the removal a
 client or the hub sends at the clock it announced). Clocks of removed clients are kept
 (a bounded number, :data:`MAX_GONE`) so that a late echo of a removed state is refused.
-States stay JSON text: the hub never decodes them.
+States stay JSON text: the hub relays them as they came (:func:`decoded_state` reads one
+for the inspector and for a client's ``peers``).
 """
 
 from __future__ import annotations

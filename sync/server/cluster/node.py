@@ -299,13 +299,16 @@ class ClusterNode:
         if ws is not None:
             self._spawn(ws.close(code, reason[:120]))
 
-    def leave(self, room: Room, session: Session) -> None:
-        """A session is leaving: forget its merges, tell other hubs its peers are gone."""
+    def leave(self, room: Room, session: Session, removal: bytes | None) -> None:
+        """A session left: forget its merges, tell other hubs its peers are gone.
+
+        ``removal``: the awareness removal of the clients it controlled, which
+        :meth:`Room.leave <sync.server._room.Room.leave>` returned (``None``: none).
+        """
         cluster_room = self.rooms.get(room.name)
         if cluster_room is not None:
             cluster_room.answers.forget_session(session)
         self.writes.forget(room.name, session.id)
-        removal = room.awareness.removal(session.id)  # room.leave removes them next
         if removal is not None:
             self._spawn(self.publish_awareness(room, removal))
 

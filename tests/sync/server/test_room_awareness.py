@@ -27,7 +27,6 @@ def test_an_echo_is_not_taken_over_and_a_leave_removes_only_what_was_controlled(
     assert room.receive(payload((1, 1, '{"n":"a"}')), 20) is None  # an echo alone: nothing
     assert room.controlled(10) == {1} and room.controlled(20) == {2}
     assert (room.owner(1), room.owner(2)) == (10, 20)
-    assert room.removal(20) == payload((2, 3, "null"))  # what leave will remove
     assert len(room) == 2
     assert room.leave(20) == payload((2, 3, "null"))
     assert room.greeting() == [payload((1, 1, '{"n":"a"}'))]
